@@ -1,0 +1,33 @@
+"""jaxnb: multi-host JAX from one notebook.
+
+In a notebook: ``%load_ext jaxnb`` then ``%jax_cluster start``. In Python:
+:class:`JaxCluster`. Inside cells and train functions on the engines:
+:func:`report`, :func:`get_context`, :func:`get_checkpoint`, :func:`should_stop`.
+"""
+
+from jaxnb._cluster import JaxCluster as JaxCluster
+from jaxnb._cluster import ProcessInfo as ProcessInfo
+from jaxnb._engine.context import get_context as get_context
+from jaxnb._errors import ClusterStateError as ClusterStateError
+from jaxnb._errors import JaxnbError as JaxnbError
+from jaxnb._errors import ProcessFailure as ProcessFailure
+from jaxnb._errors import RemoteError as RemoteError
+from jaxnb._errors import StartError as StartError
+from jaxnb._mesh import show_mesh as show_mesh
+from jaxnb._mesh import show_sharding as show_sharding
+
+__version__ = "0.1.0"
+
+
+def load_ipython_extension(ipython):  # noqa: ANN001, ANN201
+    """``%load_ext jaxnb``: register the magics."""
+    from jaxnb.magics import load_ipython_extension as load
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython):  # noqa: ANN001, ANN201
+    """``%unload_ext jaxnb``: stop the cluster."""
+    from jaxnb.magics import unload_ipython_extension as unload
+
+    unload(ipython)

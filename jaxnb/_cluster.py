@@ -1,0 +1,391 @@
+"""`JaxCluster`: the lifecycle of one SPMD group of JAX processes on ipyparallel engines."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import signal
+import tempfile
+import time
+from typing import Any
+
+import ipyparallel as ipp
+import psutil
+
+from jaxnb import _launch
+from jaxnb._engine import process as engine_process
+from jaxnb._errors import ALREADY_RUNNING, NOT_STARTED, ClusterStateError, StartError
+from jaxnb._options import ClusterOptions
+
+STOP_GRACE_SECONDS = 1.0
+
+
+@dataclasses.dataclass
+class ProcessInfo:
+    """One JAX process: its index, engine, host, pid, platform and local devices."""
+
+    process_index: int
+    engine_id: int
+    host: str
+    pid: int
+    platform: str | None
+    local_devices: list[dict]
+    global_device_count: int | None
+    state: str = "idle"
+
+
+class JaxCluster:
+    """A set of ipyparallel engines, one per JAX process, with ``jax.distributed`` initialised.
+
+    >>> with JaxCluster(n=2) as cluster:          # doctest: +SKIP
+    ...     cluster.run("import jax; print(jax.device_count())")
+    """
+
+    def __init__(
+        self,
+        n: int | None = None,
+        *,
+        devices_per_process: int | None = None,
+        platform: str = "cpu",
+        engines: str = "local",
+        hosts: list[str] | tuple[str, ...] | None = None,
+        init: bool = True,
+        timeout: float | None = None,
+        init_timeout: float = 60.0,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.options = ClusterOptions(
+            n=n,
+            devices_per_process=devices_per_process,
+            platform=platform,  # type: ignore[arg-type]
+            engines=engines,
+            hosts=tuple(hosts or ()),
+            init=init,
+            timeout=timeout,
+            init_timeout=init_timeout,
+            env=tuple(sorted((env or {}).items())),
+        )
+        self.processes: list[ProcessInfo] = []
+        self.suspect: str | None = None
+        self.busy_with: str | None = None
+        self._ipp: ipp.Cluster | None = None
+        self._client: ipp.Client | None = None
+        self._view: ipp.DirectView | None = None
+        self._stacks_dir: str | None = None
+        self._coordinator: str | None = None
+
+    # ---- lifecycle -------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        """True between a successful :meth:`start` and :meth:`stop`."""
+        return self._client is not None
+
+    def start(self) -> JaxCluster:
+        """Start the engines and join them into one ``jax.distributed`` group."""
+        if self.running:
+            raise ClusterStateError(ALREADY_RUNNING)
+        try:
+            self._start_engines()
+            self._join_group()
+        except BaseException as exc:
+            self.stop()
+            if isinstance(exc, (StartError, KeyboardInterrupt)):
+                raise
+            raise StartError(f"the cluster could not start ({exc}); nothing was left running") from exc
+        return self
+
+    def _start_engines(self) -> None:
+        options = self.options
+        n = options.resolved_n()
+        self._stacks_dir = tempfile.mkdtemp(prefix="jaxnb-")
+        cluster = self._ipp = _launch.build_cluster(options)
+        cluster.start_controller_sync()
+        env = _launch.engine_environment(options, self._stacks_dir)
+        if options.is_local:
+            env["JAXNB_PARENT_PID"] = str(os.getpid())
+            controller = getattr(cluster.controller, "process", None)
+            if controller is not None:
+                env["JAXNB_CONTROLLER_PID"] = str(controller.pid)
+            env["JAXNB_CLEANUP_FILES"] = os.pathsep.join(self._key_files())
+        cluster.start_engines_sync(environment=env)
+        self._client = client = cluster.connect_client_sync()
+        deadline = time.monotonic() + options.init_timeout
+        while len(client.ids) < n:
+            self._raise_if_engines_exited()
+            if time.monotonic() > deadline:
+                raise StartError(
+                    f"only {len(client.ids)} of {n} engines registered within "
+                    f"{options.init_timeout:g} s; raise --init-timeout or check the engine logs"
+                )
+            time.sleep(0.02)
+        engine_ids = sorted(client.ids)[:n]
+        self._view = client[engine_ids]
+        self._view.block = False
+
+    def _join_group(self) -> None:
+        options = self.options
+        client = self._client
+        assert client is not None and self._view is not None
+        engine_ids = list(self._view.targets)
+        n = len(engine_ids)
+        host0 = "127.0.0.1" if options.is_local else None
+        if host0 is None:
+            host0 = client[engine_ids[0]].apply_sync(engine_process.host_address)
+        port = client[engine_ids[0]].apply_sync(engine_process.free_port, host0)
+        coordinator = self._coordinator = f"{host0}:{port}"
+        bind = coordinator if options.is_local else None
+        hosts = self._view.apply_async(engine_process.hostname).get(timeout=30)
+        placements = engine_process.placements(hosts)
+        pending = []
+        for index, eid in enumerate(engine_ids):
+            local_ids = [index] if options.platform == "gpu" else None
+            pending.append(
+                client[eid].apply_async(
+                    engine_process.initialize,
+                    index,
+                    n,
+                    coordinator,
+                    bind,
+                    options.init,
+                    local_ids,
+                    options.heartbeat_timeout,
+                    int(options.init_timeout),
+                    placements[index],
+                )
+            )
+        deadline = time.monotonic() + options.init_timeout + 5
+        infos = []
+        for index, ar in enumerate(pending):
+            remaining = max(0.1, deadline - time.monotonic())
+            try:
+                infos.append(ar.get(timeout=remaining))
+            except ipp.error.TimeoutError:
+                raise StartError(
+                    f"process {index} did not join jax.distributed within "
+                    f"{options.init_timeout:g} s; check that every host can reach {coordinator}"
+                ) from None
+            except ipp.error.RemoteError as exc:
+                raise StartError(
+                    f"process {index} could not join jax.distributed: {exc.ename}: {exc.evalue}"
+                ) from None
+        self.processes = [
+            ProcessInfo(
+                process_index=index,
+                engine_id=eid,
+                host=info["host"],
+                pid=info["pid"],
+                platform=info["platform"],
+                local_devices=info["local_devices"],
+                global_device_count=info["global_device_count"],
+            )
+            for index, (eid, info) in enumerate(zip(engine_ids, infos))
+        ]
+        self.suspect = None
+
+    def _raise_if_engines_exited(self) -> None:
+        for launcher in self._engine_launchers():
+            process = getattr(launcher, "process", None)
+            if process is not None and not process.is_running():
+                output = launcher.get_output()[-2000:]
+                raise StartError(f"an engine exited during start-up:\n{output}")
+
+    def _engine_launchers(self) -> list[Any]:
+        if self._ipp is None:
+            return []
+        found = []
+        for engine_set in self._ipp.engines.values():
+            found.extend(getattr(engine_set, "launchers", {}).values())
+        return found
+
+    def _key_files(self) -> list[str]:
+        assert self._ipp is not None
+        security = os.path.join(self._ipp.profile_dir, "security")
+        cid = self._ipp.cluster_id
+        return [
+            os.path.join(security, f"ipcontroller-{cid}-engine.json"),
+            os.path.join(security, f"ipcontroller-{cid}-client.json"),
+            self._ipp.cluster_file,
+        ]
+
+    def stop(self) -> None:
+        """Stop every engine and the controller; nothing is left running."""
+        cluster, client = self._ipp, self._client
+        self._client = self._view = None
+        self.processes = []
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close()
+        if cluster is None:
+            return
+        self._ipp = None
+        _signal_all_then_kill(_local_processes(cluster))
+        with contextlib.suppress(Exception):
+            cluster.stop_engines_sync()
+        with contextlib.suppress(Exception):
+            cluster.stop_controller_sync()
+        controller = getattr(cluster.controller, "process", None) if cluster.controller else None
+        _signal_all_then_kill([controller] if controller is not None else [])
+        with contextlib.suppress(Exception):
+            cluster.remove_cluster_file()
+        for path in self._key_files_of(cluster):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+    @staticmethod
+    def _key_files_of(cluster: ipp.Cluster) -> list[str]:
+        security = os.path.join(cluster.profile_dir, "security")
+        cid = cluster.cluster_id
+        return [os.path.join(security, f"ipcontroller-{cid}-{kind}.json") for kind in ("engine", "client")]
+
+    def restart(self) -> JaxCluster:
+        """Stop, then start again with the same options (new processes)."""
+        self.stop()
+        return self.start()
+
+    def __enter__(self) -> JaxCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            if self._ipp is not None:
+                self.stop()
+
+    # ---- access ----------------------------------------------------------------------
+
+    def _require_running(self) -> None:
+        if not self.running:
+            raise ClusterStateError(NOT_STARTED)
+
+    @property
+    def client(self) -> ipp.Client:
+        """The ipyparallel client connected to the engines."""
+        self._require_running()
+        assert self._client is not None
+        return self._client
+
+    @property
+    def view(self) -> ipp.DirectView:
+        """A DirectView on all engines, ordered by JAX process index."""
+        self._require_running()
+        assert self._view is not None
+        return self._view
+
+    @property
+    def process_indices(self) -> list[int]:
+        """``[0, 1, …, N-1]``."""
+        return [p.process_index for p in self.processes]
+
+    @property
+    def num_processes(self) -> int:
+        """How many JAX processes the cluster has."""
+        return len(self.processes)
+
+    @property
+    def coordinator_address(self) -> str | None:
+        """Address of the ``jax.distributed`` coordinator (on process 0's host)."""
+        return self._coordinator
+
+    def engine_for(self, process_index: int) -> int:
+        """The ipyparallel engine id that carries ``process_index``."""
+        return self.processes[process_index].engine_id
+
+    def _mark_suspect_after_error(self, errors: dict, processes: list[int]) -> None:
+        if 0 < len(errors) < len(processes):
+            self.suspect = "some processes raised while others did not"
+
+    # ---- operations ------------------------------------------------------------------
+
+    def run(
+        self,
+        code: str,
+        *,
+        timeout: float | None = None,
+        all: bool = False,  # noqa: A002 - mirrors the --all flag
+        process: int | None = None,
+    ) -> Any:
+        """Run ``code`` on every process (SPMD) and show the merged output."""
+        from jaxnb import _spmd
+
+        self._require_running()
+        if process is not None and process not in self.process_indices:
+            raise ValueError(
+                f"--process {process} does not exist; choose 0..{self.num_processes - 1}"
+            )
+        return _spmd.run_cell(
+            self,
+            code,
+            timeout=timeout if timeout is not None else self.options.timeout,
+            show=_spmd.ShowMode(all=all, process=process),
+        )
+
+    def push(self, **values: Any) -> None:
+        """Set ``values`` as variables on every process."""
+        self.view.push(values, block=True)
+
+    def pull(self, name: str) -> Any:
+        """The value of ``name`` on the engines (global arrays gathered as NumPy)."""
+        from jaxnb._engine import values
+
+        replies = self.view.apply_async(values.fetch, name).get(timeout=self._op_timeout())
+        return values.choose(name, replies)
+
+    def status(self) -> list[ProcessInfo]:
+        """One entry per process, with its current state (idle, busy, dead)."""
+        self._require_running()
+        queue = self.client.queue_status()
+        alive = {p.pid: _pid_alive(p.pid) for p in self.processes} if self.options.is_local else {}
+        for info in self.processes:
+            q = queue.get(info.engine_id)
+            if alive.get(info.pid) is False or q is None:
+                info.state = "dead"
+            elif self.busy_with:
+                info.state = f"busy ({self.busy_with})"
+            else:
+                info.state = "busy" if q.get("queue", 0) else "idle"
+        return self.processes
+
+    def _op_timeout(self) -> float:
+        return self.options.timeout or 300.0
+
+    def __repr__(self) -> str:
+        state = f"{self.num_processes} processes" if self.running else "stopped"
+        return f"<JaxCluster {state}, platform={self.options.platform}>"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _local_processes(cluster: ipp.Cluster) -> list[psutil.Process]:
+    found = []
+    for engine_set in cluster.engines.values():
+        for launcher in getattr(engine_set, "launchers", {}).values():
+            process = getattr(launcher, "process", None)
+            if process is not None:
+                found.append(process)
+    return found
+
+
+def _signal_all_then_kill(processes: list[psutil.Process]) -> None:
+    """SIGTERM every process (and its children) at once; SIGKILL what is left after a grace."""
+    family = []
+    for proc in processes:
+        with contextlib.suppress(psutil.Error):
+            family.extend(proc.children(recursive=True))
+        family.append(proc)
+    for proc in family:
+        with contextlib.suppress(psutil.Error):
+            proc.send_signal(signal.SIGTERM)
+    _, alive = psutil.wait_procs(family, timeout=STOP_GRACE_SECONDS)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(alive, timeout=5)

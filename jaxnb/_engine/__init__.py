@@ -1,0 +1,1 @@
+"""Code that runs inside the engines (never imports IPython at module level)."""

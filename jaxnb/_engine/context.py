@@ -1,0 +1,75 @@
+"""Where this process sits in the group, in Ray Train's and JAX's words (`jaxnb.get_context()`)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+
+
+def process_index() -> int:
+    """This process's JAX process index (from JAX once initialised, else from jaxnb's setup)."""
+    jax = sys.modules.get("jax")
+    if jax is not None and _distributed_ready():
+        return int(jax.process_index())
+    return int(os.environ.get("JAXNB_PROCESS_ID", os.environ.get("JAX_PROCESS_ID", "0")))
+
+
+def num_processes() -> int:
+    """How many JAX processes are in the group."""
+    jax = sys.modules.get("jax")
+    if jax is not None and _distributed_ready():
+        return int(jax.process_count())
+    return int(os.environ.get("JAX_NUM_PROCESSES", "1"))
+
+
+def _distributed_ready() -> bool:
+    from jax._src import distributed
+
+    return distributed.global_state.client is not None
+
+
+class TrainContext:
+    """Ray Train's ``get_context()`` for a JAX process (one worker per process)."""
+
+    @property
+    def process_index(self) -> int:
+        """JAX process index (same as the world rank)."""
+        return process_index()
+
+    @property
+    def num_processes(self) -> int:
+        """Number of JAX processes (same as the world size)."""
+        return num_processes()
+
+    def get_world_rank(self) -> int:
+        """Rank of this worker among all workers."""
+        return process_index()
+
+    def get_world_size(self) -> int:
+        """Number of workers."""
+        return num_processes()
+
+    def get_local_rank(self) -> int:
+        """Rank among the workers on this host."""
+        return int(os.environ.get("JAXNB_LOCAL_RANK", "0"))
+
+    def get_local_world_size(self) -> int:
+        """Number of workers on this host."""
+        return int(os.environ.get("JAXNB_LOCAL_WORLD_SIZE", "1"))
+
+    def get_node_rank(self) -> int:
+        """Index of this host among the hosts."""
+        return int(os.environ.get("JAXNB_NODE_RANK", "0"))
+
+    def get_hostname(self) -> str:
+        """This host's name."""
+        return socket.gethostname()
+
+    def __repr__(self) -> str:
+        return f"TrainContext(process_index={self.process_index}, num_processes={self.num_processes})"
+
+
+def get_context() -> TrainContext:
+    """The context of this process (call inside a train function or a cell)."""
+    return TrainContext()

@@ -1,0 +1,29 @@
+"""Entry point of a jaxnb engine: arm the safety nets, import JAX, run ipyparallel's engine.
+
+Launched as ``python -m jaxnb._engine.main [ipengine arguments]`` by ipyparallel's
+launchers (local, ssh, mpi, slurm, ...), so the environment jaxnb sets on the
+launcher is in place before JAX is imported.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def main() -> None:
+    """Prepare this process, then hand over to ``ipyparallel.engine``."""
+    from jaxnb._engine import stacks, watchdog
+
+    stacks.arm()
+    watchdog.start_from_env()
+    if os.environ.get("JAXNB_PREIMPORT_JAX", "1") == "1":
+        import jax
+
+        jax.config.update("jax_enable_preemption_service", False)
+    from ipyparallel.engine.app import main as ipengine_main
+
+    ipengine_main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,139 @@
+"""Join this engine to the ``jax.distributed`` group and describe it.
+
+Called by the notebook through ipyparallel's ``apply`` on every engine at once.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+#: Set on every engine, as the Kubeflow JAX runtime does, so its code runs unchanged.
+KUBEFLOW_VARIABLES = ("JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "JAX_COORDINATOR_ADDRESS")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on this host right now."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def hostname() -> str:
+    """This host's name."""
+    return socket.gethostname()
+
+
+def placements(hosts: list[str]) -> list[tuple[int, int, int]]:
+    """(local rank, local world size, node rank) of each process, given its host."""
+    order = list(dict.fromkeys(hosts))
+    seen: dict[str, int] = {}
+    result = []
+    for host in hosts:
+        result.append((seen.get(host, 0), hosts.count(host), order.index(host)))
+        seen[host] = seen.get(host, 0) + 1
+    return result
+
+
+def host_address() -> str:
+    """An address other hosts can reach this one on."""
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return socket.gethostname()
+
+
+def set_identity(
+    process_id: int, num_processes: int, coordinator: str, placement: tuple[int, int, int]
+) -> None:
+    """Export this process's place in the group (Kubeflow-style variables, local rank)."""
+    local_rank, local_size, node_rank = placement
+    os.environ["JAXNB_LOCAL_RANK"] = str(local_rank)
+    os.environ["JAXNB_LOCAL_WORLD_SIZE"] = str(local_size)
+    os.environ["JAXNB_NODE_RANK"] = str(node_rank)
+    os.environ["JAX_NUM_PROCESSES"] = str(num_processes)
+    os.environ["JAX_PROCESS_ID"] = str(process_id)
+    os.environ["JAX_COORDINATOR_ADDRESS"] = coordinator
+    os.environ["JAXNB_PROCESS_ID"] = str(process_id)
+
+
+def initialize(
+    process_id: int,
+    num_processes: int,
+    coordinator: str,
+    bind_address: str | None,
+    init: bool = True,
+    local_device_ids: list[int] | None = None,
+    heartbeat_timeout: int = 10,
+    init_timeout: int = 60,
+    placement: tuple[int, int, int] = (0, 1, 0),
+) -> dict[str, Any]:
+    """Set this engine's identity, join ``jax.distributed`` (unless ``init`` is off), describe."""
+    set_identity(process_id, num_processes, coordinator, placement)
+    if init:
+        import jax
+
+        jax.config.update("jax_enable_preemption_service", False)
+        if num_processes > 1 or os.environ.get("JAXNB_FORCE_DISTRIBUTED"):
+            jax.distributed.initialize(
+                coordinator_address=coordinator,
+                num_processes=num_processes,
+                process_id=process_id,
+                local_device_ids=local_device_ids,
+                coordinator_bind_address=bind_address,
+                heartbeat_timeout_seconds=heartbeat_timeout,
+                initialization_timeout=init_timeout,
+            )
+    return describe(process_id, touch_backend=init)
+
+
+def describe(process_id: int | None = None, *, touch_backend: bool = True) -> dict[str, Any]:
+    """Host, pid, platform and devices of this process.
+
+    With ``touch_backend=False`` (``--no-init`` clusters before the user's own
+    ``jax.distributed.initialize``) JAX's backend is left alone.
+    """
+    info: dict[str, Any] = {
+        "process_index": process_id,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "platform": None,
+        "local_devices": [],
+        "global_device_count": None,
+        "distributed": False,
+    }
+    if not touch_backend and not backend_ready():
+        return info
+    import jax
+    from jax._src import distributed
+
+    info["distributed"] = distributed.global_state.client is not None
+    info["process_index"] = jax.process_index()
+    info["platform"] = jax.default_backend()
+    info["local_devices"] = [
+        {"id": d.id, "kind": d.device_kind, "platform": d.platform} for d in jax.local_devices()
+    ]
+    info["global_device_count"] = jax.device_count()
+    return info
+
+
+def backend_ready() -> bool:
+    """True once JAX has created its backends in this process."""
+    import sys
+
+    if "jax" not in sys.modules:
+        return False
+    from jax._src import xla_bridge
+
+    return bool(getattr(xla_bridge, "_backends", None))
+
+
+def shutdown() -> None:
+    """Leave the ``jax.distributed`` group (used before stopping the engines)."""
+    import jax
+
+    try:
+        jax.distributed.shutdown()
+    except Exception:  # noqa: BLE001 - best effort on the way out
+        pass

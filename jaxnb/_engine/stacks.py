@@ -1,0 +1,41 @@
+"""Every thread's Python stack on demand, even while the engine is blocked in C.
+
+``faulthandler`` dumps from its C signal handler, so it works while the main
+thread waits inside an XLA collective (where no Python code can run).
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import signal
+import tempfile
+from typing import IO
+
+STACK_SIGNAL = signal.SIGUSR1
+_stack_file: IO[str] | None = None
+
+
+def stack_path(pid: int | None = None) -> str:
+    """The file where engine ``pid`` writes its stacks when signalled."""
+    folder = os.environ.get("JAXNB_STACKS_DIR") or tempfile.gettempdir()
+    return os.path.join(folder, f"jaxnb-stacks-{pid or os.getpid()}.txt")
+
+
+def arm() -> None:
+    """Dump all threads' stacks to :func:`stack_path` on ``SIGUSR1``."""
+    global _stack_file
+    # Append mode: the notebook truncates the file before each dump request.
+    _stack_file = open(stack_path(), "w+")  # noqa: SIM115 - lives as long as the process
+    _stack_file.close()
+    _stack_file = open(stack_path(), "a")  # noqa: SIM115
+    os.chmod(_stack_file.name, 0o600)
+    faulthandler.register(STACK_SIGNAL, file=_stack_file, all_threads=True, chain=False)
+
+
+def remove() -> None:
+    """Delete this process's stack file (at exit)."""
+    try:
+        os.unlink(stack_path())
+    except OSError:
+        pass

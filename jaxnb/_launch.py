@@ -1,0 +1,77 @@
+"""Build the ipyparallel ``Cluster`` that carries the JAX processes.
+
+All process management goes through ipyparallel's launchers; this module only
+chooses their settings: loopback-only for local clusters, a short heartbeat so
+engines register fast, no start delay, and the environment each engine needs
+before it imports JAX.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import ipyparallel as ipp
+from traitlets.config import Config
+
+from jaxnb._options import ClusterOptions
+
+#: Controller heartbeat period (ms): engines register after their first beat.
+HEARTBEAT_MS = 250
+
+
+def engine_environment(options: ClusterOptions, stacks_dir: str) -> dict[str, str]:
+    """Variables every engine gets before it starts (and so before JAX is imported)."""
+    env = {
+        "JAXNB_STACKS_DIR": stacks_dir,
+        "JAX_ENABLE_PREEMPTION_SERVICE": "false",
+        "PYTHONUNBUFFERED": "1",
+    }
+    xla_flags = [os.environ.get("XLA_FLAGS", "")]
+    if options.platform == "cpu":
+        k = options.resolved_devices()
+        env["JAX_PLATFORMS"] = "cpu"
+        env["JAX_NUM_CPU_DEVICES"] = str(k)
+        xla_flags.append(f"--xla_force_host_platform_device_count={k}")
+        xla_flags.append(f"--xla_cpu_collective_timeout_seconds={options.collective_timeout}")
+    elif options.platform == "gpu":
+        env.setdefault("JAX_PLATFORMS", "cuda,cpu")
+        env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+    elif options.platform == "tpu":
+        env["JAX_PLATFORMS"] = "tpu,cpu"
+    env["XLA_FLAGS"] = " ".join(f for f in xla_flags if f).strip()
+    env.update(dict(options.env))
+    return env
+
+
+def build_cluster(options: ClusterOptions) -> ipp.Cluster:
+    """An (unstarted) ipyparallel Cluster configured for ``options``."""
+    config = Config()
+    engine_cmd = [sys.executable if options.is_local else "python", "-m", "jaxnb._engine.main"]
+    config.EngineLauncher.engine_cmd = engine_cmd
+    config.LocalEngineSetLauncher.delay = 0.0
+    config.LocalEngineLauncher.engine_cmd = engine_cmd
+    config.LocalEngineSetLauncher.engine_cmd = engine_cmd
+    if options.hosts:
+        config.SSHEngineSetLauncher.engines = {h: 1 for h in options.hosts}
+    kwargs: dict = {}
+    if options.is_local:
+        kwargs["controller_ip"] = "127.0.0.1"
+    cluster = ipp.Cluster(
+        n=options.resolved_n(),
+        engines=_engine_launcher(options),
+        delay=0.0,
+        controller_args=[f"--HeartMonitor.period={HEARTBEAT_MS}"],
+        log_level=logging.WARNING,
+        config=config,
+        load_profile=False,
+        **kwargs,
+    )
+    return cluster
+
+
+def _engine_launcher(options: ClusterOptions) -> str:
+    if options.hosts and options.engines == "local":
+        return "ssh"
+    return options.engines

@@ -1,0 +1,63 @@
+"""``jaxnb.show_mesh`` and ``jaxnb.show_sharding``: describe on the engine, then display."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import jax
+    from jax.sharding import Mesh
+
+    from jaxnb._cluster import JaxCluster
+
+__all__ = ["show_mesh", "show_remote", "show_sharding"]
+
+
+def show_mesh(mesh: Mesh, name: str | None = None) -> None:
+    """Display ``mesh``: its device grid, axis names and sizes, coloured by process."""
+    from jaxnb._engine.layout import describe_mesh
+    from jaxnb._widgets.mesh_view import show
+
+    desc = describe_mesh(mesh)
+    if name:
+        desc["name"] = name
+    show(desc)
+
+
+def show_sharding(array: jax.Array, name: str | None = None) -> None:
+    """Display which block of ``array`` each device holds (no data is gathered)."""
+    from jaxnb._engine.layout import describe_array
+    from jaxnb._widgets.mesh_view import show
+
+    desc = describe_array(array)
+    if name:
+        desc["name"] = name
+    show(desc)
+
+
+def show_remote(cluster: JaxCluster, name: str) -> None:
+    """``%jax_mesh NAME``: describe NAME on process 0, fill in hosts, and display it."""
+    import ipyparallel as ipp
+
+    from jaxnb._engine.layout import describe_named
+    from jaxnb._widgets.mesh_view import show
+
+    try:
+        desc = cluster.client[cluster.engine_for(0)].apply_sync(describe_named, name)
+    except ipp.error.RemoteError as exc:
+        if exc.ename in ("NameError", "TypeError"):
+            raise {"NameError": NameError, "TypeError": TypeError}[exc.ename](exc.evalue) from None
+        raise
+    hosts = {p.process_index: p.host for p in cluster.processes}
+    for entry in desc.get("processes", []):
+        entry["host"] = entry.get("host") or hosts.get(entry["index"])
+    for cell in _cells(desc.get("devices")):
+        if isinstance(cell, dict) and "process_index" in cell and "host" in cell:
+            cell["host"] = cell["host"] or hosts.get(cell["process_index"])
+    show(desc)
+
+
+def _cells(grid: object) -> list:
+    if isinstance(grid, list):
+        return [c for item in grid for c in _cells(item)]
+    return [grid]

@@ -1,0 +1,92 @@
+"""Validated options of a jaxnb cluster (what `%jax_cluster start` accepts)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Literal
+
+Platform = Literal["cpu", "gpu", "tpu"]
+PLATFORMS: tuple[str, ...] = ("cpu", "gpu", "tpu")
+
+#: Default simulated devices per CPU process: see README "CPU collectives".
+DEFAULT_CPU_DEVICES_PER_PROCESS = 1
+DEFAULT_CPU_PROCESSES = 2
+
+
+class OptionError(ValueError):
+    """A wrong option value; the message says what to pass instead."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterOptions:
+    """Everything needed to start (and restart) the same cluster."""
+
+    n: int | None = None
+    devices_per_process: int | None = None
+    platform: Platform = "cpu"
+    engines: str = "local"
+    hosts: tuple[str, ...] = ()
+    init: bool = True
+    timeout: float | None = None
+    init_timeout: float = 60.0
+    heartbeat_timeout: int = 10
+    collective_timeout: int = 120
+    env: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.n is not None and (not isinstance(self.n, int) or self.n < 1):
+            raise OptionError(f"-n must be a whole number ≥ 1, got {self.n!r}; e.g. -n 2")
+        k = self.devices_per_process
+        if k is not None and (not isinstance(k, int) or k < 1):
+            raise OptionError(
+                f"--devices-per-process must be a whole number ≥ 1, got {k!r}; e.g. "
+                "--devices-per-process 2"
+            )
+        if self.platform not in PLATFORMS:
+            raise OptionError(
+                f"unknown --platform {self.platform!r}; use one of {', '.join(PLATFORMS)}"
+            )
+        if k is not None and self.platform == "gpu" and k != 1:
+            raise OptionError("--platform gpu places one engine per GPU; drop --devices-per-process")
+        for name in ("timeout", "init_timeout"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                flag = "--" + name.replace("_", "-")
+                raise OptionError(f"{flag} must be a positive number of seconds, got {value!r}")
+
+    @property
+    def is_local(self) -> bool:
+        """True when every engine runs on this machine."""
+        return self.engines == "local" and not self.hosts
+
+    def resolved_n(self) -> int:
+        """Number of processes: given, one per host or GPU, or the CPU default."""
+        if self.n is not None:
+            return self.n
+        if self.hosts:
+            return len(self.hosts)
+        if self.platform == "gpu":
+            return _count_local_gpus() or 1
+        return DEFAULT_CPU_PROCESSES
+
+    def resolved_devices(self) -> int:
+        """Devices per process (simulated on CPU)."""
+        if self.devices_per_process is not None:
+            return self.devices_per_process
+        return DEFAULT_CPU_DEVICES_PER_PROCESS
+
+
+def _count_local_gpus() -> int:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        return len([v for v in visible.split(",") if v.strip()])
+    try:
+        import subprocess
+
+        out = subprocess.run(
+            ["nvidia-smi", "--list-gpus"], capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return len([line for line in out.stdout.splitlines() if line.startswith("GPU")])

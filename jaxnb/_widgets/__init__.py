@@ -1,0 +1,1 @@
+"""Notebook-side views: devices table, mesh view, training dashboard."""

@@ -1,0 +1,183 @@
+"""Metric curves as a PNG: one panel per metric family, drawn with matplotlib Agg.
+
+No pyplot: a ``Figure`` with its own Agg canvas keeps no global state, so
+nothing leaks and nothing flickers; the PNG bytes go into an ``ipywidgets.Image``.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from typing import NamedTuple
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+Curves = Mapping[str, tuple[np.ndarray, np.ndarray]]
+"""Metric name -> (steps, values), for one process."""
+
+_SPLIT = "train|training|val|valid|validation|eval|evaluation|test"
+_PREFIX = re.compile(rf"^(?P<split>{_SPLIT})[_\-/. ]+(?P<base>.+)$", re.IGNORECASE)
+_SUFFIX = re.compile(rf"^(?P<base>.+?)[_\-/. ]+(?P<split>{_SPLIT})$", re.IGNORECASE)
+_LOG_HINTS = ("loss", "error", "perplexity", "ppl", "mse", "nll")
+MAX_POINTS = 2000
+MAX_PANELS = 16
+
+
+def split_name(name: str) -> tuple[str, str]:
+    """``"val_loss"`` -> ``("loss", "val")``; ``"loss"`` -> ``("loss", "")``."""
+    for pattern in (_PREFIX, _SUFFIX):
+        match = pattern.match(name)
+        if match:
+            return match.group("base"), match.group("split").lower()
+    return name, ""
+
+
+def family(name: str) -> str:
+    """``name`` without a train/val/eval/test prefix or suffix (``val_loss`` -> ``loss``)."""
+    return split_name(name)[0]
+
+
+def group_families(names: Iterable[str]) -> dict[str, list[str]]:
+    """Metric names grouped by family, in order of first appearance; train before val."""
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        groups.setdefault(family(name), []).append(name)
+    for members in groups.values():
+        members.sort(key=lambda n: split_name(n)[1] not in ("", "train", "training"))
+    return groups
+
+
+def downsample(
+    x: np.ndarray, y: np.ndarray, max_points: int = MAX_POINTS
+) -> tuple[np.ndarray, np.ndarray]:
+    """At most ``max_points`` points: per-bucket min and max, so spikes stay visible."""
+    n = len(x)
+    if n <= max_points:
+        return x, y
+    buckets = max_points // 2
+    starts = np.linspace(0, n, buckets + 1).astype(np.intp)[:-1]
+    counts = np.diff(np.append(starts, n))
+    xm = np.add.reduceat(x, starts) / counts
+    lo = np.fmin.reduceat(y, starts)
+    hi = np.fmax.reduceat(y, starts)
+    return np.repeat(xm, 2), np.column_stack([lo, hi]).ravel()
+
+
+def _use_log(name: str, values: Sequence[np.ndarray]) -> bool:
+    if not any(hint in name.lower() for hint in _LOG_HINTS):
+        return False
+    finite = np.concatenate([v[np.isfinite(v)] for v in values]) if values else np.empty(0)
+    return finite.size > 1 and finite.min() > 0 and finite.max() / finite.min() > 1e3
+
+
+def _fixed_margins(fig: Figure, cols: int, rows: int, header: float) -> None:
+    """Margins in inches (much cheaper than ``tight_layout``, which measures every label)."""
+    width, height = fig.get_size_inches()
+    left, right, bottom, top = 0.7, 0.15, 0.45, 0.3 + header
+    axes_w = (width - left - right - 0.75 * (cols - 1)) / cols
+    axes_h = (height - bottom - top - 0.75 * (rows - 1)) / rows
+    fig.subplots_adjust(left=left / width, right=1 - right / width, bottom=bottom / height,
+                        top=1 - top / height, wspace=0.75 / axes_w, hspace=0.75 / axes_h)
+
+
+class MetricsFigure:
+    """One reusable Agg figure that renders metric curves to PNG bytes.
+
+    While the panels stay the same, redraws only replace line data (creating
+    axes and ticks is most of matplotlib's cost).
+    """
+
+    def __init__(self, panel_size: tuple[float, float] = (4.0, 2.6), dpi: int = 80) -> None:
+        self._fig = Figure(dpi=dpi)
+        FigureCanvasAgg(self._fig)
+        self._panel = panel_size
+        self._key: Hashable = None
+
+    def render(
+        self,
+        main: Curves,
+        others: Sequence[Curves] = (),
+        skip: Iterable[str] = (),
+        message: str = "",
+    ) -> bytes:
+        """PNG of ``main``'s curves (``others`` faintly), one panel per family."""
+        panels = _panels(main, others, set(skip))
+        key = (message, [(p.family, p.log, [s[:3] for s in p.series]) for p in panels])
+        if key != self._key:
+            self._build(panels, message)
+            self._key = key
+        else:
+            for ax, panel in zip(self._fig.axes, panels, strict=False):
+                for line, series in zip(ax.lines, panel.series, strict=True):
+                    line.set_data(series.x, series.y)
+                ax.relim()
+                ax.autoscale_view()
+        buf = io.BytesIO()
+        self._fig.savefig(buf, format="png")
+        return buf.getvalue()
+
+    def _build(self, panels: list[_Panel], message: str) -> None:
+        fig = self._fig
+        fig.clear()
+        shown = panels[:MAX_PANELS]
+        if len(panels) > len(shown):
+            message = f"{message}  (+{len(panels) - len(shown)} more metric families)".strip()
+        cols = max(1, min(3, len(shown)))
+        rows = max(1, math.ceil(len(shown) / cols))
+        header = 0.3 * bool(message)
+        fig.set_size_inches(self._panel[0] * cols, self._panel[1] * rows + header)
+        if not shown:
+            fig.text(0.5, 0.5, message or "no metrics reported yet", ha="center", va="center")
+            return
+        _fixed_margins(fig, cols, rows, header)
+        if message:
+            fig.text(0.01, 0.99, message, ha="left", va="top", fontsize=9)
+        for i, panel in enumerate(shown):
+            ax = fig.add_subplot(rows, cols, i + 1)
+            for s in panel.series:
+                faint = s.label is None
+                ax.plot(s.x, s.y, color=s.color, alpha=0.25 if faint else 1.0,
+                        linewidth=0.8 if faint else 1.2, marker="o" if s.marker else None,
+                        markersize=3, label=s.label)
+            if panel.log:
+                ax.set_yscale("log")
+            ax.set_title(panel.family, fontsize=10)
+            ax.set_xlabel("step", fontsize=8)
+            ax.tick_params(labelsize=8)
+            ax.grid(True, alpha=0.3)
+            if sum(s.label is not None for s in panel.series) > 1:
+                ax.legend(fontsize=8, frameon=False)
+
+
+class _Series(NamedTuple):
+    label: str | None  # None: another process's faint copy
+    color: str
+    marker: bool
+    x: np.ndarray
+    y: np.ndarray
+
+
+class _Panel(NamedTuple):
+    family: str
+    log: bool
+    series: list[_Series]
+
+
+def _panels(main: Curves, others: Sequence[Curves], skip: set[str]) -> list[_Panel]:
+    """What to draw: one panel per family, each other process's copy before process 0's."""
+    panels = []
+    for fam, names in group_families(n for n in main if n not in skip).items():
+        series = []
+        for j, name in enumerate(names):
+            color = f"C{j % 10}"
+            for extra in others:
+                if name in extra:
+                    series.append(_Series(None, color, False, *downsample(*extra[name])))
+            x, y = main[name]
+            series.append(_Series(name, color, len(x) <= 50, *downsample(x, y)))
+        panels.append(_Panel(fam, _use_log(fam, [main[n][1] for n in names]), series))
+    return panels

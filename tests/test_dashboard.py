@@ -1,0 +1,200 @@
+"""The live training dashboard, on real ipywidgets, matplotlib and an IPython shell."""
+
+from __future__ import annotations
+
+import base64
+import math
+import subprocess
+import sys
+import time
+
+import ipywidgets as w
+import numpy as np
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+
+from jaxnb._widgets.dashboard import Dashboard
+from jaxnb._widgets.plots import MetricsFigure, downsample, family, group_families
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def shell() -> InteractiveShell:
+    return InteractiveShell.instance()
+
+
+def loss(step: int) -> float:
+    return 2.0 * math.exp(-step / 3000) + 0.05
+
+
+def batches(steps: int, processes: int = 2, size: int = 500, dt=(0.01, 0.025)):
+    """Reports of ``processes`` processes in batches; process i takes ``dt[i]`` s a step."""
+    t0 = time.time() - 1000
+    for start in range(0, steps, size):
+        batch = []
+        for p in range(processes):
+            for s in range(start, min(start + size, steps)):
+                metrics = {"loss": loss(s), "lr": 1e-3}
+                if s % 100 == 99:
+                    metrics["val_loss"] = loss(s) + 0.1
+                ckpt = f"/runs/demo/ckpt_{s + 1}" if (s + 1) % 1000 == 0 else None
+                batch.append({"process": p, "seq": s, "step": s + 1, "time": t0 + s * dt[p],
+                              "metrics": metrics, "checkpoint": ckpt})
+        yield batch
+
+
+def walk(widget: w.Widget):
+    yield widget
+    for child in getattr(widget, "children", ()):
+        yield from walk(child)
+
+
+def find(widget: w.Widget, kind: type) -> list:
+    return [x for x in walk(widget) if isinstance(x, kind)]
+
+
+@pytest.fixture(scope="module")
+def loaded() -> Dashboard:
+    """20k reports (10k steps x 2 processes; process 1 is 2.5x slower), refreshed once."""
+    dash = Dashboard("demo", num_processes=2, total_steps=10_000)
+    start = time.perf_counter()
+    for batch in batches(10_000):
+        dash.add(batch)
+    assert time.perf_counter() - start < 2.0
+    assert dash.refresh(force=True)
+    return dash
+
+
+def test_many_records_fill_progress_and_process_table(loaded: Dashboard) -> None:
+    (bar,) = find(loaded.widget, w.IntProgress)
+    assert (bar.value, bar.max) == (10_000, 10_000)
+    rows = loaded.process_stats()
+    assert [r["process"] for r in rows] == [0, 1]
+    assert [r["step"] for r in rows] == [10_000, 10_000]
+    assert all(r["steps_per_s"] > 0 for r in rows)
+    assert rows[0]["steps_per_s"] == pytest.approx(100, rel=0.05)
+    assert rows[1]["steps_per_s"] == pytest.approx(40, rel=0.05)
+    assert rows[1]["flag"] == "slow" and rows[0]["flag"] == ""
+    table = loaded._table.value
+    assert table.count("<tr>") == 3 and "slow" in table
+    assert "steps/s" in loaded._speed.value and "ETA" in loaded._speed.value
+    assert "ckpt_10000" in loaded._ckpt.value
+
+
+def test_plot_is_png_in_image_widget(loaded: Dashboard) -> None:
+    (image,) = find(loaded.widget, w.Image)
+    assert bytes(image.value).startswith(PNG)
+    assert loaded.final_png().startswith(PNG)
+
+
+def test_summary_has_final_values(loaded: Dashboard) -> None:
+    html = loaded.summary_html()
+    for text in ("demo", "running", "10000 / 10000", f"{loss(9999):.6g}",
+                 f"{loss(9999) + 0.1:.6g}", "/runs/demo/ckpt_10000", "p1: 40 steps/s"):
+        assert text in html
+
+
+def test_families_share_a_panel() -> None:
+    assert [family(n) for n in ("loss", "train_loss", "val_loss", "eval/acc", "acc_test",
+                                "validation-loss", "test")] == [
+        "loss", "loss", "loss", "acc", "acc", "loss", "test"]
+    groups = group_families(["val_loss", "lr", "loss", "eval_acc", "train_acc"])
+    assert groups == {"loss": ["loss", "val_loss"], "lr": ["lr"], "acc": ["train_acc", "eval_acc"]}
+    x = np.arange(100.0)
+    fig = MetricsFigure()
+    png = fig.render({"loss": (x, x), "val_loss": (x[::10], x[::10]), "lr": (x, x)})
+    assert png.startswith(PNG)
+    axes = fig._fig.axes
+    assert [ax.get_title() for ax in axes] == ["loss", "lr"]
+    assert [t.get_text() for t in axes[0].get_legend().get_texts()] == ["loss", "val_loss"]
+
+
+def test_downsample_keeps_spikes() -> None:
+    x = np.arange(50_000.0)
+    y = np.zeros_like(x)
+    y[12_345] = 7.0
+    xs, ys = downsample(x, y)
+    assert len(xs) == len(ys) <= 2000 and ys.max() == 7.0
+
+
+def test_stop_button_calls_on_stop() -> None:
+    calls = []
+    dash = Dashboard("stoppable", 1, on_stop=lambda: calls.append(1))
+    (button,) = find(dash.widget, w.Button)
+    assert not button.disabled
+    button.click()
+    button.click()  # already stopping: no second call
+    assert calls == [1] and dash.status == "stopping" and button.disabled
+    (hidden,) = find(Dashboard("plain", 1).widget, w.Button)
+    assert hidden.disabled and hidden.layout.display == "none"
+
+
+def test_refresh_is_throttled() -> None:
+    dash = Dashboard("throttle", 1)
+    dash.add(next(batches(10, processes=1)))
+    assert dash.refresh(force=True)
+    first = time.monotonic()
+    assert not dash.refresh()
+    assert dash.refresh(force=True)
+    while not dash.refresh():
+        assert time.monotonic() - first < 5
+        time.sleep(0.02)
+    assert time.monotonic() - first >= 0.25
+
+
+def test_unknown_total_hides_bar_until_set() -> None:
+    dash = Dashboard("open-ended", 2)
+    dash.add(next(batches(200)))
+    dash.refresh(force=True)
+    (bar,) = find(dash.widget, w.IntProgress)
+    assert bar.layout.display == "none" and "ETA" not in dash._speed.value
+    assert "steps/s" in dash._speed.value and "elapsed" in dash._speed.value
+    dash.set_total(1000)
+    assert bar.layout.display is None and (bar.value, bar.max) == (200, 1000)
+    assert "ETA" in dash._speed.value
+
+
+def test_waiting_process_and_checkpoint() -> None:
+    dash = Dashboard("partial", 3)
+    dash.add(next(batches(50, processes=1)))
+    assert [r["flag"] for r in dash.process_stats()] == ["", "waiting", "waiting"]
+    dash.set_checkpoint("/tmp/ckpt <1>")
+    assert "/tmp/ckpt &lt;1&gt;" in dash._ckpt.value
+
+
+def test_show_then_finish_leave_static_png_and_html(shell: InteractiveShell) -> None:
+    dash = Dashboard("headless", 2, total_steps=300, on_stop=lambda: None)
+    with capture_output() as shown:
+        dash.show()
+    (live,) = shown.outputs
+    assert "application/vnd.jupyter.widget-view+json" in live.data
+    assert "text/html" in live.data
+    for batch in batches(300):
+        dash.add(batch)
+    with capture_output() as cap:
+        dash.finish("finished")
+    kinds = [set(out.data) for out in cap.outputs]
+    assert any("text/html" in k for k in kinds) and any("image/png" in k for k in kinds)
+    html = next(o.data["text/html"] for o in cap.outputs if "text/html" in o.data)
+    png = next(o.data["image/png"] for o in cap.outputs if "image/png" in o.data)
+    assert "finished" in html and f"{loss(299):.6g}" in html
+    assert base64.b64decode(png).startswith(PNG)
+    assert dash.status == "finished" and find(dash.widget, w.Button)[0].disabled
+    elapsed = dash.elapsed
+    time.sleep(0.01)
+    assert dash.elapsed == elapsed  # frozen
+
+
+def test_failed_run_without_metrics_still_renders(shell: InteractiveShell) -> None:
+    dash = Dashboard("empty", 1)
+    with capture_output() as cap:
+        dash.finish("failed", "process 0 raised ValueError")
+    assert any("image/png" in o.data for o in cap.outputs)
+    assert "ValueError" in dash.summary_html() and dash.final_png().startswith(PNG)
+
+
+def test_kernel_side_does_not_import_jax() -> None:
+    code = "import sys, jaxnb._widgets.dashboard; assert 'jax' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
