@@ -349,6 +349,20 @@ class JaxCluster:
                 info.state = "busy" if q.get("queue", 0) else "idle"
         return self.processes
 
+    def reset(self) -> str:
+        """Repair the ``jax.distributed`` group in place (Python state kept); says what it did."""
+        from jaxnb import _repair
+
+        self._require_running()
+        return _repair.reset(self)
+
+    def train(self, fn: Any, config: Any = None, **options: Any) -> Any:
+        """Run ``fn`` (or ``fn(config)``) on every process with a live dashboard; a ``Result``."""
+        from jaxnb._train.driver import train
+
+        self._require_running()
+        return train(self, fn, config, **options)
+
     def _op_timeout(self) -> float:
         return self.options.timeout or 300.0
 
