@@ -97,7 +97,8 @@ class Dashboard:
         on_stop: Callable[[], None] | None = None,
     ) -> None:
         self.run_name, self.num_processes, self.total_steps = run_name, num_processes, total_steps
-        self.status, self.message, self.checkpoint = "running", "", None
+        self.status, self.message = "running", ""
+        self.checkpoint: str | None = None
         self._on_stop = on_stop
         self._procs: dict[int, _Proc] = {}
         self._lock, self._render_lock = threading.RLock(), threading.Lock()

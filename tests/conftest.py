@@ -1,0 +1,56 @@
+"""Shared fixtures: one real 2-process cluster for the tests that leave it healthy."""
+
+from __future__ import annotations
+
+import os
+
+import psutil
+import pytest
+
+# The test process itself never initialises a JAX backend for the cluster tests;
+# tests that need JAX locally run it in subprocesses with their own device count.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    """A running 2-process cluster (1 CPU device each), shared by non-destructive tests."""
+    from jaxnb import JaxCluster
+
+    c = JaxCluster(n=2).start()
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="session")
+def ip():
+    """A real IPython shell with the jaxnb extension loaded."""
+    from IPython.testing.globalipapp import start_ipython
+
+    shell = start_ipython()
+    shell.run_line_magic("load_ext", "jaxnb")
+    return shell
+
+
+@pytest.fixture
+def shared_magics(ip, cluster):
+    """The IPython shell, with the magics driving the shared cluster."""
+    from jaxnb.magics import JaxnbMagics
+
+    previous = JaxnbMagics.cluster
+    JaxnbMagics.cluster = cluster
+    yield ip
+    JaxnbMagics.cluster = previous
+
+
+def ipyparallel_processes() -> list[psutil.Process]:
+    """Every ipyparallel engine or controller process descended from this test process."""
+    found = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            cmd = " ".join(proc.cmdline())
+        except psutil.Error:
+            continue
+        if "ipyparallel" in cmd or "jaxnb._engine" in cmd:
+            found.append(proc)
+    return found

@@ -1,0 +1,172 @@
+"""The magics on a real IPython shell: display, bad input, lifecycle, Kubeflow-style --no-init."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import stat
+
+import psutil
+import pytest
+from IPython.core.error import UsageError
+from IPython.utils.capture import capture_output
+
+from conftest import ipyparallel_processes
+from jaxnb.magics import JaxnbMagics
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("start -n 0", "-n must be at least 1"),
+        ("start -n two", "-n takes a whole number"),
+        ("launch", "unknown subcommand 'launch'"),
+        ("", "needs a subcommand"),
+        ("start --platform quantum", "unknown --platform 'quantum'"),
+        ("start --devices-per-process 0", "--devices-per-process must be at least 1"),
+        ("start --timeout -3", "--timeout must be a positive number"),
+    ],
+)
+def test_bad_input_is_a_one_line_usage_error(ip, line, message):
+    before = {p.pid for p in ipyparallel_processes()}
+    with pytest.raises(UsageError, match=message) as info:
+        ip.run_line_magic("jax_cluster", line)
+    assert "\n" not in str(info.value)
+    assert {p.pid for p in ipyparallel_processes()} == before
+
+
+def test_cell_before_start_says_to_start(ip):
+    previous, JaxnbMagics.cluster = JaxnbMagics.cluster, None
+    try:
+        with pytest.raises(UsageError, match="%jax_cluster start"):
+            ip.run_cell_magic("jax_cluster", "", "print(1)")
+        with pytest.raises(UsageError, match="%jax_cluster start"):
+            ip.run_line_magic("jax_pull", "x")
+    finally:
+        JaxnbMagics.cluster = previous
+
+
+def test_cell_output_is_ordinary_notebook_output(shared_magics):
+    code = (
+        "import jax\nfrom IPython.display import HTML, display\n"
+        "print('shared line')\ndisplay(HTML('<b>from process 0</b>'))\njax.process_index() + 40"
+    )
+    with capture_output() as captured:
+        shared_magics.run_cell_magic("jax_cluster", "", code)
+    assert captured.stdout == "shared line\n"
+    bundles = [o.data for o in captured.outputs]
+    assert [b.get("text/html") for b in bundles if "text/html" in b] == ["<b>from process 0</b>"]
+    assert any(b.get("text/plain") == "40" for b in bundles)
+
+
+def test_status_shows_a_devices_table(shared_magics):
+    with capture_output() as captured:
+        shared_magics.run_line_magic("jax_cluster", "status")
+    (bundle,) = [o.data for o in captured.outputs]
+    html = bundle["text/html"]
+    assert "2 processes, 2 global devices" in html and "p0" in html and "p1" in html
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+
+
+def test_pull_push_and_missing_names(shared_magics):
+    ip = shared_magics
+    ip.user_ns["scale"] = 3
+    ip.run_line_magic("jax_push", "scale")
+    ip.run_cell_magic("jax_cluster", "", "import jax\nscaled = scale * 2")
+    ip.run_line_magic("jax_pull", "scaled")
+    assert ip.user_ns["scaled"] == 6
+    with pytest.raises(UsageError, match="not defined on any process"):
+        ip.run_line_magic("jax_pull", "never_defined_here")
+    with pytest.raises(UsageError, match="not defined in the notebook"):
+        ip.run_line_magic("jax_push", "never_defined_here")
+
+
+def test_remote_error_raises_in_the_notebook(shared_magics):
+    from jaxnb import RemoteError
+
+    with pytest.raises(RemoteError, match=r"KeyError.*\[p0\]"):
+        shared_magics.run_cell_magic(
+            "jax_cluster", "", "import jax\nif jax.process_index() == 0:\n    {}['missing']"
+        )
+    JaxnbMagics.cluster.suspect = None
+
+
+def test_lifecycle_no_init_restart_stop(ip):
+    """Kubeflow-style code runs unchanged with --no-init; restart gives new processes; stop leaks nothing."""
+    previous, JaxnbMagics.cluster = JaxnbMagics.cluster, None
+    try:
+        with capture_output():
+            ip.run_line_magic("jax_cluster", "start -n 2 --no-init")
+        with pytest.raises(UsageError, match="already running; use `%jax_cluster restart`"):
+            ip.run_line_magic("jax_cluster", "start")
+        kubeflow_cell = (
+            "import os, jax\n"
+            "jax.distributed.initialize(\n"
+            "    coordinator_address=os.environ['JAX_COORDINATOR_ADDRESS'],\n"
+            "    num_processes=int(os.environ['JAX_NUM_PROCESSES']),\n"
+            "    process_id=int(os.environ['JAX_PROCESS_ID']))\n"
+            "print(jax.process_count(), jax.device_count())"
+        )
+        with capture_output() as captured:
+            ip.run_cell_magic("jax_cluster", "", kubeflow_cell)
+        assert captured.stdout == "2 2\n"
+        old_pids = {p.pid for p in JaxnbMagics.cluster.processes}
+        with capture_output():
+            ip.run_line_magic("jax_cluster", "restart")
+        new_pids = {p.pid for p in JaxnbMagics.cluster.processes}
+        assert new_pids and not (old_pids & new_pids)
+        assert not any(psutil.pid_exists(pid) for pid in old_pids)
+        with capture_output() as captured:
+            ip.run_cell_magic("jax_cluster", "", kubeflow_cell)
+        assert captured.stdout == "2 2\n"
+        with capture_output():
+            ip.run_line_magic("jax_cluster", "stop")
+        assert not any(psutil.pid_exists(pid) for pid in new_pids)
+    finally:
+        if JaxnbMagics.cluster is not None:
+            JaxnbMagics.cluster.stop()
+        JaxnbMagics.cluster = previous
+
+
+def test_default_start_fits_the_machine(ip):
+    previous, JaxnbMagics.cluster = JaxnbMagics.cluster, None
+    try:
+        with capture_output() as captured:
+            ip.run_line_magic("jax_cluster", "start")
+        assert "2 processes, 2 global devices" in captured.outputs[0].data["text/html"]
+    finally:
+        JaxnbMagics.cluster.stop()
+        JaxnbMagics.cluster = previous
+    assert ipyparallel_processes() == [] or all(
+        p.pid in {q.pid for q in _shared_cluster_pids()} for p in ipyparallel_processes()
+    )
+
+
+def _shared_cluster_pids() -> list[psutil.Process]:
+    return [p for p in ipyparallel_processes() if p.is_running()]
+
+
+def test_local_cluster_listens_on_loopback_only(cluster):
+    pids = {p.pid for p in cluster.processes}
+    for proc in ipyparallel_processes():
+        pids.add(proc.pid)
+    listening = [
+        c
+        for c in psutil.net_connections(kind="inet")
+        if c.pid in pids and c.status == psutil.CONN_LISTEN
+    ]
+    assert listening, "expected the controller and coordinator to listen"
+    assert all(_is_loopback(c.laddr.ip) for c in listening), listening
+    assert any(c.laddr.port == int(cluster.coordinator_address.rsplit(":", 1)[1]) for c in listening)
+
+
+def _is_loopback(ip: str) -> bool:
+    address = ipaddress.ip_address(ip)
+    mapped = getattr(address, "ipv4_mapped", None)
+    return (mapped or address).is_loopback
+
+
+def test_key_files_are_private(cluster):
+    for path in cluster._key_files()[:2]:
+        assert os.path.exists(path), path
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
