@@ -1,0 +1,22 @@
+"""The bare limit: one plain JAX process (no notebook, no ipyparallel); import, initialise, one psum.
+
+Run N copies at once: ``python bench/_bare.py PROCESS_ID N PORT``.
+"""
+
+import sys
+
+process_id, n, port = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from jax.experimental import multihost_utils  # noqa: E402
+
+jax.config.update("jax_enable_preemption_service", False)
+if n > 1:
+    jax.distributed.initialize(
+        coordinator_address=f"127.0.0.1:{port}",
+        num_processes=n,
+        process_id=process_id,
+        coordinator_bind_address=f"127.0.0.1:{port}",
+    )
+total = multihost_utils.process_allgather(jnp.ones(1)).sum()
+assert int(total) == n

@@ -1,0 +1,135 @@
+"""Start, stop and cell round-trip of jaxnb against its baselines, measured in one run.
+
+    python bench/cluster.py [--repeats 3] [--scaling 1,2,4,8]
+
+Prints medians and the ratios the project targets:
+start-to-ready ÷ bare limit (≤ 1.3×), stop (≤ 0.5 s), trivial ``%%jax_cluster``
+cell ÷ raw ``DirectView.execute`` (≤ 1.2×), and how start and the cell grow with N.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CPU_ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "1"}
+PSUM_CELL = (
+    "import jax, jax.numpy as jnp\nfrom jax.experimental import multihost_utils\n"
+    "_ = multihost_utils.process_allgather(jnp.ones(1)).sum()"
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def bare_limit(n: int) -> float:
+    """N plain processes: import JAX, initialise jax.distributed, one psum."""
+    port = str(free_port())
+    start = time.perf_counter()
+    procs = [
+        subprocess.Popen([sys.executable, os.path.join(HERE, "_bare.py"), str(i), str(n), port], env=CPU_ENV)
+        for i in range(n)
+    ]
+    codes = [p.wait(timeout=120) for p in procs]
+    assert codes == [0] * n, codes
+    return time.perf_counter() - start
+
+
+def stock_ipyparallel(n: int) -> tuple[float, float]:
+    """ipyparallel's stock Cluster + jax.distributed init + one psum; and its stop time."""
+    import ipyparallel as ipp
+
+    from jaxnb._engine import process
+
+    start = time.perf_counter()
+    cluster = ipp.Cluster(n=n, controller_ip="127.0.0.1", log_level=40, env=CPU_ENV)
+    cluster.engine_launcher_class  # noqa: B018 - resolve the default launcher
+    client = cluster.start_and_connect_sync()
+    view = client[:]
+    port = free_port()
+    ars = [
+        client[e].apply_async(process.initialize, i, n, f"127.0.0.1:{port}", f"127.0.0.1:{port}")
+        for i, e in enumerate(sorted(client.ids))
+    ]
+    [ar.get(timeout=120) for ar in ars]
+    view.execute(PSUM_CELL, block=True)
+    ready = time.perf_counter() - start
+    start = time.perf_counter()
+    cluster.stop_cluster_sync()
+    return ready, time.perf_counter() - start
+
+
+def jaxnb_cluster(n: int, cell_repeats: int) -> tuple[float, float, float, float]:
+    """jaxnb start-to-ready, stop, and trivial cell vs raw execute (medians in seconds)."""
+    from IPython.testing.globalipapp import get_ipython
+    from IPython.utils.capture import capture_output
+
+    from jaxnb.magics import JaxnbMagics
+
+    ip = get_ipython()
+    ip.run_line_magic("load_ext", "jaxnb")
+    start = time.perf_counter()
+    with capture_output():
+        ip.run_line_magic("jax_cluster", f"start -n {n}")
+        ip.run_cell_magic("jax_cluster", "", PSUM_CELL)
+    ready = time.perf_counter() - start
+    cluster = JaxnbMagics.cluster
+    raw, cell = [], []
+    for _ in range(cell_repeats):
+        t = time.perf_counter()
+        cluster.view.execute("pass", block=True)
+        raw.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        with capture_output():
+            ip.run_cell_magic("jax_cluster", "", "pass")
+        cell.append(time.perf_counter() - t)
+    start = time.perf_counter()
+    with capture_output():
+        ip.run_line_magic("jax_cluster", "stop")
+    stop = time.perf_counter() - start
+    return ready, stop, statistics.median(cell), statistics.median(raw)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--cell-repeats", type=int, default=40)
+    parser.add_argument("--scaling", default="1,2,4,8")
+    parser.add_argument("--no-stock", action="store_true", help="skip stock ipyparallel (slow)")
+    args = parser.parse_args()
+
+    med = statistics.median
+    bare = med(bare_limit(2) for _ in range(args.repeats))
+    runs = [jaxnb_cluster(2, args.cell_repeats) for _ in range(args.repeats)]
+    ready, stop = med(r[0] for r in runs), med(r[1] for r in runs)
+    cell, raw = med(r[2] for r in runs), med(r[3] for r in runs)
+    print("N=2, medians of", args.repeats, "runs")
+    print(f"{'measure':42s} {'jaxnb':>9s} {'baseline':>9s} {'ratio':>7s}  target")
+    print(f"{'start-to-ready (devices + one psum) [s]':42s} {ready:9.2f} {bare:9.2f} {ready / bare:7.2f}  ≤ 1.3× bare")
+    if not args.no_stock:
+        stock = [stock_ipyparallel(2) for _ in range(max(1, args.repeats - 1))]
+        s_ready, s_stop = med(s[0] for s in stock), med(s[1] for s in stock)
+        print(f"{'start-to-ready vs stock ipyparallel [s]':42s} {ready:9.2f} {s_ready:9.2f} {ready / s_ready:7.2f}")
+        print(f"{'stop [s]':42s} {stop:9.2f} {s_stop:9.2f} {stop / s_stop:7.2f}  ≤ 0.5 s")
+    else:
+        print(f"{'stop [s]':42s} {stop:9.2f} {'-':>9s} {'-':>7s}  ≤ 0.5 s")
+    print(f"{'trivial cell vs DirectView.execute [ms]':42s} {cell * 1e3:9.1f} {raw * 1e3:9.1f} {cell / raw:7.2f}  ≤ 1.2×")
+    print()
+    print(f"{'N':>3s} {'bare [s]':>9s} {'start [s]':>10s} {'ratio':>6s} {'cell [ms]':>10s} {'raw [ms]':>9s}")
+    for n in [int(x) for x in args.scaling.split(",")]:
+        b = bare_limit(n)
+        r = jaxnb_cluster(n, max(10, args.cell_repeats // 4))
+        print(f"{n:3d} {b:9.2f} {r[0]:10.2f} {r[0] / b:6.2f} {r[2] * 1e3:10.1f} {r[3] * 1e3:9.1f}")
+
+
+if __name__ == "__main__":
+    main()
