@@ -170,6 +170,11 @@ class JaxCluster:
                 raise StartError(
                     f"process {index} could not join jax.distributed: {exc.ename}: {exc.evalue}"
                 ) from None
+        # JAX's own cluster detection (TPU) may number processes differently from the engines.
+        ordered = sorted(
+            zip(engine_ids, infos, range(n)),
+            key=lambda t: t[2] if t[1]["process_index"] is None else t[1]["process_index"],
+        )
         self.processes = [
             ProcessInfo(
                 process_index=index,
@@ -180,8 +185,10 @@ class JaxCluster:
                 local_devices=info["local_devices"],
                 global_device_count=info["global_device_count"],
             )
-            for index, (eid, info) in enumerate(zip(engine_ids, infos))
+            for index, (eid, info, _) in enumerate(ordered)
         ]
+        self._view = client[[p.engine_id for p in self.processes]]
+        self._view.block = False
         self.suspect = None
 
     def _raise_if_engines_exited(self) -> None:

@@ -15,6 +15,7 @@ import sys
 import ipyparallel as ipp
 from traitlets.config import Config
 
+from jaxnb._engine.process import host_address
 from jaxnb._options import ClusterOptions
 
 #: Controller heartbeat period (ms): engines register after their first beat.
@@ -27,6 +28,7 @@ def engine_environment(options: ClusterOptions, stacks_dir: str) -> dict[str, st
         "JAXNB_STACKS_DIR": stacks_dir,
         "JAX_ENABLE_PREEMPTION_SERVICE": "false",
         "PYTHONUNBUFFERED": "1",
+        "JAXNB_PLATFORM": options.platform,
     }
     xla_flags = [os.environ.get("XLA_FLAGS", "")]
     if options.platform == "cpu":
@@ -55,9 +57,8 @@ def build_cluster(options: ClusterOptions) -> ipp.Cluster:
     config.LocalEngineSetLauncher.engine_cmd = engine_cmd
     if options.hosts:
         config.SSHEngineSetLauncher.engines = {h: 1 for h in options.hosts}
-    kwargs: dict = {}
-    if options.is_local:
-        kwargs["controller_ip"] = "127.0.0.1"
+    # Local: loopback only. Remote engines: this host's own address, never every interface.
+    kwargs: dict = {"controller_ip": "127.0.0.1" if options.is_local else host_address()}
     cluster = ipp.Cluster(
         n=options.resolved_n(),
         engines=_engine_launcher(options),

@@ -75,7 +75,12 @@ def initialize(
         import jax
 
         jax.config.update("jax_enable_preemption_service", False)
-        if num_processes > 1 or os.environ.get("JAXNB_FORCE_DISTRIBUTED"):
+        if os.environ.get("JAXNB_PLATFORM") == "tpu":
+            # On a TPU VM slice JAX finds the coordinator and the process ids itself.
+            jax.distributed.initialize(
+                heartbeat_timeout_seconds=heartbeat_timeout, initialization_timeout=init_timeout
+            )
+        elif num_processes > 1 or os.environ.get("JAXNB_FORCE_DISTRIBUTED"):
             jax.distributed.initialize(
                 coordinator_address=coordinator,
                 num_processes=num_processes,
