@@ -19,14 +19,14 @@ from jaxnb._mesh import show_sharding as show_sharding
 __version__ = "0.1.0"
 
 
-def load_ipython_extension(ipython):  # noqa: ANN001, ANN201
+def load_ipython_extension(ipython):
     """``%load_ext jaxnb``: register the magics."""
     from jaxnb.magics import load_ipython_extension as load
 
     load(ipython)
 
 
-def unload_ipython_extension(ipython):  # noqa: ANN001, ANN201
+def unload_ipython_extension(ipython):
     """``%unload_ext jaxnb``: stop the cluster."""
     from jaxnb.magics import unload_ipython_extension as unload
 

@@ -172,7 +172,7 @@ class JaxCluster:
                 ) from None
         # JAX's own cluster detection (TPU) may number processes differently from the engines.
         ordered = sorted(
-            zip(engine_ids, infos, range(n)),
+            zip(engine_ids, infos, range(n), strict=True),
             key=lambda t: t[2] if t[1]["process_index"] is None else t[1]["process_index"],
         )
         self.processes = [
@@ -312,7 +312,7 @@ class JaxCluster:
         code: str,
         *,
         timeout: float | None = None,
-        all: bool = False,  # noqa: A002 - mirrors the --all flag
+        all: bool = False,
         process: int | None = None,
     ) -> Any:
         """Run ``code`` on every process (SPMD) and show the merged output."""

@@ -62,7 +62,7 @@ def run_cell(
     check_syntax(code)
     processes = cluster.process_indices
     ar = cluster.view.execute(code, block=False, silent=False)
-    futures = dict(zip(processes, ar._children))
+    futures = dict(zip(processes, ar._children, strict=True))
     # Per-process metadata dicts (stdout, stderr, outputs, error) filled as messages arrive.
     by_process = {p: f.output.metadata for p, f in futures.items()}
     merged = show.process is None and not show.all

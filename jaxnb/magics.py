@@ -201,7 +201,11 @@ class JaxnbMagics(Magics):
     @needs_local_scope
     @line_magic
     def jax_train(self, line: str, local_ns: dict | None = None) -> Any:
-        """``%jax_train FUNC [--config EXPR] [--name RUN] [--storage DIR] [-o VAR] [--resume] [--background]``."""
+        """Run FUNC on every process with a live dashboard.
+
+        ``%jax_train FUNC [--config EXPR] [--name RUN] [--storage DIR] [-o VAR] [--resume]
+        [--background]``. Runs FUNC on every process with a live dashboard and returns its ``Result``.
+        """
         from jaxnb._train import magic
 
         return magic.run(self, line, local_ns)

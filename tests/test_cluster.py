@@ -77,7 +77,6 @@ def test_streams_appear_while_the_cell_runs(cluster, monkeypatch):
             pass
 
     monkeypatch.setattr(sys, "stdout", Recorder())
-    start = time.monotonic()
     cluster.run("import time\nprint('early', flush=True)\ntime.sleep(2)\nprint('late')")
     end = time.monotonic()
     early = [t for t, text in seen if "early" in text]

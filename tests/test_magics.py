@@ -8,10 +8,10 @@ import stat
 
 import psutil
 import pytest
+from conftest import ipyparallel_processes
 from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 
-from conftest import ipyparallel_processes
 from jaxnb.magics import JaxnbMagics
 
 

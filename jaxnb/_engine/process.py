@@ -136,9 +136,9 @@ def backend_ready() -> bool:
 
 def shutdown() -> None:
     """Leave the ``jax.distributed`` group (used before stopping the engines)."""
+    import contextlib
+
     import jax
 
-    try:
+    with contextlib.suppress(Exception):  # best effort on the way out
         jax.distributed.shutdown()
-    except Exception:  # noqa: BLE001 - best effort on the way out
-        pass
