@@ -121,6 +121,7 @@ def worker(a: argparse.Namespace) -> None:
     dt = time.perf_counter() - t0
     print(f"RESULT steps_per_s={a.steps / dt:.3f} loss={final:.4f}", flush=True)
     jax.distributed.shutdown()
+    print("SHUTDOWN-OK", flush=True)
 
 
 # --------------------------------------------------------------------------
@@ -199,8 +200,13 @@ def one_launch(a: argparse.Namespace, logdir: str, n: int):
                 rates.append(float(line.split()[1].split("=")[1]))
     tail = " | ".join(o.strip().splitlines()[-1] if o.strip() else "" for o in outs)
     if hung:
-        ready = all("READY" in o for o in outs)
-        return ("hang" if ready else "hang-init"), None, tail
+        # hang-init: before the timed loop; hang: inside the training loop;
+        # hang-exit: both finished training (RESULT) but did not exit.
+        if not all("READY" in o for o in outs):
+            return "hang-init", None, tail
+        if len(rates) == 2:
+            return "hang-exit", min(rates), tail
+        return "hang", None, tail
     if len(rates) != 2 or any(p.returncode != 0 for p in procs):
         return "error", None, tail
     return "ok", min(rates), tail
@@ -269,12 +275,14 @@ def main() -> None:
         results.append((st, rate))
         extra = f"{rate:.1f} steps/s" if rate is not None else tail[-200:]
         print(f"  launch {n + 1}/{a.launches}: {st:9s} {extra}", flush=True)
-    hangs = sum(st.startswith("hang") for st, _ in results)
+    hangs = sum(st in ("hang", "hang-init") for st, _ in results)
+    exit_hangs = sum(st == "hang-exit" for st, _ in results)
     errs = sum(st == "error" for st, _ in results)
     rates = [r for _, r in results if r is not None]
     med = f"{statistics.median(rates):.1f}" if rates else "-"
-    print(f"{'config':60s} {'launches':>8s} {'hangs':>5s} {'errors':>6s} {'median steps/s':>14s}")
-    print(f"{name:60s} {a.launches:8d} {hangs:5d} {errs:6d} {med:>14s}"
+    print(f"{'config':44s} {'launches':>8s} {'hangs':>5s} {'exit-hangs':>10s} "
+          f"{'errors':>6s} {'median steps/s':>14s}")
+    print(f"{name:44s} {a.launches:8d} {hangs:5d} {exit_hangs:10d} {errs:6d} {med:>14s}"
           f"   ({time.monotonic() - t_start:.0f}s)")
     if not a.keep_logs:
         import shutil

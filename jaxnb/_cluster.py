@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import os
 import signal
+import sys
 import tempfile
 import time
 from typing import Any
@@ -19,6 +20,11 @@ from jaxnb._errors import ALREADY_RUNNING, NOT_STARTED, ClusterStateError, Start
 from jaxnb._options import ClusterOptions
 
 STOP_GRACE_SECONDS = 1.0
+CPU_MULTI_DEVICE_NOTE = (
+    "jaxnb: several CPU devices per process: gloo collectives can deadlock with many steps in "
+    "flight, so jaxnb.report() keeps one step in flight; in loops without report(), fetch a value "
+    "(e.g. float(loss)) every few steps. See README, 'CPU collectives'."
+)
 
 
 @dataclasses.dataclass
@@ -94,6 +100,8 @@ class JaxCluster:
             if isinstance(exc, (StartError, KeyboardInterrupt)):
                 raise
             raise StartError(f"the cluster could not start ({exc}); nothing was left running") from exc
+        if self.options.platform == "cpu" and self.options.resolved_devices() > 1 and self.num_processes > 1:
+            print(CPU_MULTI_DEVICE_NOTE, file=sys.stderr)
         return self
 
     def _start_engines(self) -> None:
@@ -301,6 +309,14 @@ class JaxCluster:
         """The ipyparallel engine id that carries ``process_index``."""
         return self.processes[process_index].engine_id
 
+    def _require_idle(self) -> None:
+        """Refuse work while a background training run holds the engines."""
+        self._require_running()
+        if self.busy_with:
+            from jaxnb._train.driver import BUSY
+
+            raise ClusterStateError(BUSY.format(name=self.busy_with))
+
     def _mark_suspect_after_error(self, errors: dict, processes: list[int]) -> None:
         if 0 < len(errors) < len(processes):
             self.suspect = "some processes raised while others did not"
@@ -318,7 +334,7 @@ class JaxCluster:
         """Run ``code`` on every process (SPMD) and show the merged output."""
         from jaxnb import _spmd
 
-        self._require_running()
+        self._require_idle()
         if process is not None and process not in self.process_indices:
             raise ValueError(
                 f"--process {process} does not exist; choose 0..{self.num_processes - 1}"
@@ -332,12 +348,14 @@ class JaxCluster:
 
     def push(self, **values: Any) -> None:
         """Set ``values`` as variables on every process."""
+        self._require_idle()
         self.view.push(values, block=True)
 
     def pull(self, name: str) -> Any:
         """The value of ``name`` on the engines (global arrays gathered as NumPy)."""
         from jaxnb._engine import values
 
+        self._require_idle()
         replies = self.view.apply_async(values.fetch, name).get(timeout=self._op_timeout())
         return values.choose(name, replies)
 

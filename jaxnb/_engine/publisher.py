@@ -1,0 +1,155 @@
+"""Send report records to the notebook in batches, from a background thread.
+
+Records go over ipyparallel's data publication channel (the engine's IOPub),
+each batch under a new key ``jaxnb/<n>`` because the client's ``ar.data``
+keeps only the last value of a key. JAX scalars are converted to Python
+numbers here, off the training loop, so ``report()`` never waits on a
+device-to-host copy.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+#: How often the flusher thread sends what has been reported (seconds).
+FLUSH_SECONDS = 0.02
+#: Key prefix of published batches; the notebook reads ``f"{KEY}{n}"`` for n = 0, 1, ...
+KEY = "jaxnb/"
+
+Send = Callable[[dict[str, Any]], None]
+
+
+def datapub_sender() -> Send:
+    """A ``send(data)`` that publishes on this engine's IOPub, tagged with the current request.
+
+    The request's parent header is captured now, so sends from other threads
+    still reach the ``AsyncResult`` of the request that is running.
+    """
+    from ipyparallel.serialize import serialize_object
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    pub = getattr(shell, "data_pub", None)
+    if pub is None or pub.session is None:
+        raise RuntimeError("jaxnb training runs only inside an ipyparallel engine")
+    session, socket, topic = pub.session, pub.pub_socket, pub.topic
+    parent = dict(pub.parent_header)
+
+    def send(data: dict[str, Any]) -> None:
+        buffers = serialize_object(
+            data, buffer_threshold=session.buffer_threshold, item_threshold=session.item_threshold
+        )
+        session.send(socket, "data_message", content={"keys": list(data)}, parent=parent,
+                     buffers=buffers, ident=topic)
+
+    return send
+
+
+class BatchPublisher:
+    """Collects records and publishes them in order, every :data:`FLUSH_SECONDS`."""
+
+    def __init__(self, send: Send, interval: float = FLUSH_SECONDS) -> None:
+        self._send = send
+        self._interval = interval
+        self._pending: list[dict[str, Any]] = []
+        self._lock = threading.Lock()  # guards _pending
+        self._send_lock = threading.Lock()  # one batch at a time, in order
+        self._wake = threading.Event()
+        self._closed = False
+        self.batches = 0
+        self._thread = threading.Thread(target=self._loop, name="jaxnb-reports", daemon=True)
+        self._thread.start()
+
+    def add(self, record: dict[str, Any]) -> None:
+        """Queue one record (cheap; never blocks on the device)."""
+        with self._lock:
+            self._pending.append(record)
+
+    def flush(self) -> None:
+        """Convert and publish everything queued so far, as one batch."""
+        with self._send_lock:
+            with self._lock:
+                batch, self._pending = self._pending, []
+            if not batch:
+                return
+            _to_host(batch)
+            data = {f"{KEY}{self.batches}": batch}
+            try:
+                self._send(data)
+            except Exception:  # an odd metric value must not lose the batch
+                for record in batch:
+                    record["metrics"] = {k: _safe(v) for k, v in record["metrics"].items()}
+                self._send(data)
+            self.batches += 1
+
+    def close(self) -> None:
+        """Stop the thread and publish the final batch (call before the run returns)."""
+        self._closed = True
+        self._wake.set()
+        self._thread.join()
+        self.flush()
+
+    def _loop(self) -> None:
+        while not self._closed:
+            self._wake.wait(self._interval)
+            if self._closed:
+                return
+            try:
+                self.flush()
+            except Exception as exc:  # keep flushing; the final flush raises
+                print(f"jaxnb: could not publish reports: {exc}", file=sys.stderr)
+
+
+def _to_host(batch: list[dict[str, Any]]) -> None:
+    """Replace array values (JAX or NumPy) by Python numbers or lists, in place."""
+    jax = sys.modules.get("jax")
+    if jax is not None:
+        arrays = [
+            (metrics, k, v)
+            for metrics in (r["metrics"] for r in batch)
+            for k, v in metrics.items()
+            if isinstance(v, jax.Array)
+        ]
+        if arrays:
+            try:
+                values = jax.device_get([v for _, _, v in arrays])
+            except Exception:  # one failed computation: convert one by one
+                values = [_fetch(jax, v) for _, _, v in arrays]
+            for (metrics, k, _), value in zip(arrays, values, strict=True):
+                metrics[k] = value
+    for record in batch:
+        record["metrics"] = {k: _plain(v) for k, v in record["metrics"].items()}
+
+
+def _fetch(jax: Any, value: Any) -> Any:
+    try:
+        return jax.device_get(value)
+    except Exception as exc:
+        return f"<error: {type(exc).__name__}>"
+
+
+def _plain(value: Any) -> Any:
+    """Python scalars as they are; NumPy scalars and arrays as Python numbers or lists."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if hasattr(value, "dtype") and hasattr(value, "tolist"):
+        return value.item() if getattr(value, "size", 0) == 1 else value.tolist()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _safe(value: Any) -> Any:
+    """A picklable stand-in for ``value``."""
+    import pickle
+
+    try:
+        pickle.dumps(value)
+    except Exception:
+        return repr(value)
+    return value

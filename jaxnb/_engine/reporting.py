@@ -1,0 +1,277 @@
+"""Inside a train function: ``report``, ``get_checkpoint``, ``should_stop`` (Ray Train's words).
+
+The notebook runs a training function in two requests on every engine:
+:func:`prepare` (find the function, arm the stop signal) then :func:`execute`
+(run it, with every report streamed back and the last batch flushed before
+it returns, also when it raises).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import os
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from jaxnb._engine import stopping
+from jaxnb._engine.publisher import BatchPublisher, datapub_sender
+
+#: Reports whose JAX values may still be computing; ``report()`` waits on the value
+#: reported this many reports ago, so dispatch never runs unboundedly ahead
+#: (with several CPU devices per process, that can deadlock gloo).
+MAX_IN_FLIGHT = 4
+#: Checkpoints kept per run by ``report(checkpoint=pytree)``.
+KEEP_CHECKPOINTS = 3
+
+OUTSIDE_RUN = (
+    "jaxnb.report() works only inside a function run by `%jax_train` or `JaxCluster.train`; "
+    "run your function with one of those"
+)
+
+
+@dataclasses.dataclass
+class _Run:
+    """One training run on this process."""
+
+    run_dir: str
+    process: int
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    resume: Any  # Checkpoint | None
+    stop: stopping.StopAgreement
+    publisher: BatchPublisher | None = None
+    count: int = 0
+    base_step: int = 0
+    store: Any = None  # CheckpointStore, made at the first pytree checkpoint
+    latest: Any = None  # Checkpoint | None
+    in_flight: deque = dataclasses.field(default_factory=deque)
+
+
+_run: _Run | None = None
+
+
+# ---- the public, engine-side API ----------------------------------------------------
+
+
+def report(metrics: dict[str, Any], checkpoint: Any = None) -> None:
+    """Send ``metrics`` (Python or JAX scalars) to the notebook, like ``ray.train.report``.
+
+    ``checkpoint`` is a pytree that all processes save together (Orbax, the
+    last 3 kept under the run's ``checkpoints`` folder), or the path of a
+    directory you saved yourself (recorded as is). The step is
+    ``metrics["step"]`` when it is a Python int, else the number of reports
+    so far (continuing from the resumed checkpoint's step).
+    """
+    run = _run
+    if run is None or run.publisher is None:
+        raise RuntimeError(OUTSIDE_RUN)
+    if not isinstance(metrics, dict):
+        raise TypeError(f"jaxnb.report() takes a dict of metrics, got {type(metrics).__name__}")
+    run.count += 1
+    step = metrics.get("step")
+    if isinstance(step, bool) or not isinstance(step, int):
+        step = _int_or_none(step)
+    if step is None:
+        step = run.base_step + run.count
+    record = {
+        "process": run.process,
+        "seq": run.count - 1,
+        "step": step,
+        "time": time.time(),
+        "metrics": dict(metrics),
+        "checkpoint": None,
+    }
+    if checkpoint is not None:
+        saved = _save(run, step, checkpoint)
+        run.latest = saved
+        record["checkpoint"] = saved.path
+        record["checkpoint_user"] = saved.user_managed
+    run.publisher.add(record)
+    _bound_in_flight(run, metrics)
+
+
+def get_checkpoint() -> Any:
+    """The checkpoint this run resumes from (``--resume``), or None.
+
+    It has ``step``, ``path`` and ``restore(target=None)``.
+    """
+    return _run.resume if _run is not None else None
+
+
+def should_stop() -> bool:
+    """True on every process at the same call once the user asked the run to stop."""
+    return _run.stop() if _run is not None else False
+
+
+# ---- the two requests the notebook sends -------------------------------------------
+
+
+def prepare(spec: dict[str, Any]) -> dict[str, Any]:
+    """Set up a run on this process; ``{"error": message}`` when the function does not fit."""
+    global _run
+    from jaxnb._engine import context
+
+    _run = None
+    try:
+        fn, args = _function(spec)
+    except (LookupError, TypeError) as exc:
+        return {"error": str(exc)}
+    process, n = context.process_index(), context.num_processes()
+    if process == 0:
+        stopping.clear_keys()
+    stopping.arm()
+    resume = spec.get("resume")
+    _run = _Run(
+        run_dir=spec["run_dir"],
+        process=process,
+        fn=fn,
+        args=args,
+        resume=resume,
+        stop=stopping.StopAgreement(spec["run_id"], process, n),
+        base_step=resume.step if resume is not None else 0,
+    )
+    return {"error": None, "process": process}
+
+
+def execute() -> dict[str, Any]:
+    """Run the prepared function; every report is published before this returns or raises."""
+    global _run
+    run = _run
+    if run is None:
+        raise RuntimeError("no jaxnb training run was prepared on this process")
+    run.publisher = BatchPublisher(datapub_sender())
+    ok = False
+    try:
+        run.fn(*run.args)
+        ok = True
+    finally:
+        _run = None
+        if not ok:
+            run.stop.abort()
+        run.publisher.close()
+        if run.store is not None and ok:
+            run.store.close()
+    return {"reports": run.count, "batches": run.publisher.batches, "stopped": run.stop.stopped}
+
+
+# ---- helpers -------------------------------------------------------------------------
+
+
+def _function(spec: dict[str, Any]) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """The function to run and its arguments: none, or the config."""
+    import cloudpickle
+
+    config = cloudpickle.loads(spec["config"]) if spec.get("config") is not None else None
+    if spec.get("pickled") is not None:
+        fn = cloudpickle.loads(spec["pickled"])
+        _see_engine_namespace(fn)
+    else:
+        fn = _lookup(spec["name"])
+    label = spec.get("label") or getattr(fn, "__name__", "FUNC")
+    if not callable(fn):
+        raise TypeError(f"{label} is a {type(fn).__name__}, not a function")
+    takes = _takes_config(fn, label)
+    if takes is None and config is not None:
+        raise TypeError(
+            f"{label}() takes no arguments but a config was given; give it a parameter "
+            f"(`def {label}(config): ...`) or drop --config"
+        )
+    if takes is None or (takes == "optional" and config is None):
+        return fn, ()
+    return fn, ({} if config is None else config,)
+
+
+def _takes_config(fn: Callable[..., Any], label: str) -> str | None:
+    """None (no parameter), "optional" or "required"; raise if it needs more than one."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return "required"
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p for p in positional if p.default is p.empty]
+    required_kw = [p for p in params if p.kind == p.KEYWORD_ONLY and p.default is p.empty]
+    if len(required) > 1 or required_kw:
+        raise TypeError(
+            f"{label}() must take no argument or one (the config); it needs "
+            f"{', '.join(p.name for p in required + required_kw)}"
+        )
+    if required:
+        return "required"
+    if positional or any(p.kind == p.VAR_POSITIONAL for p in params):
+        return "optional"
+    return None
+
+
+def _user_ns() -> dict[str, Any]:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return vars(sys.modules["__main__"])
+    shell = get_ipython()
+    return shell.user_ns if shell is not None else vars(sys.modules["__main__"])
+
+
+def _lookup(name: str) -> Any:
+    """``name`` (dotted allowed) in this engine's namespace."""
+    head, *rest = name.split(".")
+    ns = _user_ns()
+    if head not in ns:
+        raise LookupError(
+            f"{name!r} is defined neither in the notebook nor on the engines; define it in a "
+            "notebook cell or in a %%jax_cluster cell first"
+        )
+    value = ns[head]
+    for part in rest:
+        value = getattr(value, part)
+    return value
+
+
+def _see_engine_namespace(fn: Any) -> None:
+    """Let a function sent from the notebook also see names defined on the engines.
+
+    Its own (notebook) globals come first; names it uses that the notebook
+    does not define are looked up in the engine's namespace.
+    """
+    module = sys.modules.get(getattr(fn, "__module__", None) or "")
+    g = getattr(fn, "__globals__", None)
+    if g is None or (module is not None and g is vars(module)):
+        return
+    for key, value in _user_ns().items():
+        g.setdefault(key, value)
+
+
+def _int_or_none(value: Any) -> int | None:
+    """An int for NumPy integer scalars; None for anything else (JAX values stay lazy)."""
+    if value is None or isinstance(value, (bool, float)):
+        return None
+    try:
+        import numpy as np
+    except ImportError:
+        return None
+    return int(value) if isinstance(value, np.integer) else None
+
+
+def _save(run: _Run, step: int, checkpoint: Any) -> Any:
+    from jaxnb._engine.checkpoint import Checkpoint, CheckpointStore
+
+    if isinstance(checkpoint, (str, os.PathLike)):
+        return Checkpoint.from_directory(os.fspath(checkpoint), step)
+    if run.store is None:
+        run.store = CheckpointStore(run.run_dir, keep=KEEP_CHECKPOINTS)
+    return run.store.save(step, checkpoint)
+
+
+def _bound_in_flight(run: _Run, metrics: dict[str, Any]) -> None:
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return
+    arrays = [v for v in metrics.values() if isinstance(v, jax.Array)]
+    run.in_flight.append(arrays)
+    if len(run.in_flight) > MAX_IN_FLIGHT:
+        oldest = run.in_flight.popleft()
+        if oldest:
+            jax.block_until_ready(oldest)

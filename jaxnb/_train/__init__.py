@@ -1,0 +1,1 @@
+"""Training runs driven from the notebook: ``%jax_train`` and ``JaxCluster.train``."""

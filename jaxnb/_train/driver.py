@@ -1,0 +1,184 @@
+"""``JaxCluster.train``: run a function on every process with a live dashboard; a `Result`."""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import sys
+import threading
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from jaxnb._engine import reporting
+from jaxnb._errors import ClusterStateError
+from jaxnb._train import function
+from jaxnb._train.interrupts import InterruptCounter
+from jaxnb._train.monitor import Monitor
+from jaxnb._train.result import Result
+
+if TYPE_CHECKING:
+    from jaxnb._cluster import JaxCluster
+
+#: Where runs live unless ``storage`` / ``--storage`` says otherwise.
+DEFAULT_STORAGE = "jaxnb_runs"
+#: How long setting a run up on the engines may take (seconds).
+PREPARE_TIMEOUT_SECONDS = 60.0
+
+BUSY = (
+    "the engines are busy with the background training run {name!r}; wait for it to end "
+    "(`result.wait()`) or press Stop on its dashboard (`result.stop()`) first"
+)
+NOT_ANSWERING = (
+    "the engines did not take the training run within {timeout:g} s (are they still busy "
+    "with an earlier cell?); run `%jax_cluster reset` or `%jax_cluster restart`"
+)
+FIRST_INTERRUPT = (
+    "jaxnb: stopping run {name!r}: every process stops at its next `jaxnb.should_stop()`. "
+    "Interrupt again to interrupt the processes."
+)
+SECOND_INTERRUPT = "jaxnb: interrupting every process (SIGINT); interrupt again to stop waiting."
+NO_CHECKPOINT_YET = "jaxnb: run {name!r} has no checkpoint yet; starting it from the beginning"
+
+
+def train(
+    cluster: JaxCluster,
+    fn: Callable[..., Any] | str,
+    config: Any = None,
+    *,
+    name: str | None = None,
+    storage: str | os.PathLike[str] | None = None,
+    resume: bool = False,
+    background: bool = False,
+    on_result: Callable[[Result], None] | None = None,
+) -> Result:
+    """Run ``fn()`` or ``fn(config)`` on every process; the `Result` (live if ``background``).
+
+    ``fn`` is a function (sent from the notebook) or the name of one defined on
+    the engines. The run lives in ``storage/name`` (default ``./jaxnb_runs/<fn
+    name>``); ``resume`` continues it from its latest checkpoint. ``on_result``
+    is called with the final Result, before an error is raised. A failure on
+    any process raises :class:`jaxnb.RemoteError` (its ``.result`` holds the
+    history so far).
+    """
+    if cluster.busy_with:
+        raise ClusterStateError(BUSY.format(name=cluster.busy_with))
+    run = function.run_name(fn, name)
+    spec = function.package(fn, config)
+    run_dir = os.path.abspath(os.path.join(os.fspath(storage or DEFAULT_STORAGE), run))
+    from jaxnb._engine.checkpoint import check_fresh_run
+
+    resume_from = check_fresh_run(run_dir, resume)
+    if resume and resume_from is None:
+        print(NO_CHECKPOINT_YET.format(name=run))
+    os.makedirs(run_dir, exist_ok=True)
+    spec.update(run_dir=run_dir, run_id=uuid.uuid4().hex, resume=resume_from)
+    _prepare(cluster, spec)
+
+    from jaxnb._widgets.dashboard import Dashboard
+
+    result = Result(run, run_dir)
+    dashboard = Dashboard(run, cluster.num_processes,
+                          on_stop=(lambda: monitor.request_stop()) if background else None)
+    ar = cluster.view.apply_async(reporting.execute)
+    cluster.busy_with = run
+    monitor = Monitor(cluster, ar, result, dashboard)
+    result._stop = monitor.request_stop
+    dashboard.show()
+    if background:
+        follow = contextvars.copy_context().run  # output goes to the cell that started the run
+        threading.Thread(target=follow, args=(_follow_background, monitor, on_result),
+                         name=f"jaxnb-train-{run}", daemon=True).start()
+        return result
+    error = _follow_blocking(monitor, on_result)
+    if error is not None:
+        raise error
+    return result
+
+
+def _prepare(cluster: JaxCluster, spec: dict[str, Any]) -> None:
+    """Find the function on every process; raise here if it does not fit."""
+    from jaxnb._spmd import remote_error
+
+    ar = cluster.view.apply_async(reporting.prepare, spec)
+    if not ar.wait(PREPARE_TIMEOUT_SECONDS):
+        raise ClusterStateError(NOT_ANSWERING.format(timeout=PREPARE_TIMEOUT_SECONDS))
+    replies = dict(zip(cluster.process_indices, (f.result() for f in ar._children), strict=True))
+    errors = {p: r for p, r in replies.items() if isinstance(r, BaseException)}
+    if errors:
+        raise remote_error(errors)
+    problems = [r["error"] for r in replies.values() if r["error"]]
+    if problems:
+        raise ValueError(problems[0])
+
+
+def _follow_blocking(monitor: Monitor, on_result: Callable[[Result], None] | None):
+    """Poll until the run ends, turning kernel interrupts into stop requests."""
+    name = monitor.result.name
+    try:
+        with InterruptCounter() as ctrl_c:
+            while not monitor.poll():
+                if ctrl_c.count >= 1 and not monitor.stop_requested:
+                    print(FIRST_INTERRUPT.format(name=name))
+                    monitor.request_stop()
+                if ctrl_c.count >= 2 and not monitor.interrupted:
+                    print(SECOND_INTERRUPT)
+                    monitor.interrupt()
+    except BaseException as exc:  # third interrupt, or jaxnb itself failed: record, re-raise
+        monitor.gave_up = exc
+        monitor.cluster.suspect = "the notebook stopped following a training run"
+        _conclude(monitor, on_result)
+        raise
+    return _conclude(monitor, on_result)
+
+
+def _follow_background(monitor: Monitor, on_result: Callable[[Result], None] | None) -> None:
+    try:
+        while not monitor.poll():
+            pass
+    except Exception as exc:  # the thread must always conclude the run
+        monitor.gave_up = exc
+    error = _conclude(monitor, on_result)
+    if error is not None:
+        print(f"jaxnb: background run {monitor.result.name!r} failed: "
+              f"{getattr(error, 'summary', error)}", file=sys.stderr)
+
+
+def _conclude(monitor: Monitor, on_result: Callable[[Result], None] | None):
+    """Fill in the Result, finish the dashboard, free the engines; the error to raise."""
+    from jaxnb._spmd import remote_error
+
+    result, cluster = monitor.result, monitor.cluster
+    try:
+        errors = monitor.finish()
+    finally:
+        cluster.busy_with = None
+    error = monitor.gave_up or (remote_error(errors) if errors else None)
+    if errors and monitor.gave_up is None:
+        cluster._mark_suspect_after_error(errors, monitor.processes)
+    summaries = [f.result() for f in monitor.futures.values() if f.done()]
+    result.stopped = error is None and any(
+        isinstance(s, dict) and s.get("stopped") for s in summaries)
+    result.error = error
+    if error is not None:
+        error.result = result  # type: ignore[attr-defined]
+    status, message = _status(result, monitor)
+    try:
+        monitor.dashboard.finish(status, message)
+    finally:
+        result._done.set()
+        if on_result is not None:
+            on_result(result)
+    return error
+
+
+def _status(result: Result, monitor: Monitor) -> tuple[str, str]:
+    step = len(result.history)
+    if isinstance(result.error, KeyboardInterrupt) or (result.error and monitor.interrupted):
+        return "interrupted", f"interrupted after {step} reports"
+    if result.error is not None:
+        summary = getattr(result.error, "summary", None) or str(result.error)
+        return "failed", summary.splitlines()[0]
+    if result.stopped:
+        return "finished", f"stopped on request after {step} reports"
+    return "finished", ""

@@ -1,0 +1,97 @@
+"""``%jax_train FUNC [--config EXPR] [--name RUN] [--storage DIR] [-o VAR] [--resume] [--background]``."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from jaxnb._errors import ClusterStateError
+
+_CONFIG = re.compile(r"(?:^|\s)--config(?:=|\s+|$)")
+_NEXT_FLAG = re.compile(r"\s(?:--name|--storage|-o|--output|--resume|--background)(?=[\s=]|$)")
+
+
+@magic_arguments()
+@argument("func", help="the function: defined in the notebook, or on the engines (%%jax_cluster)")
+@argument("--name", default=None, help="run name (folder under DIR); default: FUNC's name")
+@argument("--storage", default=None, help="folder that holds runs; default: ./jaxnb_runs")
+@argument("-o", "--output", default=None, metavar="VAR", help="store the Result in VAR")
+@argument("--resume", action="store_true", help="continue run RUN from its latest checkpoint")
+@argument("--background", action="store_true", help="return at once; VAR is set when it ends")
+def _arguments(line: str) -> None:
+    """%jax_train FUNC [--config EXPR] [--name RUN] [--storage DIR] [-o VAR] [--resume] [--background]
+
+    Run FUNC (no argument, or the config) on every JAX process with a live
+    dashboard. --config EXPR is evaluated in the notebook (the rest of the
+    line up to the next flag).
+    """
+
+
+def split_config(line: str) -> tuple[str, str | None]:
+    """``line`` without ``--config EXPR``, and EXPR (which may contain spaces and quotes)."""
+    match = _CONFIG.search(line)
+    if match is None:
+        return line, None
+    start = match.end()
+    following = _NEXT_FLAG.search(line, start)
+    end = following.start() if following else len(line)
+    expr = line[start:end].strip()
+    if not expr:
+        raise UsageError("--config needs a Python expression; e.g. --config dict(lr=1e-3)")
+    return line[: match.start()] + " " + line[end:], expr
+
+
+def run(magics: Any, line: str, local_ns: dict | None) -> Any:
+    """Parse, resolve FUNC and the config in the notebook, and call ``JaxCluster.train``."""
+    rest, config_expr = split_config(line)
+    args = parse_argstring(_arguments, rest)
+    if args.output is not None and not args.output.isidentifier():
+        raise UsageError(f"-o takes a Python name, got {args.output!r}; e.g. -o result")
+    cluster = magics._require()
+    shell = magics.shell
+    fn = _function(args.func, shell.user_ns, local_ns or {})
+    config = _evaluate(config_expr, shell.user_ns, local_ns or {})
+
+    def store(result: Any) -> None:
+        if args.output:
+            shell.user_ns[args.output] = result
+
+    try:
+        result = cluster.train(fn, config, name=args.name, storage=args.storage,
+                               resume=args.resume, background=args.background, on_result=store)
+    except (ValueError, FileExistsError, ClusterStateError) as exc:
+        raise UsageError(str(exc)) from None
+    return None if args.background else result
+
+
+def _function(name: str, user_ns: dict, local_ns: dict) -> Any:
+    """The notebook's function called ``name``, else ``name`` itself (defined on the engines)."""
+    parts = name.split(".")
+    if not all(p.isidentifier() for p in parts):
+        raise UsageError(f"%jax_train takes a function name, got {name!r}; e.g. %jax_train train")
+    ns = {**user_ns, **local_ns}
+    if parts[0] not in ns:
+        return name
+    value = ns[parts[0]]
+    try:
+        for part in parts[1:]:
+            value = getattr(value, part)
+    except AttributeError as exc:
+        raise UsageError(f"{name}: {exc}") from None
+    if not callable(value):
+        raise UsageError(f"{name} is a {type(value).__name__} in the notebook, not a function")
+    return value
+
+
+def _evaluate(expr: str | None, user_ns: dict, local_ns: dict) -> Any:
+    if expr is None:
+        return None
+    try:
+        return eval(expr, user_ns, local_ns)
+    except Exception as exc:
+        raise UsageError(
+            f"--config {expr!r} could not be evaluated in the notebook: {type(exc).__name__}: {exc}"
+        ) from None

@@ -1,0 +1,202 @@
+"""Follow a running train function: reports to the dashboard and Result, output, failures."""
+
+from __future__ import annotations
+
+import contextvars
+import signal
+import sys
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from jaxnb._errors import ProcessFailure, RemoteError
+from jaxnb._outputs import StreamMerger, label
+from jaxnb._train.receive import Receiver
+
+if TYPE_CHECKING:
+    from jaxnb._cluster import JaxCluster
+    from jaxnb._train.result import Result
+    from jaxnb._widgets.dashboard import Dashboard
+
+#: How long the notebook waits for news between two looks (seconds).
+POLL_SECONDS = 0.02
+#: How often the dashboard thread offers a redraw (the dashboard throttles itself too).
+REFRESH_SECONDS = 0.1
+#: After one process failed, how long the others may run on before jaxnb gives up on them.
+FAILURE_GRACE_SECONDS = 5.0
+LIVENESS_SECONDS = 0.5
+#: After the last process returned, how long to wait for its last messages.
+OUTPUT_WAIT_SECONDS = 10.0
+
+STUCK = (
+    "{who} still running {grace:g} s after the failure (probably waiting in a collective "
+    "for the failed process); jaxnb interrupted them. If the next cell hangs, run "
+    "`%jax_cluster reset` (or `%jax_cluster restart`)"
+)
+
+
+class Monitor:
+    """Polls one run's ``AsyncResult``; :meth:`poll` until it says the run is over.
+
+    The dashboard redraws on its own thread, so drawing never delays the
+    booking of reports.
+    """
+
+    def __init__(self, cluster: JaxCluster, ar: Any, result: Result, dashboard: Dashboard) -> None:
+        self.cluster, self.ar, self.result, self.dashboard = cluster, ar, result, dashboard
+        self.processes = cluster.process_indices
+        self.futures = dict(zip(self.processes, ar._children, strict=True))
+        self.md = {p: f.output.metadata for p, f in self.futures.items()}
+        self.receivers = {p: Receiver(self.md[p]["data"]) for p in self.processes}
+        self.out = StreamMerger(self.processes, sys.stdout.write)
+        self.err = StreamMerger(self.processes, sys.stderr.write)
+        self.stop_requested = False
+        self.interrupted = False
+        self.gave_up: BaseException | None = None
+        self._first_error_at: float | None = None
+        self._next_liveness = time.monotonic() + LIVENESS_SECONDS
+        self._ended = threading.Event()
+        self._refresher = threading.Thread(target=contextvars.copy_context().run,
+                                           args=(self._refresh_loop,), name="jaxnb-dashboard",
+                                           daemon=True)
+        self._refresher.start()
+
+    # ---- requests from the user ------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Ask every process to stop at the same step (``should_stop()`` turns True)."""
+        if self.stop_requested or self.ar.ready():
+            return
+        self.stop_requested = True
+        self.dashboard.set_status("stopping", "asked every process to stop at the same step")
+        self._signal(signal.SIGUSR2)
+
+    def interrupt(self) -> None:
+        """Interrupt every running process (SIGINT), like an interrupt of a cell."""
+        self.interrupted = True
+        self.cluster.suspect = "a training run was interrupted"
+        self._signal(signal.SIGINT)
+
+    def _signal(self, signum: int) -> None:
+        running = [self.cluster.engine_for(p) for p, f in self.futures.items() if not f.done()]
+        if not running:
+            return
+        try:
+            self.cluster.client.send_signal(signum, targets=running, block=True)
+        except Exception as exc:  # the run goes on; say why the request did not get through
+            print(f"jaxnb: could not signal the engines: {exc}", file=sys.stderr)
+
+    # ---- the loop --------------------------------------------------------------------
+
+    def poll(self) -> bool:
+        """Wait a little, take what arrived; True once the run is over (or given up on)."""
+        self.ar.wait(POLL_SECONDS)
+        self.drain()
+        if self.ar.ready():
+            return True
+        self._check()
+        return self.gave_up is not None
+
+    def drain(self) -> None:
+        """Book every report and output line that arrived; redraw the dashboard if due."""
+        for p, receiver in self.receivers.items():
+            records = receiver.take()
+            if records:
+                if p == self.processes[0]:
+                    self._book(records)
+                self.dashboard.add(records)
+        for p, md in self.md.items():
+            self.out.feed(p, md["stdout"] or "")
+            self.err.feed(p, md["stderr"] or "")
+
+    def _refresh_loop(self) -> None:
+        while not self._ended.wait(REFRESH_SECONDS):
+            try:
+                self.dashboard.refresh()
+            except Exception as exc:  # a drawing problem must not end the run
+                print(f"jaxnb: the dashboard could not redraw: {exc}", file=sys.stderr)
+                return
+
+    def finish(self) -> dict[int, Any]:
+        """After the run: take the last messages; the errors by process."""
+        if self.gave_up is None:
+            self.ar.wait_for_output(OUTPUT_WAIT_SECONDS)
+        self._ended.set()
+        self._refresher.join()
+        self.drain()
+        self.out.finish()
+        self.err.finish()
+        self.result.reports = {p: r.count for p, r in self.receivers.items()}
+        missing = {p: r.missing for p, r in self.receivers.items() if r.missing}
+        if missing and self.gave_up is None:
+            lost = ", ".join(f"{label(p)}: {n}" for p, n in missing.items())
+            print(f"jaxnb: some reports did not arrive ({lost})", file=sys.stderr)
+        return self.errors()
+
+    def errors(self) -> dict[int, Any]:
+        """The exception raised by each process that has failed so far."""
+        found = {}
+        for p, future in self.futures.items():
+            if future.done():
+                value = future.result()
+                if isinstance(value, BaseException):
+                    found[p] = value
+        return found
+
+    def _book(self, records: list[dict[str, Any]]) -> None:
+        result = self.result
+        for record in records:
+            result.history.append(record["metrics"])
+            if record.get("checkpoint"):
+                result.checkpoint = _checkpoint(record)
+        result.metrics = records[-1]["metrics"]
+
+    def _check(self) -> None:
+        now = time.monotonic()
+        if now >= self._next_liveness:
+            self._next_liveness = now + LIVENESS_SECONDS
+            from jaxnb import _health
+
+            dead = _health.dead_processes(self.cluster)
+            if dead:
+                self.cluster.suspect = "a process died"
+                message = _health.describe_dead(self.cluster, dead)
+                self.gave_up = ProcessFailure(message, sorted(dead), [])
+                return
+        if self._first_error_at is None:
+            if self.errors():
+                self._first_error_at = now
+                self._signal(signal.SIGUSR2)  # the others may stop cleanly at should_stop()
+        elif now - self._first_error_at > FAILURE_GRACE_SECONDS:
+            self.gave_up = self._stuck()
+
+    def _stuck(self) -> RemoteError:
+        from jaxnb._spmd import remote_error
+
+        running = [p for p, f in self.futures.items() if not f.done()]
+        error = remote_error(self.errors())
+        who = ", ".join(label(p) for p in running)
+        note = STUCK.format(who=f"process {who} was" if len(running) == 1 else f"processes {who} were",
+                            grace=FAILURE_GRACE_SECONDS)
+        error.tracebacks.append(_stacks(self.cluster, running, note))
+        self.interrupt()
+        self.cluster.suspect = "processes were left running after a failure"
+        error.summary += f"; {note}"
+        error.args = (error.summary,)
+        return error
+
+
+def _checkpoint(record: dict[str, Any]) -> Any:
+    from jaxnb._engine.checkpoint import Checkpoint
+
+    return Checkpoint(int(record["step"]), record["checkpoint"],
+                      user_managed=bool(record.get("checkpoint_user")))
+
+
+def _stacks(cluster: JaxCluster, running: list[int], note: str) -> str:
+    try:
+        from jaxnb import _stacks
+
+        return f"{note}.\n{_stacks.collect(cluster, running)}"
+    except Exception:  # stacks are a help, not a requirement
+        return note + "."

@@ -1,0 +1,300 @@
+"""``%jax_train`` / ``JaxCluster.train`` on two real JAX processes (ipyparallel engines)."""
+
+from __future__ import annotations
+
+import _thread
+import threading
+import time
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.utils.capture import capture_output
+
+from jaxnb import ClusterStateError, JaxCluster, RemoteError, Result
+from jaxnb.magics import JaxnbMagics
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = JaxCluster(n=2).start()
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="module")
+def ip(cluster):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    if InteractiveShell.initialized():
+        shell = InteractiveShell.instance()
+    else:
+        from IPython.testing.globalipapp import start_ipython
+
+        shell = start_ipython()
+    shell.run_line_magic("load_ext", "jaxnb")
+    JaxnbMagics.cluster = cluster
+    types = shell.display_formatter.active_types
+    shell.display_formatter.active_types = [*types, "text/html"]  # as in a notebook kernel
+    yield shell
+    shell.display_formatter.active_types = types
+    JaxnbMagics.cluster = None  # the module's cluster fixture stops it
+
+
+def _after_start(cluster: JaxCluster, delay: float, action) -> threading.Thread:
+    """Run ``action`` ``delay`` s after the cluster got busy with a run."""
+
+    def wait_then_act() -> None:
+        deadline = time.monotonic() + 60
+        while not cluster.busy_with and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(delay)
+        action()
+
+    thread = threading.Thread(target=wait_then_act, daemon=True)
+    thread.start()
+    return thread
+
+
+# ---- functions that run on the engines --------------------------------------------------
+
+
+def tight_loop(config):
+    import jaxnb
+
+    for i in range(config["n"]):
+        jaxnb.report({"i": i, "p": jaxnb.get_context().get_world_rank()})
+
+
+def ray_train_func(config):
+    """Ray Train's JAX quickstart loop with ``ray.train.report`` → ``jaxnb.report``."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    import jaxnb as train  # was: from ray import train
+
+    key = jax.random.PRNGKey(0)
+    x = jax.random.normal(key, (128, 1))
+    y = 3.0 * x + 2.0
+    params = {"w": jnp.zeros((1, 1)), "b": jnp.zeros((1,))}
+    optimizer = optax.adam(config.get("lr", 0.1))
+    opt_state = optimizer.init(params)
+
+    def loss_fn(params, x, y):
+        return jnp.mean((x @ params["w"] + params["b"] - y) ** 2)
+
+    @jax.jit
+    def step(params, opt_state, x, y):
+        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+        updates, opt_state = optimizer.update(grads, opt_state)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    for epoch in range(config["epochs"]):
+        params, opt_state, loss = step(params, opt_state, x, y)
+        train.report({"loss": float(loss), "epoch": epoch})
+
+
+def until_stopped():
+    import time
+
+    import jaxnb
+
+    rank = jaxnb.get_context().get_world_rank()
+    step = 0
+    while not jaxnb.should_stop():
+        step += 1
+        jaxnb.report({"step": step})
+        time.sleep(0.002 if rank == 0 else 0.006)  # processes out of step on purpose
+        if step > 20_000:
+            raise RuntimeError("never asked to stop")
+
+
+def fails_on(config):
+    import jaxnb
+
+    rank = jaxnb.get_context().get_world_rank()
+    for i in range(10):
+        jaxnb.report({"i": i})
+        if rank == config["who"] and i == 5:
+            raise ValueError(f"boom on {rank}")
+        if jaxnb.should_stop():
+            return
+
+
+def sharded_counter(config):
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    import jaxnb
+
+    mesh = jax.make_mesh((jax.device_count(),), ("x",), devices=jax.devices())
+    sharding = NamedSharding(mesh, P("x"))
+    n = 4 * jax.device_count()
+    ckpt = jaxnb.get_checkpoint()
+    if ckpt is None:
+        w = jax.make_array_from_callback((n,), sharding, lambda i: np.zeros(n, np.float32)[i])
+        start = 0
+    else:
+        target = {"w": jax.ShapeDtypeStruct((n,), jnp.float32, sharding=sharding), "step": 0}
+        state = ckpt.restore(target)
+        w, start = state["w"], int(state["step"])
+        assert start == ckpt.step, (start, ckpt.step)
+        assert w.sharding == sharding
+        assert float(jnp.sum(w)) == n * start  # every element counted `start` steps
+    bump = jax.jit(lambda w: w + 1)
+    for step in range(start + 1, start + 1 + config["steps"]):
+        w = bump(w)
+        jaxnb.report({"step": step, "total": jnp.sum(w)},
+                     checkpoint={"w": w, "step": step} if step % 2 == 0 else None)
+
+
+# ---- tests ------------------------------------------------------------------------------
+
+
+def test_lossless_history_of_a_tight_loop(cluster, tmp_path):
+    n = 30_000
+    result = cluster.train(tight_loop, {"n": n}, storage=tmp_path)
+    assert isinstance(result, Result) and result.error is None
+    assert [h["i"] for h in result.history] == list(range(n))
+    assert all(h["p"] == 0 for h in result.history)
+    assert result.reports == {0: n, 1: n}
+    assert result.metrics == {"i": n - 1, "p": 0}
+    assert result.path == str(tmp_path / "tight_loop")
+
+
+def test_ray_quickstart_port(cluster, tmp_path):
+    result = cluster.train(ray_train_func, {"epochs": 60, "lr": 0.1}, storage=tmp_path)
+    assert [h["epoch"] for h in result.history] == list(range(60))
+    losses = [h["loss"] for h in result.history]
+    assert all(isinstance(v, float) for v in losses)
+    assert losses[-1] < 0.05 * losses[0]
+    assert result.metrics["epoch"] == 59 and result.checkpoint is None
+
+
+def test_zero_and_one_argument_functions_and_config(cluster, tmp_path):
+    cluster.run(
+        "import jaxnb\n"
+        "def no_args():\n    jaxnb.report({'a': 1})\n"
+        "def with_default(config=None):\n    jaxnb.report({'got': config})\n"
+    )
+    assert cluster.train("no_args", storage=tmp_path).history == [{"a": 1}]
+    assert cluster.train("with_default", storage=tmp_path).history == [{"got": None}]
+    result = cluster.train("with_default", {"lr": 0.5, "layers": [1, 2]}, storage=tmp_path)
+    assert result.history == [{"got": {"lr": 0.5, "layers": [1, 2]}}]
+    with pytest.raises(ValueError, match="takes no arguments"):
+        cluster.train("no_args", {"x": 1}, storage=tmp_path)
+    with pytest.raises(ValueError, match="defined neither"):
+        cluster.train("missing_function", storage=tmp_path)
+
+
+def test_notebook_defined_function_uses_notebook_and_engine_names(ip, cluster, tmp_path):
+    cluster.run("ENGINE_OFFSET = 1000")
+    ip.run_cell(
+        "import jaxnb\n"
+        "SCALE = 3\n"
+        "def helper(i):\n    return SCALE * i\n"
+        "def nb_train(config):\n"
+        "    for i in range(config['n']):\n"
+        "        jaxnb.report({'v': helper(i) + ENGINE_OFFSET})\n"
+    )
+    out = ip.run_line_magic(
+        "jax_train", f"nb_train --config {{'n': 4, 'tag': 'a b'}} -o res --storage {tmp_path}")
+    assert out is ip.user_ns["res"]
+    assert [h["v"] for h in out.history] == [1000, 1003, 1006, 1009]
+    assert out.path == str(tmp_path / "nb_train")
+
+
+def test_checkpoint_and_resume_with_sharded_arrays(cluster, tmp_path):
+    first = cluster.train(sharded_counter, {"steps": 6}, name="counter", storage=tmp_path)
+    assert first.error is None and first.checkpoint.step == 6
+    n = 4 * cluster.num_processes
+    assert [h["total"] for h in first.history] == [float(n * s) for s in range(1, 7)]
+    assert sorted(int(d.name) for d in (tmp_path / "counter" / "checkpoints").iterdir()
+                  if d.name.isdigit()) == [2, 4, 6]
+    with pytest.raises(FileExistsError, match="--resume"):
+        cluster.train(sharded_counter, {"steps": 2}, name="counter", storage=tmp_path)
+    again = cluster.train(sharded_counter, {"steps": 4}, name="counter", storage=tmp_path,
+                          resume=True)
+    assert again.error is None
+    assert [h["step"] for h in again.history] == [7, 8, 9, 10]
+    assert again.history[0]["total"] == float(n * 7)
+    assert again.checkpoint.step == 10 and again.checkpoint.path.endswith("10")
+
+
+def test_interrupt_stops_every_process_at_the_same_step(cluster, tmp_path):
+    _after_start(cluster, 1.0, _thread.interrupt_main)
+    result = cluster.train(until_stopped, storage=tmp_path)
+    assert result.error is None and result.stopped
+    assert result.reports[0] == result.reports[1] > 0
+    assert [h["step"] for h in result.history] == list(range(1, result.reports[0] + 1))
+    assert cluster.busy_with is None
+
+
+@pytest.mark.parametrize("who", [0, 1])
+def test_error_on_one_process_names_it_and_keeps_history(cluster, tmp_path, who):
+    stored = []
+    with pytest.raises(RemoteError) as info:
+        cluster.train(fails_on, {"who": who}, storage=tmp_path, on_result=stored.append)
+    assert info.value.processes == [who]
+    assert f"ValueError: boom on {who} (on process [p{who}])" in str(info.value)
+    result = info.value.result
+    assert stored == [result] and result.error is info.value
+    if who == 0:
+        assert [h["i"] for h in result.history] == list(range(6))
+    assert len(result.history) >= 1
+    cluster.suspect = None
+
+
+def test_background_run_holds_the_engines_until_stopped(ip, cluster, tmp_path):
+    result = cluster.train(until_stopped, storage=tmp_path, background=True)
+    assert result.running
+    with pytest.raises(ClusterStateError, match="busy with the background training run"):
+        cluster.run("x = 1")
+    with pytest.raises(UsageError, match="busy with the background training run"):
+        ip.run_cell_magic("jax_cluster", "", "x = 1")
+    time.sleep(0.5)
+    result.stop()
+    assert result.wait(30) is result
+    assert result.stopped and result.error is None and not result.running
+    assert result.reports[0] == result.reports[1] > 0
+    cluster.run("x = 1")  # free again
+
+
+def test_background_magic_fills_its_variable(ip, cluster, tmp_path):
+    cluster.run(
+        "import jaxnb, time\n"
+        "def short_run():\n"
+        "    for i in range(20):\n        jaxnb.report({'i': i}); time.sleep(0.02)\n"
+    )
+    ip.user_ns.pop("bg", None)
+    assert ip.run_line_magic("jax_train", f"short_run --background -o bg --storage {tmp_path}") is None
+    deadline = time.monotonic() + 30
+    while "bg" not in ip.user_ns and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [h["i"] for h in ip.user_ns["bg"].history] == list(range(20))
+    assert cluster.busy_with is None
+
+
+def test_headless_output_has_the_plot_and_summary(ip, tmp_path):
+    ip.run_cell("def headless(config):\n"
+                "    import jaxnb\n"
+                "    for i in range(50):\n        jaxnb.report({'loss': 1 / (i + 1)})\n")
+    with capture_output() as captured:
+        ip.run_line_magic("jax_train", f"headless --config {{}} --storage {tmp_path}")
+    kinds = [set(o.data) for o in captured.outputs]
+    assert any("image/png" in k for k in kinds)
+    assert any("jaxnb-summary" in o.data.get("text/html", "") for o in captured.outputs)
+
+
+def test_magic_misuse_is_a_usage_error(ip, tmp_path):
+    with pytest.raises(UsageError, match="--config"):
+        ip.run_line_magic("jax_train", "headless --config")
+    with pytest.raises(UsageError, match="could not be evaluated"):
+        ip.run_line_magic("jax_train", "headless --config undefined_name + 1")
+    with pytest.raises(UsageError, match="-o takes a Python name"):
+        ip.run_line_magic("jax_train", "headless -o 1x")
+    with pytest.raises(UsageError, match="plain folder name"):
+        ip.run_line_magic("jax_train", f"headless --name a/b --storage {tmp_path}")

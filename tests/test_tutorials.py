@@ -1,0 +1,257 @@
+"""The tutorials run headless, end to end, and show what a reader must see.
+
+Each notebook in ``tutorials/`` is executed with papermill on a kernel that runs
+*this* Python (a kernelspec written to a temporary ``JUPYTER_PATH``; nothing
+global is installed), in a temporary working directory. The executed copies go
+to ``tutorials/executed/`` (git-ignored) for inspection. Then:
+
+* no cell has an error output, except cells tagged ``raises-exception``;
+* the devices table (static HTML) is there, and a PNG plot where training runs;
+* the last code cell stops the cluster, and every engine pid listed in the
+  devices tables is gone afterwards;
+* each notebook's key results are in its outputs.
+
+``test_nbval`` runs ``pytest --nbval-lax`` on each notebook in a subprocess: it
+executes the notebook again and compares the outputs of the cells marked
+``# NBVAL_CHECK_OUTPUT`` with the outputs stored in the notebook.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+papermill = pytest.importorskip("papermill")
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TUTORIALS = ROOT / "tutorials"
+EXECUTED = TUTORIALS / "executed"
+KERNEL_NAME = "jaxnb-tutorials"
+
+NOTEBOOKS = sorted(p.name for p in TUTORIALS.glob("[0-9][0-9]_*.ipynb"))
+
+#: Notebooks that use the training API (``%jax_train``, ``jaxnb.report``).
+NEEDS_TRAINING = {
+    "03_data_parallel_training.ipynb",
+    "04_gpt2_nnx.ipynb",
+    "05_from_ray_and_kubeflow.ipynb",
+}
+
+#: Text that must appear in a notebook's outputs (streams, results, errors).
+EXPECTED_TEXT = {
+    "01_quickstart.ipynb": [
+        "global devices: 2",
+        "[p0] hello from process 0",
+        "[p1] hello from process 1",
+        "scaled total: 60.0",
+    ],
+    "02_multiprocess_jax.ipynb": [
+        "psum seen on this process's devices: [3.0]",
+        "sum via shard_map + psum: 630.0",
+        "RemoteError on processes [1]",
+        "(on process [p1])",
+        "processes diverged",
+        "ProcessFailure - still running: [0]",
+        "every process ran 2 steps",
+    ],
+    "03_data_parallel_training.ipynb": ["test_accuracy", "resumed from epoch"],
+    "04_gpt2_nnx.ipynb": ["val_loss", "resumed from step"],
+    "05_from_ray_and_kubeflow.ipynb": ["JAX_COORDINATOR_ADDRESS", "Final loss"],
+}
+
+#: Notebooks whose outputs must include a PNG (the training dashboard's static plot).
+EXPECT_PNG = {
+    "03_data_parallel_training.ipynb",
+    "04_gpt2_nnx.ipynb",
+    "05_from_ray_and_kubeflow.ipynb",
+}
+
+#: Seconds one notebook may take (a loaded 2-core CI machine; they usually take far less).
+NOTEBOOK_TIMEOUT = 600
+
+
+def _training_available() -> bool:
+    try:
+        import jaxnb._train.driver  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _skip_without_training(name: str) -> None:
+    if name in NEEDS_TRAINING and not _training_available():
+        pytest.skip(f"{name} needs the training API (jaxnb/_train/driver.py), not present yet")
+
+
+@pytest.fixture(scope="module")
+def kernel_env(tmp_path_factory):
+    """A ``JUPYTER_PATH`` holding a kernelspec that runs this interpreter, nothing else."""
+    root = tmp_path_factory.mktemp("jupyter")
+    spec_dir = root / "kernels" / KERNEL_NAME
+    spec_dir.mkdir(parents=True)
+    spec = {
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Python 3 (jaxnb tutorials)",
+        "language": "python",
+    }
+    (spec_dir / "kernel.json").write_text(json.dumps(spec))
+    env = {"JUPYTER_PATH": str(root), "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
+    return env
+
+
+@pytest.fixture
+def with_kernel(kernel_env, monkeypatch):
+    for key, value in kernel_env.items():
+        monkeypatch.setenv(key, value)
+
+
+def _outputs(nb):
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            for out in cell.get("outputs", []):
+                yield cell, out
+
+
+def _all_text(nb) -> str:
+    parts = []
+    for _, out in _outputs(nb):
+        if out.output_type == "stream":
+            parts.append(out.text)
+        elif out.output_type == "error":
+            parts.append(f"{out.ename}: {out.evalue}")
+            parts.extend(out.traceback)
+        else:
+            data = out.get("data", {})
+            parts.append(str(data.get("text/plain", "")))
+            parts.append(str(data.get("text/html", "")))
+    return "\n".join(parts)
+
+
+def _engine_pids(nb) -> set[int]:
+    """Engine pids listed in the static devices tables of the notebook."""
+    pids = set()
+    for _, out in _outputs(nb):
+        page = out.get("data", {}).get("text/html", "")
+        if isinstance(page, list):
+            page = "".join(page)
+        if "jaxnb-devices" in page:
+            for row in re.findall(r"<tr><td[^>]*>p\d+</td><td>[^<]*</td><td>(\d+)</td>", page):
+                pids.add(int(row))
+    return pids
+
+
+def _still_running(pids: set[int]) -> list[int]:
+    alive = []
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            if proc.status() != psutil.STATUS_ZOMBIE and "jaxnb" in " ".join(proc.cmdline()):
+                alive.append(pid)
+        except psutil.Error:
+            continue
+    return alive
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+@pytest.mark.timeout(NOTEBOOK_TIMEOUT)
+def test_tutorial_executes(name, with_kernel, tmp_path):
+    _skip_without_training(name)
+    EXECUTED.mkdir(exist_ok=True)
+    output = EXECUTED / name
+    started = time.monotonic()
+    papermill.execute_notebook(
+        str(TUTORIALS / name),
+        str(output),
+        kernel_name=KERNEL_NAME,
+        cwd=str(tmp_path),
+        progress_bar=False,
+        execution_timeout=NOTEBOOK_TIMEOUT,
+    )
+    elapsed = time.monotonic() - started
+    print(f"{name}: executed in {elapsed:.1f} s")
+    nb = nbformat.read(output, as_version=4)
+
+    errors = [
+        f"cell {i}: {out.ename}: {out.evalue[:300]}"
+        for i, cell in enumerate(nb.cells)
+        for out in cell.get("outputs", [])
+        if out.output_type == "error" and "raises-exception" not in cell.metadata.get("tags", [])
+    ]
+    assert not errors, "unexpected error outputs:\n" + "\n".join(errors)
+
+    tables = [
+        out
+        for _, out in _outputs(nb)
+        if "jaxnb-devices" in str(out.get("data", {}).get("text/html", ""))
+    ]
+    assert tables, "no devices table (static HTML) in the executed notebook"
+    if name in EXPECT_PNG:
+        assert any("image/png" in out.get("data", {}) for _, out in _outputs(nb)), "no PNG plot"
+
+    text = _all_text(nb)
+    missing = [want for want in EXPECTED_TEXT.get(name, []) if want not in text]
+    assert not missing, f"expected in the outputs but missing: {missing}"
+
+    code_cells = [c for c in nb.cells if c.cell_type == "code"]
+    assert "%jax_cluster stop" in code_cells[-1].source, "the last code cell must stop the cluster"
+    pids = _engine_pids(nb)
+    assert pids, "no engine pids found in the devices tables"
+    deadline = time.monotonic() + 10
+    while _still_running(pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _still_running(pids), f"engines left running: {_still_running(pids)}"
+
+
+def test_tutorials_are_well_formed():
+    """Every tutorial has a papermill parameters cell and ends by stopping the cluster."""
+    assert NOTEBOOKS, "no tutorials found"
+    for name in NOTEBOOKS:
+        nb = nbformat.read(TUTORIALS / name, as_version=4)
+        nbformat.validate(nb)
+        tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+        assert len(tagged) == 1, f"{name}: needs exactly one cell tagged 'parameters'"
+        code_cells = [c for c in nb.cells if c.cell_type == "code"]
+        assert "%jax_cluster stop" in code_cells[-1].source, f"{name}: must end with a stop"
+        assert any("NBVAL_CHECK_OUTPUT" in c.source for c in code_cells), (
+            f"{name}: mark at least one deterministic cell with # NBVAL_CHECK_OUTPUT"
+        )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NOTEBOOKS)
+@pytest.mark.timeout(NOTEBOOK_TIMEOUT + 60)
+def test_nbval(name, tmp_path):
+    """``pytest --nbval-lax``: outputs of ``# NBVAL_CHECK_OUTPUT`` cells match the stored ones."""
+    _skip_without_training(name)
+    pytest.importorskip("nbval")
+    env = dict(os.environ)
+    env.pop("PYTEST_ADDOPTS", None)
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "--nbval-lax",
+        "--nbval-current-env",
+        f"--nbval-cell-timeout={NOTEBOOK_TIMEOUT}",
+        "-p",
+        "no:cacheprovider",
+        "-o",
+        "addopts=",
+        "-o",
+        "timeout=0",
+        "-q",
+        str(TUTORIALS / name),
+    ]
+    proc = subprocess.run(
+        cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=NOTEBOOK_TIMEOUT + 30
+    )
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
