@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -19,7 +21,11 @@ from jaxnb._engine import process as engine_process
 from jaxnb._errors import ALREADY_RUNNING, NOT_STARTED, ClusterStateError, StartError
 from jaxnb._options import ClusterOptions
 
-STOP_GRACE_SECONDS = 1.0
+#: How long stopped processes get to disappear after SIGKILL.
+KILL_WAIT_SECONDS = 5.0
+#: How long remote engines get to leave jax.distributed before they are stopped.
+REMOTE_SHUTDOWN_SECONDS = 2.0
+CONTROLLER_CMD = [sys.executable, "-m", "jaxnb._engine.controller"]
 CPU_MULTI_DEVICE_NOTE = (
     "jaxnb: several CPU devices per process: gloo collectives can deadlock with many steps in "
     "flight, so jaxnb.report() keeps one step in flight; in loops without report(), fetch a value "
@@ -59,8 +65,10 @@ class JaxCluster:
         init: bool = True,
         timeout: float | None = None,
         init_timeout: float = 60.0,
+        collective_timeout: int | None = None,
         env: dict[str, str] | None = None,
     ) -> None:
+        extra = {} if collective_timeout is None else {"collective_timeout": collective_timeout}
         self.options = ClusterOptions(
             n=n,
             devices_per_process=devices_per_process,
@@ -71,9 +79,11 @@ class JaxCluster:
             timeout=timeout,
             init_timeout=init_timeout,
             env=tuple(sorted((env or {}).items())),
+            **extra,
         )
         self.processes: list[ProcessInfo] = []
         self.suspect: str | None = None
+        self._group_cut = False  # gloo connections closed: the group needs a reset
         self.busy_with: str | None = None
         self._ipp: ipp.Cluster | None = None
         self._client: ipp.Client | None = None
@@ -109,14 +119,16 @@ class JaxCluster:
         n = options.resolved_n()
         self._stacks_dir = tempfile.mkdtemp(prefix="jaxnb-")
         cluster = self._ipp = _launch.build_cluster(options)
-        cluster.start_controller_sync()
+        cleanup = os.pathsep.join([*self._key_files(), self._stacks_dir])
+        watchdog = {"JAXNB_PARENT_PID": str(os.getpid()), "JAXNB_CLEANUP_FILES": cleanup}
+        cluster.start_controller_sync(controller_cmd=CONTROLLER_CMD, environment=watchdog)
+        atexit.register(self.stop)  # runs before ipyparallel's slower atexit clean-up
         env = _launch.engine_environment(options, self._stacks_dir)
         if options.is_local:
-            env["JAXNB_PARENT_PID"] = str(os.getpid())
+            env.update(watchdog)
             controller = getattr(cluster.controller, "process", None)
             if controller is not None:
                 env["JAXNB_CONTROLLER_PID"] = str(controller.pid)
-            env["JAXNB_CLEANUP_FILES"] = os.pathsep.join(self._key_files())
         cluster.start_engines_sync(environment=env)
         self._client = client = cluster.connect_client_sync()
         deadline = time.monotonic() + options.init_timeout
@@ -138,73 +150,113 @@ class JaxCluster:
         assert client is not None and self._view is not None
         engine_ids = list(self._view.targets)
         n = len(engine_ids)
-        host0 = "127.0.0.1" if options.is_local else None
-        if host0 is None:
-            host0 = client[engine_ids[0]].apply_sync(engine_process.host_address)
-        port = client[engine_ids[0]].apply_sync(engine_process.free_port, host0)
-        coordinator = self._coordinator = f"{host0}:{port}"
+        coordinator = self._coordinator = self._coordinator_address(engine_ids[0])
         bind = coordinator if options.is_local else None
-        hosts = self._view.apply_async(engine_process.hostname).get(timeout=30)
+        try:
+            hosts = self._view.apply_async(engine_process.hostname).get(timeout=30)
+            pids = self._view.apply_async(os.getpid).get(timeout=30)
+        except (ipp.error.CompositeError, ipp.error.EngineError, ipp.error.TimeoutError):
+            self._raise_if_engines_exited()
+            raise
         placements = engine_process.placements(hosts)
-        pending = []
+        pending = {}
         for index, eid in enumerate(engine_ids):
             local_ids = [index] if options.platform == "gpu" else None
-            pending.append(
-                client[eid].apply_async(
-                    engine_process.initialize,
-                    index,
-                    n,
-                    coordinator,
-                    bind,
-                    options.init,
-                    local_ids,
-                    options.heartbeat_timeout,
-                    int(options.init_timeout),
-                    placements[index],
-                )
+            pending[index] = client[eid].apply_async(
+                engine_process.initialize,
+                index,
+                n,
+                coordinator,
+                bind,
+                options.init,
+                local_ids,
+                options.heartbeat_timeout,
+                int(options.init_timeout),
+                placements[index],
             )
-        deadline = time.monotonic() + options.init_timeout + 5
-        infos = []
-        for index, ar in enumerate(pending):
-            remaining = max(0.1, deadline - time.monotonic())
-            try:
-                infos.append(ar.get(timeout=remaining))
-            except ipp.error.TimeoutError:
-                raise StartError(
-                    f"process {index} did not join jax.distributed within "
-                    f"{options.init_timeout:g} s; check that every host can reach {coordinator}"
-                ) from None
-            except ipp.error.RemoteError as exc:
-                raise StartError(
-                    f"process {index} could not join jax.distributed: {exc.ename}: {exc.evalue}"
-                ) from None
-        # JAX's own cluster detection (TPU) may number processes differently from the engines.
-        ordered = sorted(
-            zip(engine_ids, infos, range(n), strict=True),
-            key=lambda t: t[2] if t[1]["process_index"] is None else t[1]["process_index"],
-        )
+        infos = self._wait_joined(pending, dict(enumerate(pids)), coordinator)
         self.processes = [
             ProcessInfo(
                 process_index=index,
                 engine_id=eid,
-                host=info["host"],
-                pid=info["pid"],
-                platform=info["platform"],
-                local_devices=info["local_devices"],
-                global_device_count=info["global_device_count"],
+                host=infos[index]["host"],
+                pid=infos[index]["pid"],
+                platform=infos[index]["platform"],
+                local_devices=infos[index]["local_devices"],
+                global_device_count=infos[index]["global_device_count"],
             )
-            for index, (eid, info, _) in enumerate(ordered)
+            for index, eid in enumerate(engine_ids)
         ]
-        self._view = client[[p.engine_id for p in self.processes]]
-        self._view.block = False
         self.suspect = None
 
+    def _coordinator_address(self, first_engine: int) -> str:
+        """``host:port`` for the coordination service, on process 0's host."""
+        assert self._client is not None
+        host0 = "127.0.0.1" if self.options.is_local else None
+        if host0 is None:
+            host0 = self._client[first_engine].apply_sync(engine_process.host_address)
+        port = self._client[first_engine].apply_sync(engine_process.free_port, host0)
+        return f"{host0}:{port}"
+
+    def _wait_joined(self, pending: dict[int, Any], pids: dict[int, int], coordinator: str) -> dict:
+        """Each process's description once all joined; a :class:`StartError` naming the first
+        process that failed, died or did not join within ``init_timeout``."""
+        from jaxnb import _health
+
+        timeout = self.options.init_timeout
+        deadline = time.monotonic() + timeout + 5
+        launchers = {getattr(lch, "process", None) and lch.process.pid: lch
+                     for lch in self._engine_launchers()}
+        infos: dict[int, dict] = {}
+
+        def raise_if_dead(index: int) -> None:
+            launcher = launchers.get(pids[index])
+            how = _health.exit_of(launcher.process) if launcher is not None else None
+            if how is not None:
+                tail = "\n".join("    " + ln for ln in _stderr_tail(launcher))
+                raise StartError(
+                    f"process {index} (pid {pids[index]}) {how} while joining jax.distributed; "
+                    f"see its last lines below, fix the cause and start again\n{tail}"
+                )
+
+        while len(infos) < len(pending):
+            for index, ar in pending.items():
+                if index in infos or not ar.ready():
+                    continue
+                try:
+                    infos[index] = ar.get(0)
+                except ipp.error.RemoteError as exc:
+                    raise_if_dead(index)
+                    evalue = (str(exc.evalue).strip().splitlines() or [""])[0][:300]
+                    raise StartError(
+                        f"process {index} (pid {pids[index]}) could not join jax.distributed at "
+                        f"{coordinator}: {exc.ename}: {evalue}"
+                        + _not_joined(pending, infos, index)
+                    ) from None
+            for index in pids:
+                if index not in infos:
+                    raise_if_dead(index)
+            if time.monotonic() > deadline:
+                late = ", ".join(str(i) for i in pending if i not in infos)
+                raise StartError(
+                    f"process {late} did not join jax.distributed within {timeout:g} s; check "
+                    f"that every host can reach {coordinator}, or raise --init-timeout"
+                )
+            time.sleep(0.02)
+        return infos
+
     def _raise_if_engines_exited(self) -> None:
+        from jaxnb import _health
+
         for launcher in self._engine_launchers():
             process = getattr(launcher, "process", None)
-            if process is not None and not process.is_running():
-                output = launcher.get_output()[-2000:]
-                raise StartError(f"an engine exited during start-up:\n{output}")
+            how = _health.exit_of(process) if process is not None else None
+            if how is not None:
+                tail = "\n".join("    " + ln for ln in _stderr_tail(launcher))
+                raise StartError(
+                    f"an engine (pid {process.pid}) {how} during start-up; see its last lines "
+                    f"below, fix the cause and start again\n{tail}"
+                )
 
     def _engine_launchers(self) -> list[Any]:
         if self._ipp is None:
@@ -225,28 +277,37 @@ class JaxCluster:
         ]
 
     def stop(self) -> None:
-        """Stop every engine and the controller; nothing is left running."""
+        """Stop every engine and the controller; nothing is left running.
+
+        Local processes are SIGKILLed all at once (a JAX engine has nothing to
+        save, and one blocked in a collective would ignore anything gentler);
+        remote engines first leave ``jax.distributed``, then ipyparallel stops them.
+        """
         cluster, client = self._ipp, self._client
         self._client = self._view = None
         self.processes = []
+        with contextlib.suppress(Exception):
+            atexit.unregister(self.stop)
+        if cluster is not None and client is not None and not self.options.is_local:
+            _leave_group(client)
         if client is not None:
             with contextlib.suppress(Exception):
                 client.close()
-        if cluster is None:
-            return
-        self._ipp = None
-        _signal_all_then_kill(_local_processes(cluster))
-        with contextlib.suppress(Exception):
-            cluster.stop_engines_sync()
-        with contextlib.suppress(Exception):
-            cluster.stop_controller_sync()
-        controller = getattr(cluster.controller, "process", None) if cluster.controller else None
-        _signal_all_then_kill([controller] if controller is not None else [])
-        with contextlib.suppress(Exception):
-            cluster.remove_cluster_file()
-        for path in self._key_files_of(cluster):
-            with contextlib.suppress(OSError):
-                os.unlink(path)
+        if cluster is not None:
+            self._ipp = None
+            _kill_all(_local_processes(cluster) if self.options.is_local else [], cluster)
+            with contextlib.suppress(Exception):
+                cluster.stop_engines_sync()
+            with contextlib.suppress(Exception):
+                cluster.stop_controller_sync()
+            with contextlib.suppress(Exception):
+                cluster.remove_cluster_file()
+            for path in self._key_files_of(cluster):
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+        if self._stacks_dir is not None:
+            shutil.rmtree(self._stacks_dir, ignore_errors=True)
+            self._stacks_dir = None
 
     @staticmethod
     def _key_files_of(cluster: ipp.Cluster) -> list[str]:
@@ -339,6 +400,7 @@ class JaxCluster:
             raise ValueError(
                 f"--process {process} does not exist; choose 0..{self.num_processes - 1}"
             )
+        self._ensure_ready()
         return _spmd.run_cell(
             self,
             code,
@@ -386,7 +448,15 @@ class JaxCluster:
         from jaxnb._train.driver import train
 
         self._require_running()
+        self._ensure_ready()
         return train(self, fn, config, **options)
+
+    def _ensure_ready(self) -> None:
+        """After a failure: check that the processes agree (repair the group if not)."""
+        from jaxnb import _repair
+
+        self._require_running()
+        _repair.ensure_ready(self)
 
     def _op_timeout(self) -> float:
         return self.options.timeout or 300.0
@@ -413,18 +483,62 @@ def _local_processes(cluster: ipp.Cluster) -> list[psutil.Process]:
     return found
 
 
-def _signal_all_then_kill(processes: list[psutil.Process]) -> None:
-    """SIGTERM every process (and its children) at once; SIGKILL what is left after a grace."""
+def _kill_all(engines: list[psutil.Process], cluster: ipp.Cluster) -> None:
+    """SIGKILL the engines, their nannies and the controller's process group at once; wait."""
     family = []
-    for proc in processes:
+    for proc in engines:
         with contextlib.suppress(psutil.Error):
             family.extend(proc.children(recursive=True))
         family.append(proc)
+    controller = getattr(cluster.controller, "process", None) if cluster.controller else None
+    if controller is not None:
+        with contextlib.suppress(psutil.Error):
+            family.extend(controller.children(recursive=True))
+        family.append(controller)
+        with contextlib.suppress(OSError):
+            if os.getpgid(controller.pid) == controller.pid:
+                os.killpg(controller.pid, signal.SIGKILL)
     for proc in family:
         with contextlib.suppress(psutil.Error):
-            proc.send_signal(signal.SIGTERM)
-    _, alive = psutil.wait_procs(family, timeout=STOP_GRACE_SECONDS)
-    for proc in alive:
-        with contextlib.suppress(psutil.Error):
             proc.kill()
-    psutil.wait_procs(alive, timeout=5)
+    deadline = time.monotonic() + KILL_WAIT_SECONDS
+    while family and time.monotonic() < deadline:
+        family = [proc for proc in family if not _gone(proc)]
+        if family:
+            time.sleep(0.005)
+
+
+def _gone(proc: psutil.Process) -> bool:
+    """Exited. Our own children are reaped; others' zombies count as gone (init reaps them)."""
+    try:
+        if proc.status() != psutil.STATUS_ZOMBIE:
+            return False
+        if proc.ppid() != os.getpid():
+            return True
+    except psutil.NoSuchProcess:
+        return True
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(proc.pid, os.WNOHANG)
+    return not psutil.pid_exists(proc.pid)
+
+
+def _leave_group(client: ipp.Client) -> None:
+    """Ask every engine to leave jax.distributed at once, so none waits for the others."""
+    with contextlib.suppress(Exception):
+        ar = client[:].apply_async(engine_process.shutdown)
+        ar.wait(REMOTE_SHUTDOWN_SECONDS)
+
+
+def _stderr_tail(launcher: Any, lines: int = 12) -> list[str]:
+    try:
+        with open(launcher.output_file, errors="replace") as f:
+            text = f.read()
+    except (OSError, AttributeError):
+        return []
+    kept = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
+    return kept[-lines:]
+
+
+def _not_joined(pending: dict[int, Any], infos: dict[int, dict], failed: int) -> str:
+    late = [str(i) for i in pending if i not in infos and i != failed]
+    return f" (process {', '.join(late)} had not joined either)" if late else ""

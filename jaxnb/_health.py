@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import re
 import signal
+import time
 from typing import TYPE_CHECKING
 
 import psutil
@@ -13,16 +16,18 @@ if TYPE_CHECKING:
     from jaxnb._cluster import JaxCluster
 
 STDERR_TAIL_LINES = 12
+KILL_WAIT_SECONDS = 2.0
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 def dead_processes(cluster: JaxCluster) -> dict[int, str]:
     """Process index → how it ended, for every process that is no longer running."""
     dead: dict[int, str] = {}
-    launchers = {getattr(lch, "process", None) and lch.process.pid: lch for lch in cluster._engine_launchers()}
+    launchers = _launchers_by_pid(cluster)
     for info in cluster.processes:
         launcher = launchers.get(info.pid)
         if launcher is not None:
-            how = _exit_of(launcher.process)
+            how = exit_of(launcher.process)
             if how is not None:
                 dead[info.process_index] = how
     if not cluster.options.is_local and cluster._client is not None:
@@ -33,38 +38,96 @@ def dead_processes(cluster: JaxCluster) -> dict[int, str]:
     return dead
 
 
-def _exit_of(process: psutil.Process) -> str | None:
+def exit_of(process: psutil.Process) -> str | None:
+    """``None`` while ``process`` runs; else how it ended (signal name or exit status)."""
     try:
         if process.status() != psutil.STATUS_ZOMBIE and process.is_running():
             return None
     except psutil.NoSuchProcess:
         pass
-    try:
-        code = process.wait(timeout=0)
-    except (psutil.TimeoutExpired, psutil.Error):
-        return "exited"
+    code = None
+    for _ in range(10):  # ipyparallel's launcher thread may be reaping it right now
+        try:
+            code = process.wait(timeout=0)
+        except (psutil.TimeoutExpired, psutil.Error, ChildProcessError):
+            code = None
+        if code is not None:
+            break
+        time.sleep(0.02)
     if code is None:
         return "exited"
     if code < 0:
-        return f"killed by {signal.Signals(-code).name}"
+        with contextlib.suppress(ValueError):
+            return f"was killed by {signal.Signals(-code).name}"
+        return f"was killed by signal {-code}"
     return f"exited with status {code}"
+
+
+def stderr_tail(cluster: JaxCluster, p: int, lines: int = STDERR_TAIL_LINES) -> list[str]:
+    """The last lines an engine wrote to its log (its stderr and stdout)."""
+    launcher = _launchers_by_pid(cluster).get(cluster.processes[p].pid)
+    if launcher is None:
+        return []
+    try:
+        with open(launcher.output_file, errors="replace") as f:
+            text = f.read()
+    except (OSError, AttributeError):
+        text = launcher.get_output() or ""
+    kept = [_ANSI.sub("", ln).rstrip() for ln in text.splitlines()]
+    return [ln for ln in kept if ln.strip() and not ln.startswith("[Gloo]")][-lines:]
 
 
 def describe_dead(cluster: JaxCluster, dead: dict[int, str]) -> str:
     """A message naming each dead process with its host, pid, end and last stderr lines."""
-    parts = []
-    launchers = {lch.process.pid: lch for lch in cluster._engine_launchers() if getattr(lch, "process", None)}
+    who = ", ".join(label(p) for p in sorted(dead))
+    parts = [
+        f"process {who} died; the jax.distributed group is broken: run `%jax_cluster restart`"
+    ]
     for p, how in sorted(dead.items()):
         info = cluster.processes[p]
-        tail = ""
-        launcher = launchers.get(info.pid)
-        if launcher is not None:
-            lines = [ln for ln in launcher.get_output().splitlines() if ln.strip()]
-            if lines:
-                tail = "\n    " + "\n    ".join(lines[-STDERR_TAIL_LINES:])
-        parts.append(f"{label(p)} (pid {info.pid} on {info.host}) {how}.{tail}")
-    who = ", ".join(label(p) for p in sorted(dead))
-    return (
-        f"process {who} died; the jax.distributed group is broken — run `%jax_cluster restart`.\n"
-        + "\n".join(parts)
+        parts.append(f"{label(p)} (JAX process {p}, pid {info.pid} on {info.host}) {how}.")
+        tail = stderr_tail(cluster, p)
+        if tail:
+            parts.append("  last lines of its stderr:\n" + "\n".join("    " + ln for ln in tail))
+    return "\n".join(parts)
+
+
+def one_line(cluster: JaxCluster, dead: dict[int, str]) -> str:
+    """``[p1] (pid 123 on host) was killed by SIGKILL; …`` in one line."""
+    return "; ".join(
+        f"{label(p)} (pid {cluster.processes[p].pid} on {cluster.processes[p].host}) {how}"
+        for p, how in sorted(dead.items())
     )
+
+
+def stop_survivors(cluster: JaxCluster, dead: dict[int, str]) -> list[int]:
+    """SIGKILL the processes still alive: without a peer they could only wait for JAX's heartbeat.
+
+    Returns the processes stopped. Remote engines are signalled through ipyparallel.
+    """
+    survivors = [p for p in cluster.process_indices if p not in dead]
+    if cluster.options.is_local:
+        killed = []
+        for p in survivors:
+            with contextlib.suppress(psutil.Error):
+                proc = psutil.Process(cluster.processes[p].pid)
+                proc.kill()
+                killed.append(proc)
+        deadline = time.monotonic() + KILL_WAIT_SECONDS
+        while killed and time.monotonic() < deadline:
+            killed = [proc for proc in killed if exit_of(proc) is None]
+            time.sleep(0.01)
+    elif survivors:
+        engines = [cluster.processes[p].engine_id for p in survivors]
+        with contextlib.suppress(Exception):
+            cluster.client.send_signal(signal.SIGKILL, targets=engines, block=False)
+    return survivors
+
+
+def _launchers_by_pid(cluster: JaxCluster) -> dict:
+    found = {}
+    for launcher in cluster._engine_launchers():
+        process = getattr(launcher, "process", None)
+        if process is not None:
+            found[process.pid] = launcher
+    return found

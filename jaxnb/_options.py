@@ -31,7 +31,7 @@ class ClusterOptions:
     timeout: float | None = None
     init_timeout: float = 60.0
     heartbeat_timeout: int = 10
-    collective_timeout: int = 120
+    collective_timeout: int = 60
     env: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:

@@ -1,10 +1,17 @@
-"""Collect every process's Python stack (``%jax_cluster stacks``), mapped to cell lines."""
+"""Every process's Python stack (``%jax_cluster stacks``), mapped to notebook cell lines.
+
+Engines dump their threads with ``faulthandler`` on a signal (see
+:mod:`jaxnb._engine.stacks`), which works even while the main thread waits
+inside an XLA collective. Only the main thread is shown, trimmed to the frames
+that say where the cell waits; frames of any cell jaxnb ran are shown as
+``cell line N: <source>``.
+"""
 
 from __future__ import annotations
 
+import collections
 import os
 import re
-import signal
 import time
 from typing import TYPE_CHECKING
 
@@ -14,53 +21,226 @@ from jaxnb._outputs import label
 if TYPE_CHECKING:
     from jaxnb._cluster import JaxCluster
 
-DUMP_WAIT_SECONDS = 0.3
-_CELL_FILE = re.compile(r'File "(?:/[^"]*/ipykernel_\d+/\d+\.py|<ipython-input-[^"]*>)", line (\d+)')
+#: How long to wait for the engines to write their dumps.
+DUMP_TIMEOUT_SECONDS = 1.0
+#: Library frames shown above the innermost cell frame before the rest are folded.
+INNER_FRAMES = 2
+#: How many cells' sources are remembered to map frames of earlier cells.
+REMEMBERED_CELLS = 256
+#: Longest "where" summary (the full line is in the stack below it).
+WHERE_WIDTH = 100
+NO_DUMP = "(no stack dump: the engine runs on another host or did not answer)"
+
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<func>.*)$')
+_CELL_FILE = re.compile(r"(?:ipykernel_\d+[/\\](?P<name>\d+)\.py|<ipython-input-[^>]*>)$")
+_HEADER = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-f]+")
+_cells: collections.OrderedDict[str, str] = collections.OrderedDict()
+
+
+def remember_cell(code: str) -> None:
+    """Record a cell's source, so frames in it can be shown with their source line."""
+    name = _cell_name(code)
+    _cells[name] = _as_compiled(code)
+    _cells.move_to_end(name)
+    while len(_cells) > REMEMBERED_CELLS:
+        _cells.popitem(last=False)
+
+
+def _as_compiled(code: str) -> str:
+    """The cell as IPython compiles it (line numbers in frames refer to this text)."""
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+
+        return TransformerManager().transform_cell(code)
+    except Exception:  # not valid Python: keep the raw text
+        return code
+
+
+def _cell_name(code: str) -> str:
+    """The number ipykernel puts in the file name of a cell (a hash of its source)."""
+    from ipykernel.compiler import get_tmp_hash_seed, murmur2_x86
+
+    return str(murmur2_x86(code, get_tmp_hash_seed()))
 
 
 def collect(cluster: JaxCluster, processes: list[int] | None = None, cell_code: str = "") -> str:
-    """Signal the processes to dump their stacks and return the dumps as one text."""
-    chosen = cluster.process_indices if processes is None else processes
+    """Dump the processes' stacks and return them as one text, one section per process."""
+    chosen = cluster.process_indices if processes is None else list(processes)
+    dumps = read(cluster, request(cluster, chosen))
+    return "\n".join(section(cluster, p, dumps.get(p), cell_code) for p in chosen)
+
+
+def section(cluster: JaxCluster, p: int, dump: str | None, cell_code: str = "") -> str:
+    """``[pI] pid … on host`` and the trimmed main-thread stack of one process."""
+    info = cluster.processes[p]
+    body = format_stack(dump, cell_code) if dump else NO_DUMP
+    return f"{label(p)} pid {info.pid} on {info.host}:\n{body}"
+
+
+def request(cluster: JaxCluster, processes: list[int]) -> dict[int, str]:
+    """Ask the processes to dump their stacks now; their dump files by process."""
     paths = {}
-    for p in chosen:
+    for p in processes:
         info = cluster.processes[p]
         path = os.path.join(cluster._stacks_dir or "", f"jaxnb-stacks-{info.pid}.txt")
-        paths[p] = path
+        if not cluster.options.is_local or not os.path.exists(path):
+            continue
         _truncate(path)
-        _signal(cluster, p)
-    time.sleep(DUMP_WAIT_SECONDS)
-    sections = []
-    for p in chosen:
-        info = cluster.processes[p]
-        text = _read(paths[p]) or "(no stack dump: the engine is on another host or not responding)"
-        sections.append(f"{label(p)} pid {info.pid} on {info.host}:\n{map_cell_lines(text, cell_code)}")
-    return "\n".join(sections)
-
-
-def map_cell_lines(dump: str, cell_code: str) -> str:
-    """Rewrite frames in the cell's code as ``cell line N: <source>``."""
-    lines = cell_code.splitlines()
-
-    def replace(match: re.Match) -> str:
-        n = int(match.group(1))
-        source = lines[n - 1].strip() if 0 < n <= len(lines) else ""
-        return f"cell line {n}: {source}" if source else f"cell line {n}"
-
-    return _CELL_FILE.sub(replace, dump)
-
-
-def _signal(cluster: JaxCluster, p: int) -> None:
-    info = cluster.processes[p]
-    if cluster.options.is_local:
         try:
             os.kill(info.pid, STACK_SIGNAL)
         except OSError:
-            pass
-        return
-    try:
-        cluster.client.send_signal(signal.SIGUSR1, targets=[info.engine_id], block=True)
-    except Exception:  # noqa: BLE001 - a missing dump is reported in the text
-        pass
+            continue
+        paths[p] = path
+    return paths
+
+
+def read(cluster: JaxCluster, paths: dict[int, str], timeout: float = DUMP_TIMEOUT_SECONDS) -> dict:
+    """The dumps asked for by :func:`request`, once written (or what is there at ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    texts: dict[int, str] = {}
+    sizes: dict[int, int] = {}
+    while True:
+        for p, path in paths.items():
+            text = _read(path)
+            if text and len(text) == sizes.get(p) and _complete(text):
+                texts[p] = text
+            sizes[p] = len(text)
+        if len(texts) == len(paths) or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    for p, path in paths.items():
+        texts.setdefault(p, _read(path))
+    return {p: t for p, t in texts.items() if t}
+
+
+def _complete(text: str) -> bool:
+    """A dump is complete once the main thread (started by runpy) is in it."""
+    return "_run_module_as_main" in text
+
+
+def main_thread(dump: str) -> list[tuple[str, int, str]]:
+    """Frames (file, line, function), innermost first, of the thread that runs cells."""
+    threads: list[list[tuple[str, int, str]]] = []
+    current = -1
+    for line in dump.splitlines():
+        if _HEADER.match(line):
+            threads.append([])
+            if line.startswith("Current thread"):
+                current = len(threads) - 1
+            continue
+        m = _FRAME.match(line)
+        if m and threads:
+            threads[-1].append((m["file"], int(m["line"]), m["func"]))
+    for frames in threads:
+        if any(func == "_run_module_as_main" for _, _, func in frames):
+            return frames
+    return threads[current] if threads else []
+
+
+def format_stack(dump: str, cell_code: str = "") -> str:
+    """The main thread's stack, most recent call first, trimmed to what says where it waits."""
+    frames = main_thread(dump)
+    if not frames:
+        return "    " + dump.strip().replace("\n", "\n    ")
+    outer = next((i for i, f in enumerate(frames) if _is_shell(f[0])), None)
+    if outer is None:
+        return "    idle (not running a cell)"
+    frames = frames[:outer]
+    if not frames:
+        return "    about to run a cell"
+    lines: list[str] = []
+    folded: list[str] = []
+    for i, (file, line, func) in enumerate(frames):
+        cell = _cell_frame(file, line, func, cell_code)
+        if cell is None and _is_library(file) and i >= INNER_FRAMES:
+            folded.append(_package(file))
+            continue
+        if folded:
+            lines.append(_fold(folded))
+            folded = []
+        lines.append(cell or f"{_short(file)}:{line} in {func}")
+    if folded:
+        lines.append(_fold(folded))
+    return "\n".join("    " + line for line in lines)
+
+
+def where(dump: str | None, cell_code: str = "") -> str:
+    """One line: where the main thread is in the current cell (else innermost), or ``idle``."""
+    if not dump:
+        return "an unknown line (no stack dump)"
+    frames = main_thread(dump)
+    if not any(_is_shell(f[0]) for f in frames):
+        return "idle"
+    cells = [c for c in (_cell_frame(*f, cell_code) for f in frames) if c is not None]
+    current = [c for c in cells if c.startswith("cell line")]
+    if current or cells:
+        text = (current or cells)[0]
+        return text if len(text) <= WHERE_WIDTH else text[: WHERE_WIDTH - 3] + "..."
+    file, line, func = frames[0]
+    return f"{_short(file)}:{line} in {func}"
+
+
+def waiting_in_jax(dump: str | None) -> bool:
+    """True when the innermost Python frame of the main thread is inside JAX (or jaxlib)."""
+    frames = main_thread(dump) if dump else []
+    return bool(frames) and _package(frames[0][0]) in {"jax", "jaxlib"}
+
+
+def map_cell_lines(dump: str, cell_code: str) -> str:
+    """Rewrite every frame of a known cell in a raw dump as ``cell line N: <source>``."""
+
+    def replace(match: re.Match) -> str:
+        cell = _cell_frame(match["file"], int(match["line"]), match["func"], cell_code)
+        return "  " + cell if cell else match[0]
+
+    return "\n".join(_FRAME.sub(replace, line) for line in dump.splitlines())
+
+
+def _cell_frame(file: str, line: int, func: str, cell_code: str) -> str | None:
+    m = _CELL_FILE.search(file)
+    if m is None:
+        return None
+    name = m["name"]
+    current = bool(cell_code) and (name is None or _cell_name(cell_code) == name)
+    code = _cells.get(name) if name else None
+    if current and code is None:
+        code = _as_compiled(cell_code)
+    inside = f" in {func}" if func != "<module>" else ""
+    other = "an earlier cell" if cell_code else "a cell"
+    text = f"cell line {line}{inside}" if current else f"line {line} of {other}{inside}"
+    lines = (code or "").splitlines()
+    source = lines[line - 1].strip() if 0 < line <= len(lines) else ""
+    return f"{text}: {source}" if source else text
+
+
+def _is_shell(file: str) -> bool:
+    return file.replace("\\", "/").endswith("IPython/core/interactiveshell.py")
+
+
+def _is_library(file: str) -> bool:
+    return "site-packages" in file or "dist-packages" in file or file.startswith("<frozen")
+
+
+def _package(file: str) -> str:
+    parts = file.replace("\\", "/").split("/")
+    for marker in ("site-packages", "dist-packages"):
+        if marker in parts:
+            rest = parts[parts.index(marker) + 1 :]
+            return rest[0].removesuffix(".py") if rest else marker
+    return "python"
+
+
+def _short(file: str) -> str:
+    parts = file.replace("\\", "/").split("/")
+    for marker in ("site-packages", "dist-packages"):
+        if marker in parts:
+            return "/".join(parts[parts.index(marker) + 1 :])
+    return file
+
+
+def _fold(packages: list[str]) -> str:
+    names = ", ".join(dict.fromkeys(packages))
+    return f"... {len(packages)} more frame{'s' if len(packages) > 1 else ''} in {names}"
 
 
 def _truncate(path: str) -> None:

@@ -1,15 +1,22 @@
-"""Watch a running cell: timeouts, dead processes, divergence, interrupts.
+"""Watch a running cell: dead processes, divergence, timeouts, interrupts.
 
-Turns each into a :class:`~jaxnb._errors.ProcessFailure` within seconds,
-naming the processes and where the still-running ones wait.
+Each becomes a :class:`~jaxnb._errors.ProcessFailure` within seconds (or, for
+an interrupt, a note before the ``KeyboardInterrupt``), naming the processes
+and where the still-running ones wait. Processes left running are interrupted
+and, if blocked in a collective, freed (:mod:`jaxnb._release`); the cluster is
+then marked suspect so that the next cell first checks the group
+(:mod:`jaxnb._repair`).
 """
 
 from __future__ import annotations
 
-import signal
+import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+import psutil
+
+from jaxnb import _health, _release, _stacks
 from jaxnb._errors import ProcessFailure
 from jaxnb._outputs import label
 
@@ -17,10 +24,19 @@ if TYPE_CHECKING:
     from jaxnb._cluster import JaxCluster
 
 #: After the first process finishes, how long the others may still run before
-#: jaxnb calls it a divergence (they are probably waiting in a collective).
-DIVERGENCE_GRACE_SECONDS = 5.0
+#: jaxnb looks at where they are (they may be waiting in a collective).
+DIVERGENCE_GRACE_SECONDS = 3.0
 #: How often engine liveness is checked while a cell runs.
-LIVENESS_PERIOD_SECONDS = 0.5
+LIVENESS_PERIOD_SECONDS = 0.25
+#: A process using less CPU than this (in cores) counts as waiting, not computing.
+WAITING_CPU = 0.25
+AFTER = "the next cell first checks that the processes agree (or run `%jax_cluster reset`)"
+AFTER_CUT = "the next cell first repairs the group (or run `%jax_cluster reset`)"
+DISPATCHED = "work already dispatched to XLA is not cancelled"
+
+
+def _names(processes: list[int]) -> str:
+    return ", ".join(label(p) for p in sorted(processes))
 
 
 class CellWatch:
@@ -33,60 +49,193 @@ class CellWatch:
         self.started = time.monotonic()
         self.first_done: float | None = None
         self._next_liveness = self.started + LIVENESS_PERIOD_SECONDS
+        self._next_look = 0.0
+        self._cpu: dict[int, float] = {}
+        _stacks.remember_cell(code)
 
     def check(self, done: set[int], by_process: dict[int, dict]) -> None:
-        """Raise :class:`ProcessFailure` on a timeout, a dead process or divergence."""
+        """Raise :class:`ProcessFailure` on a dead process, divergence or a timeout."""
         now = time.monotonic()
         if now >= self._next_liveness:
             self._next_liveness = now + LIVENESS_PERIOD_SECONDS
-            from jaxnb import _health
-
             dead = _health.dead_processes(self.cluster)
             if dead:
-                self.cluster.suspect = "a process died"
-                raise ProcessFailure(_health.describe_dead(self.cluster, dead), sorted(dead), [])
+                self._fail_dead(dead, [p for p in by_process if p not in done and p not in dead])
         running = [p for p in by_process if p not in done]
         if done and running:
-            self.first_done = self.first_done or now
-            if now - self.first_done > DIVERGENCE_GRACE_SECONDS:
-                self._fail_diverged(done, running, by_process)
+            if self.first_done is None:
+                self.first_done = now
+                self._next_look = now + DIVERGENCE_GRACE_SECONDS
+                self._cpu = self._cpu_seconds(running)
+            elif now >= self._next_look:
+                self._look_for_divergence(done, running, by_process)
         if self.timeout is not None and now - self.started > self.timeout:
+            running = running or list(by_process)
+            dumps = _stacks.read(self.cluster, _stacks.request(self.cluster, running))
             self._fail(
-                f"the cell ran past its timeout of {self.timeout:g} s", running or list(by_process)
+                f"the cell ran past its timeout of {self.timeout:g} s ({self._at(running, dumps)})",
+                "a cell timed out",
+                running,
+                by_process,
+                dumps,
             )
 
-    def _fail_diverged(self, done: set[int], running: list[int], by_process: dict) -> None:
+    # ---- the three failures ----------------------------------------------------------
+
+    def _fail_dead(self, dead: dict[int, str], running: list[int]) -> None:
+        stacks = _stacks.collect(self.cluster, running, self.code) if running else ""
+        details = _health.describe_dead(self.cluster, dead)
+        survivors = _health.stop_survivors(self.cluster, dead)
+        self.cluster.suspect = "a process died"
+        notes = [details]
+        if stacks:
+            notes.append("Where the other processes were:\n" + stacks)
+        if survivors:
+            notes.append(
+                f"jaxnb stopped {_names(survivors)}: without {_names(list(dead))} they could "
+                "only wait for JAX's heartbeat timeout."
+            )
+        summary = (
+            f"{_health.one_line(self.cluster, dead)}; the jax.distributed group is broken: "
+            "run `%jax_cluster restart`"
+        )
+        raise ProcessFailure(summary, sorted(dead), notes)
+
+    def _look_for_divergence(self, done: set[int], running: list[int], by_process: dict) -> None:
+        dumps = _stacks.read(self.cluster, _stacks.request(self.cluster, running))
+        errors = [p for p in done if by_process[p].get("error") is not None]
+        if not errors and not all(self._waiting(p, dumps.get(p)) for p in running):
+            # Everyone else finished cleanly and these are busy with their own work.
+            self._next_look = time.monotonic() + DIVERGENCE_GRACE_SECONDS
+            self._cpu = self._cpu_seconds(running)
+            return
         finished = []
         for p in sorted(done):
             error = by_process[p].get("error")
-            how = f"raised {error.ename}: {error.evalue}" if error is not None else "finished"
+            how = f"raised {_one_line(error)}" if error is not None else "finished"
             finished.append(f"{label(p)} {how}")
         self._fail(
-            "processes diverged: " + "; ".join(finished) + f"; still running: "
-            + ", ".join(label(p) for p in running),
+            f"processes diverged: {'; '.join(finished)}; {self._at(running, dumps)}",
+            "processes diverged",
             running,
+            by_process,
+            dumps,
         )
 
-    def _fail(self, what: str, running: list[int]) -> None:
-        from jaxnb import _stacks
+    def _at(self, running: list[int], dumps: dict[int, str]) -> str:
+        where = "; ".join(f"{label(p)} at {_stacks.where(dumps.get(p), self.code)}" for p in running)
+        return f"still running: {where}"
 
-        stacks = _stacks.collect(self.cluster, running, cell_code=self.code)
-        self.cluster.suspect = what
-        raise ProcessFailure(
-            f"{what}. Where each running process waits is shown above; "
-            "run `%jax_cluster reset` to repair the group (or `%jax_cluster restart`)",
-            running,
-            [stacks],
-        )
+    def _waiting(self, p: int, dump: str | None) -> bool:
+        """Blocked (in a collective, probably) rather than computing or sleeping.
+
+        Local engines: the main thread waits on a futex (JAX waits so for XLA;
+        ``time.sleep`` or socket reads do not) and the process used little CPU
+        since the last look. Remote engines: the innermost frame is in JAX.
+        """
+        if not self.cluster.options.is_local:
+            return _stacks.waiting_in_jax(dump)
+        wchan = _wchan(self.cluster.processes[p].pid)
+        if wchan.strip("0\n") and "futex" not in wchan:
+            return False
+        if not wchan.strip("0\n") and not _stacks.waiting_in_jax(dump):
+            return False
+        before = self._cpu.get(p)
+        after = self._cpu_seconds([p]).get(p)
+        if before is None or after is None:
+            return True
+        elapsed = max(time.monotonic() - (self._next_look - DIVERGENCE_GRACE_SECONDS), 1e-3)
+        return (after - before) / elapsed < WAITING_CPU
+
+    def _cpu_seconds(self, processes: list[int]) -> dict[int, float]:
+        if not self.cluster.options.is_local:
+            return {}
+        found = {}
+        for p in processes:
+            try:
+                times = psutil.Process(self.cluster.processes[p].pid).cpu_times()
+            except psutil.Error:
+                continue
+            found[p] = times.user + times.system
+        return found
+
+    def _fail(
+        self,
+        what: str,
+        reason: str,
+        running: list[int],
+        by_process: dict,
+        dumps: dict[int, str],
+    ) -> None:
+        stacks = "\n".join(_stacks.section(self.cluster, p, dumps.get(p), self.code) for p in running)
+        released = _release.release(self.cluster, running)
+        self.cluster.suspect = reason
+        notes = [
+            _traceback(p, by_process[p]["error"])
+            for p in sorted(by_process)
+            if p not in running and by_process[p].get("error") is not None
+        ]
+        notes.append("Where each still-running process was:\n" + stacks)
+        notes.append(_release_note(running, released))
+        then = AFTER_CUT if released.cut else AFTER
+        raise ProcessFailure(f"{what}. jaxnb interrupted {_names(running)}; {then}", running, notes)
+
+    # ---- interrupts ------------------------------------------------------------------
 
     def interrupted(self, by_process: dict[int, Any]) -> None:
-        """Forward a kernel interrupt to every engine and note the cluster may be out of step."""
+        """Forward a kernel interrupt to every running process; say what happened."""
+        running = [p for p, md in by_process.items() if md.get("completed") is None]
+        if not running:
+            return
         self.cluster.suspect = "a cell was interrupted"
-        try:
-            self.cluster.client.send_signal(signal.SIGINT, targets=self.cluster.view.targets, block=True)
-        except Exception:  # noqa: BLE001 - the interrupt must reach the user regardless
-            pass
-        print(
-            "jaxnb: interrupted every process (SIGINT). Work already dispatched to XLA is not "
-            "cancelled; jaxnb checks the group before the next cell.",
+        paths = _stacks.request(self.cluster, running)
+        released = _release.release(self.cluster, running)
+        dumps = _stacks.read(self.cluster, paths, timeout=0.2)
+        where = "; ".join(f"{label(p)} at {_stacks.where(dumps.get(p), self.code)}" for p in running)
+        lines = [f"jaxnb: interrupted {_names(running)} ({where}); {DISPATCHED}."]
+        lines.append(_release_note(running, released))
+        if released.left:
+            lines.append("\n".join(_stacks.section(self.cluster, p, dumps.get(p), self.code)
+                                   for p in released.left))
+        lines.append(f"jaxnb: {AFTER_CUT if released.cut else AFTER}.")
+        print("\n".join(line for line in lines if line), file=sys.stderr)
+
+
+def _one_line(error: Any, width: int = 120) -> str:
+    value = (str(getattr(error, "evalue", error)).strip().splitlines() or [""])[0]
+    text = f"{getattr(error, 'ename', type(error).__name__)}: {value}"
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _wchan(pid: int) -> str:
+    """The kernel function the process's main thread sleeps in ("" if unknown)."""
+    try:
+        with open(f"/proc/{pid}/wchan") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def _release_note(running: list[int], released: _release.Released) -> str:
+    stopped = [p for p in running if p not in released.left]
+    parts = []
+    if released.cut:
+        verb = "was" if len(released.blocked) == 1 else "were"
+        parts.append(
+            f"{_names(released.blocked)} {verb} blocked in a collective: jaxnb closed the "
+            "group's connections to free them."
         )
+    if stopped:
+        parts.append(f"{_names(stopped)} stopped.")
+    if released.left:
+        parts.append(
+            f"{_names(released.left)} still running (computing, or blocked in a collective that "
+            "jaxnb cannot free); the next cell waits for it, or run `%jax_cluster restart`."
+        )
+    return " ".join(parts)
+
+
+def _traceback(p: int, error: Any) -> str:
+    from jaxnb._spmd import _traceback_text
+
+    return f"---- {label(p)} ----\n{_traceback_text(error)}"

@@ -150,7 +150,10 @@ class JaxnbMagics(Magics):
 
     def _cluster_reset(self, args: Any) -> None:
         cluster = self._require()
-        print(cluster.reset())
+        try:
+            print(f"jaxnb: {cluster.reset()}")
+        except ClusterStateError as exc:
+            raise UsageError(str(exc)) from None
 
     def _cluster_stacks(self, args: Any) -> None:
         from jaxnb import _stacks

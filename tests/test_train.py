@@ -179,11 +179,15 @@ def test_zero_and_one_argument_functions_and_config(cluster, tmp_path):
         "import jaxnb\n"
         "def no_args():\n    jaxnb.report({'a': 1})\n"
         "def with_default(config=None):\n    jaxnb.report({'got': config})\n"
+        "def own_checkpoint(config):\n    jaxnb.report({'a': 2}, checkpoint=config['dir'])\n"
     )
     assert cluster.train("no_args", storage=tmp_path).history == [{"a": 1}]
     assert cluster.train("with_default", storage=tmp_path).history == [{"got": None}]
     result = cluster.train("with_default", {"lr": 0.5, "layers": [1, 2]}, storage=tmp_path)
     assert result.history == [{"got": {"lr": 0.5, "layers": [1, 2]}}]
+    mine = cluster.train("own_checkpoint", {"dir": str(tmp_path / "mine")}, storage=tmp_path)
+    assert mine.checkpoint.path == str(tmp_path / "mine") and mine.checkpoint.user_managed
+    assert mine.checkpoint.step == 1
     with pytest.raises(ValueError, match="takes no arguments"):
         cluster.train("no_args", {"x": 1}, storage=tmp_path)
     with pytest.raises(ValueError, match="defined neither"):

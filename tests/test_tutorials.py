@@ -39,13 +39,6 @@ KERNEL_NAME = "jaxnb-tutorials"
 
 NOTEBOOKS = sorted(p.name for p in TUTORIALS.glob("[0-9][0-9]_*.ipynb"))
 
-#: Notebooks that use the training API (``%jax_train``, ``jaxnb.report``).
-NEEDS_TRAINING = {
-    "03_data_parallel_training.ipynb",
-    "04_gpt2_nnx.ipynb",
-    "05_from_ray_and_kubeflow.ipynb",
-}
-
 #: Text that must appear in a notebook's outputs (streams, results, errors).
 EXPECTED_TEXT = {
     "01_quickstart.ipynb": [
@@ -63,9 +56,22 @@ EXPECTED_TEXT = {
         "ProcessFailure - still running: [0]",
         "every process ran 2 steps",
     ],
-    "03_data_parallel_training.ipynb": ["test_accuracy", "resumed from epoch"],
-    "04_gpt2_nnx.ipynb": ["val_loss", "resumed from step"],
-    "05_from_ray_and_kubeflow.ipynb": ["JAX_COORDINATOR_ADDRESS", "Final loss"],
+    "03_data_parallel_training.ipynb": [
+        "last epoch: 3 | checkpoint step: 69",
+        "resumed from epoch 3 (step 69)",
+        "final test accuracy:",
+    ],
+    "04_gpt2_nnx.ipynb": [
+        "reports: 40 | checkpoint at step 40",
+        "resumed from step 40",
+        "validation loss",
+    ],
+    "05_from_ray_and_kubeflow.ipynb": [
+        "Final loss:",
+        "loss went down: True",
+        "JAX_COORDINATOR_ADDRESS=",
+        "epoch 30: loss",
+    ],
 }
 
 #: Notebooks whose outputs must include a PNG (the training dashboard's static plot).
@@ -77,19 +83,6 @@ EXPECT_PNG = {
 
 #: Seconds one notebook may take (a loaded 2-core CI machine; they usually take far less).
 NOTEBOOK_TIMEOUT = 600
-
-
-def _training_available() -> bool:
-    try:
-        import jaxnb._train.driver  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def _skip_without_training(name: str) -> None:
-    if name in NEEDS_TRAINING and not _training_available():
-        pytest.skip(f"{name} needs the training API (jaxnb/_train/driver.py), not present yet")
 
 
 @pytest.fixture(scope="module")
@@ -136,13 +129,16 @@ def _all_text(nb) -> str:
     return "\n".join(parts)
 
 
+def _html(out) -> str:
+    page = out.get("data", {}).get("text/html", "")
+    return "".join(page) if isinstance(page, list) else page
+
+
 def _engine_pids(nb) -> set[int]:
     """Engine pids listed in the static devices tables of the notebook."""
     pids = set()
     for _, out in _outputs(nb):
-        page = out.get("data", {}).get("text/html", "")
-        if isinstance(page, list):
-            page = "".join(page)
+        page = _html(out)
         if "jaxnb-devices" in page:
             for row in re.findall(r"<tr><td[^>]*>p\d+</td><td>[^<]*</td><td>(\d+)</td>", page):
                 pids.add(int(row))
@@ -164,7 +160,6 @@ def _still_running(pids: set[int]) -> list[int]:
 @pytest.mark.parametrize("name", NOTEBOOKS)
 @pytest.mark.timeout(NOTEBOOK_TIMEOUT)
 def test_tutorial_executes(name, with_kernel, tmp_path):
-    _skip_without_training(name)
     EXECUTED.mkdir(exist_ok=True)
     output = EXECUTED / name
     started = time.monotonic()
@@ -188,12 +183,8 @@ def test_tutorial_executes(name, with_kernel, tmp_path):
     ]
     assert not errors, "unexpected error outputs:\n" + "\n".join(errors)
 
-    tables = [
-        out
-        for _, out in _outputs(nb)
-        if "jaxnb-devices" in str(out.get("data", {}).get("text/html", ""))
-    ]
-    assert tables, "no devices table (static HTML) in the executed notebook"
+    pages = [_html(out) for _, out in _outputs(nb)]
+    assert any("jaxnb-devices" in page for page in pages), "no devices table (static HTML)"
     if name in EXPECT_PNG:
         assert any("image/png" in out.get("data", {}) for _, out in _outputs(nb)), "no PNG plot"
 
@@ -231,7 +222,6 @@ def test_tutorials_are_well_formed():
 @pytest.mark.timeout(NOTEBOOK_TIMEOUT + 60)
 def test_nbval(name, tmp_path):
     """``pytest --nbval-lax``: outputs of ``# NBVAL_CHECK_OUTPUT`` cells match the stored ones."""
-    _skip_without_training(name)
     pytest.importorskip("nbval")
     env = dict(os.environ)
     env.pop("PYTEST_ADDOPTS", None)

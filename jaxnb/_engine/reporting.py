@@ -21,9 +21,11 @@ from jaxnb._engine import stopping
 from jaxnb._engine.publisher import BatchPublisher, datapub_sender
 
 #: Reports whose JAX values may still be computing; ``report()`` waits on the value
-#: reported this many reports ago, so dispatch never runs unboundedly ahead
-#: (with several CPU devices per process, that can deadlock gloo).
+#: reported this many reports ago, so dispatch never runs unboundedly ahead.
 MAX_IN_FLIGHT = 4
+#: The same with several CPU devices per process, where overlapping steps can deadlock
+#: gloo (README, "CPU collectives"): block on the previously reported value.
+MAX_IN_FLIGHT_CPU_MULTI_DEVICE = 1
 #: Checkpoints kept per run by ``report(checkpoint=pytree)``.
 KEEP_CHECKPOINTS = 3
 
@@ -47,7 +49,7 @@ class _Run:
     count: int = 0
     base_step: int = 0
     store: Any = None  # CheckpointStore, made at the first pytree checkpoint
-    latest: Any = None  # Checkpoint | None
+    max_in_flight: int | None = None  # decided at the first JAX value reported
     in_flight: deque = dataclasses.field(default_factory=deque)
 
 
@@ -64,7 +66,9 @@ def report(metrics: dict[str, Any], checkpoint: Any = None) -> None:
     last 3 kept under the run's ``checkpoints`` folder), or the path of a
     directory you saved yourself (recorded as is). The step is
     ``metrics["step"]`` when it is a Python int, else the number of reports
-    so far (continuing from the resumed checkpoint's step).
+    so far (continuing from the resumed checkpoint's step). It does not wait on
+    the device, except to keep at most :data:`MAX_IN_FLIGHT` reported values
+    computing (1 with several CPU devices per process).
     """
     run = _run
     if run is None or run.publisher is None:
@@ -87,7 +91,6 @@ def report(metrics: dict[str, Any], checkpoint: Any = None) -> None:
     }
     if checkpoint is not None:
         saved = _save(run, step, checkpoint)
-        run.latest = saved
         record["checkpoint"] = saved.path
         record["checkpoint_user"] = saved.user_managed
     run.publisher.add(record)
@@ -265,13 +268,20 @@ def _save(run: _Run, step: int, checkpoint: Any) -> Any:
     return run.store.save(step, checkpoint)
 
 
+def _max_in_flight(jax: Any) -> int:
+    several_cpu = jax.default_backend() == "cpu" and jax.local_device_count() > 1
+    return MAX_IN_FLIGHT_CPU_MULTI_DEVICE if several_cpu else MAX_IN_FLIGHT
+
+
 def _bound_in_flight(run: _Run, metrics: dict[str, Any]) -> None:
     jax = sys.modules.get("jax")
     if jax is None:
         return
     arrays = [v for v in metrics.values() if isinstance(v, jax.Array)]
+    if arrays and run.max_in_flight is None:
+        run.max_in_flight = _max_in_flight(jax)  # a JAX value exists: the backend is up
     run.in_flight.append(arrays)
-    if len(run.in_flight) > MAX_IN_FLIGHT:
+    if len(run.in_flight) > (run.max_in_flight or MAX_IN_FLIGHT):
         oldest = run.in_flight.popleft()
         if oldest:
             jax.block_until_ready(oldest)

@@ -6,6 +6,7 @@ thread waits inside an XLA collective (where no Python code can run).
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
 import signal
@@ -35,7 +36,5 @@ def arm() -> None:
 
 def remove() -> None:
     """Delete this process's stack file (at exit)."""
-    try:
+    with contextlib.suppress(OSError):
         os.unlink(stack_path())
-    except OSError:
-        pass

@@ -1,19 +1,27 @@
-"""Make engines exit when the notebook kernel that launched them is gone.
+"""Make every process jaxnb launched exit when the notebook kernel that launched it is gone.
 
-Runs on its own thread, so it fires even while the engine's main thread is
-busy computing or blocked in a collective. When the kernel disappears (even
-after SIGKILL) it also stops the controller and removes the key files.
+Runs on its own thread, so it fires even while an engine's main thread is busy
+computing or blocked in a collective. When the kernel disappears (even after
+SIGKILL), an engine removes the key files, stops the controller's whole process
+group and exits; the controller (see :mod:`jaxnb._engine.controller`) does the
+same for itself and its scheduler processes, in case no engine is left to do it.
+ipyparallel's nanny processes exit on their own once their engine is gone.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 POLL_SECONDS = 1.0
+#: Exit status of an engine that stopped because its kernel is gone.
+ORPHAN_EXIT_STATUS = 70
 
 
 def _alive(pid: int) -> bool:
@@ -30,31 +38,81 @@ def _orphaned(parent_pid: int, original_ppid: int) -> bool:
     return not _alive(parent_pid) or os.getppid() != original_ppid
 
 
-def _clean_up_and_exit(controller_pid: int | None, files: list[str]) -> None:
+def remove_paths(paths: list[str]) -> None:
+    """Delete files and folders, ignoring those already gone."""
+    for path in paths:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL ``pid`` and, when it leads a process group, the whole group."""
+    with contextlib.suppress(OSError):
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, signal.SIGKILL)
+            return
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _engine_exit(controller_pid: int | None, paths: list[str]) -> None:
+    remove_paths(paths)
     if controller_pid:
-        with contextlib.suppress(OSError):
-            os.kill(controller_pid, signal.SIGKILL)
-    for path in files:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
+        kill_group(controller_pid)
     from jaxnb._engine import stacks
 
     stacks.remove()
-    os._exit(70)
+    os._exit(ORPHAN_EXIT_STATUS)
 
 
-def _watch(parent_pid: int, original_ppid: int, controller_pid: int | None, files: list[str]):
+def _controller_exit(paths: list[str]) -> None:
+    remove_paths(paths)
+    os.killpg(os.getpgid(0), signal.SIGKILL)  # this process and its schedulers
+    os._exit(ORPHAN_EXIT_STATUS)
+
+
+def _watch(parent_pid: int, original_ppid: int, on_orphan: Callable[..., None], *args: Any) -> None:
     while not _orphaned(parent_pid, original_ppid):
         time.sleep(POLL_SECONDS)
-    _clean_up_and_exit(controller_pid, files)
+    on_orphan(*args)
+
+
+def _settings() -> tuple[int, list[str]] | None:
+    parent = os.environ.get("JAXNB_PARENT_PID")
+    if not parent:
+        return None
+    paths = [f for f in os.environ.get("JAXNB_CLEANUP_FILES", "").split(os.pathsep) if f]
+    return int(parent), paths
+
+
+def _start(parent_pid: int, on_orphan: Callable[..., None], *args: Any) -> None:
+    thread = threading.Thread(
+        target=_watch,
+        args=(parent_pid, os.getppid(), on_orphan, *args),
+        name="jaxnb-watchdog",
+        daemon=True,
+    )
+    thread.start()
 
 
 def start_from_env() -> None:
-    """Start the watchdog when ``JAXNB_PARENT_PID`` names the launching kernel."""
-    parent = os.environ.get("JAXNB_PARENT_PID")
-    if not parent:
+    """In an engine: start the watchdog when ``JAXNB_PARENT_PID`` names the launching kernel."""
+    settings = _settings()
+    if settings is None:
         return
+    parent, paths = settings
     controller = os.environ.get("JAXNB_CONTROLLER_PID")
-    files = [f for f in os.environ.get("JAXNB_CLEANUP_FILES", "").split(os.pathsep) if f]
-    args = (int(parent), os.getppid(), int(controller) if controller else None, files)
-    threading.Thread(target=_watch, args=args, name="jaxnb-watchdog", daemon=True).start()
+    controller_pid = int(controller) if controller else None
+    _start(parent, _engine_exit, controller_pid, paths)
+
+
+def start_for_controller() -> None:
+    """In the controller: the same watchdog, stopping the controller's process group."""
+    settings = _settings()
+    if settings is None:
+        return
+    parent, paths = settings
+    _start(parent, _controller_exit, paths)

@@ -27,7 +27,7 @@ PREPARE_TIMEOUT_SECONDS = 60.0
 
 BUSY = (
     "the engines are busy with the background training run {name!r}; wait for it to end "
-    "(`result.wait()`) or press Stop on its dashboard (`result.stop()`) first"
+    "(its Result's `.wait()`) or press Stop on its dashboard (or call `.stop()`) first"
 )
 NOT_ANSWERING = (
     "the engines did not take the training run within {timeout:g} s (are they still busy "
@@ -75,25 +75,39 @@ def train(
     spec.update(run_dir=run_dir, run_id=uuid.uuid4().hex, resume=resume_from)
     _prepare(cluster, spec)
 
-    from jaxnb._widgets.dashboard import Dashboard
-
     result = Result(run, run_dir)
-    dashboard = Dashboard(run, cluster.num_processes,
-                          on_stop=(lambda: monitor.request_stop()) if background else None)
-    ar = cluster.view.apply_async(reporting.execute)
-    cluster.busy_with = run
-    monitor = Monitor(cluster, ar, result, dashboard)
-    result._stop = monitor.request_stop
-    dashboard.show()
     if background:
+        monitor = _launch(cluster, result, background=True)
         follow = contextvars.copy_context().run  # output goes to the cell that started the run
         threading.Thread(target=follow, args=(_follow_background, monitor, on_result),
                          name=f"jaxnb-train-{run}", daemon=True).start()
         return result
-    error = _follow_blocking(monitor, on_result)
+    with InterruptCounter() as ctrl_c:  # from before the run starts: no interrupt is lost
+        monitor = _launch(cluster, result, background=False)
+        error = _follow_blocking(monitor, on_result, ctrl_c)
     if error is not None:
         raise error
     return result
+
+
+def _launch(cluster: JaxCluster, result: Result, background: bool) -> Monitor:
+    """Show the dashboard, start the function on every process, and follow it."""
+    from jaxnb._widgets.dashboard import Dashboard
+
+    following: list[Monitor] = []
+    on_stop = (lambda: following[0].request_stop()) if background else None
+    dashboard = Dashboard(result.name, cluster.num_processes, on_stop=on_stop)
+    dashboard.show()
+    ar = cluster.view.apply_async(reporting.execute)
+    cluster.busy_with = result.name
+    try:
+        monitor = Monitor(cluster, ar, result, dashboard)
+    except BaseException:
+        cluster.busy_with = None
+        raise
+    following.append(monitor)
+    result._stop = monitor.request_stop
+    return monitor
 
 
 def _prepare(cluster: JaxCluster, spec: dict[str, Any]) -> None:
@@ -112,18 +126,19 @@ def _prepare(cluster: JaxCluster, spec: dict[str, Any]) -> None:
         raise ValueError(problems[0])
 
 
-def _follow_blocking(monitor: Monitor, on_result: Callable[[Result], None] | None):
+def _follow_blocking(
+    monitor: Monitor, on_result: Callable[[Result], None] | None, ctrl_c: InterruptCounter
+) -> BaseException | None:
     """Poll until the run ends, turning kernel interrupts into stop requests."""
     name = monitor.result.name
     try:
-        with InterruptCounter() as ctrl_c:
-            while not monitor.poll():
-                if ctrl_c.count >= 1 and not monitor.stop_requested:
-                    print(FIRST_INTERRUPT.format(name=name))
-                    monitor.request_stop()
-                if ctrl_c.count >= 2 and not monitor.interrupted:
-                    print(SECOND_INTERRUPT)
-                    monitor.interrupt()
+        while not monitor.poll():
+            if ctrl_c.count >= 1 and not monitor.stop_requested:
+                print(FIRST_INTERRUPT.format(name=name))
+                monitor.request_stop()
+            if ctrl_c.count >= 2 and not monitor.interrupted:
+                print(SECOND_INTERRUPT)
+                monitor.interrupt()
     except BaseException as exc:  # third interrupt, or jaxnb itself failed: record, re-raise
         monitor.gave_up = exc
         monitor.cluster.suspect = "the notebook stopped following a training run"
@@ -144,7 +159,9 @@ def _follow_background(monitor: Monitor, on_result: Callable[[Result], None] | N
               f"{getattr(error, 'summary', error)}", file=sys.stderr)
 
 
-def _conclude(monitor: Monitor, on_result: Callable[[Result], None] | None):
+def _conclude(
+    monitor: Monitor, on_result: Callable[[Result], None] | None
+) -> BaseException | None:
     """Fill in the Result, finish the dashboard, free the engines; the error to raise."""
     from jaxnb._spmd import remote_error
 
