@@ -6,17 +6,20 @@ One command, every number measured in the same run, on the same machine:
 1. throughput: a small data-parallel MLP (jax + optax; gradients all-reduced
    over gloo), steps/s measured inside the loop after warm-up. Under jaxnb
    the loop calls ``jaxnb.report({"loss": loss, "step": i})`` every step with
-   the dashboard live in this process; the plain script (two subprocesses
-   with ``jax.distributed``, same environment as jaxnb's engines) does not
-   report. Runs alternate (plain, jaxnb, plain, ...) to spread out noise;
-   the ratio is median(jaxnb) / median(plain). Target >= 0.95.
+   the live dashboard in this process. The plain script (two processes with
+   ``jax.distributed``, the engines' environment, no notebook, no report)
+   runs the loop twice per round: with unbounded dispatch, and blocking on
+   the loss of MAX_IN_FLIGHT steps ago as ``jaxnb.report`` does. The plain
+   processes stay up and segments alternate (plain, plain bounded, jaxnb,
+   ...) so that load from other work hits all alike; ratios are medians of
+   the per-round ratios. Target >= 0.95.
 2. latency at 100 reports/s: each report's engine time vs the time the
    notebook booked it into the Result (same machine, same clock). Target p95
    <= 100 ms.
 3. start-up: ``train()`` call -> first report booked in the notebook, vs the
    plain script's launch -> first step done (and its init -> first step).
 
-    python bench/train_throughput.py [--steps 400] [--repeats 5]
+    python bench/train_throughput.py [--steps 300] [--repeats 8]
 """
 
 from __future__ import annotations
@@ -31,14 +34,13 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from jaxnb._engine.reporting import MAX_IN_FLIGHT
+
+# ---- the training loop (runs on the engines, or in the plain processes) ---------------
 
 
-# ---- the training loop (runs on the engines, or in the plain workers) ------------------
-
-
-def mlp_loop(config: dict) -> dict:
-    """``steps`` steps of a data-parallel MLP; steps/s after ``warmup`` steps."""
+def make_trainer(config: dict):
+    """Set up a data-parallel MLP; returns ``run(steps, report)`` -> steps/s after warm-up."""
     import time
 
     import jax
@@ -48,11 +50,6 @@ def mlp_loop(config: dict) -> dict:
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    report = None
-    if config["jaxnb"]:
-        import jaxnb
-
-        report = jaxnb.report
     din, hidden, dout = config["din"], config["hidden"], 10
     mesh = jax.make_mesh((jax.device_count(),), ("data",), devices=jax.devices())
     repl, data_sh = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
@@ -73,13 +70,13 @@ def mlp_loop(config: dict) -> dict:
         return optax.softmax_cross_entropy_with_integer_labels(x @ w + b, y).mean()
 
     opt = optax.adam(1e-3)
-    params = jax.jit(init, out_shardings=repl)(jax.random.key(0))
-    opt_state = jax.jit(opt.init, out_shardings=repl)(params)
     rng = np.random.default_rng(jax.process_index())
     xs = rng.normal(size=(local_batch, din)).astype(np.float32)
     ys = rng.integers(0, dout, size=local_batch).astype(np.int32)
     x = jax.make_array_from_process_local_data(data_sh, xs)
     y = jax.make_array_from_process_local_data(data_sh, ys)
+    state = {"params": jax.jit(init, out_shardings=repl)(jax.random.key(0)), "first": 0.0}
+    state["opt"] = jax.jit(opt.init, out_shardings=repl)(state["params"])
 
     @jax.jit
     def step(params, opt_state, x, y):
@@ -87,20 +84,38 @@ def mlp_loop(config: dict) -> dict:
         updates, opt_state = opt.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
-    first = start = 0.0
-    for i in range(config["steps"]):
-        params, opt_state, loss = step(params, opt_state, x, y)
-        if report is not None:
-            report({"loss": loss, "step": i})
-        if i == 0:
-            loss.block_until_ready()
-            first = time.time()
-        elif i == config["warmup"]:
-            loss.block_until_ready()
-            start = time.perf_counter()
-    jax.block_until_ready(params)
-    rate = (config["steps"] - 1 - config["warmup"]) / (time.perf_counter() - start)
-    return {"steps_per_s": rate, "first_step_time": first}
+    def run(steps: int, report=None, in_flight: int = 0) -> dict:
+        """``in_flight`` > 0: block on the loss of that many steps ago (as jaxnb does)."""
+        params, opt_state = state["params"], state["opt"]
+        start, losses = 0.0, []
+        for i in range(config["warmup"] + steps):
+            params, opt_state, loss = step(params, opt_state, x, y)
+            if report is not None:
+                report({"loss": loss, "step": i})
+            if in_flight:
+                losses.append(loss)
+                if len(losses) > in_flight:
+                    losses.pop(0).block_until_ready()
+            if not state["first"]:
+                loss.block_until_ready()
+                state["first"] = time.time()
+            if i == config["warmup"] - 1:
+                loss.block_until_ready()
+                start = time.perf_counter()
+        jax.block_until_ready(params)
+        state["params"], state["opt"] = params, opt_state
+        return {"steps_per_s": steps / (time.perf_counter() - start),
+                "first_step_time": state["first"]}
+
+    return run
+
+
+def jaxnb_loop(config: dict) -> None:
+    """The loop under jaxnb, reporting every step; its measurements go out as a last report."""
+    import jaxnb
+
+    run = make_trainer(config)
+    jaxnb.report({"bench": run(config["steps"], jaxnb.report)})
 
 
 def paced_reports(config: dict) -> None:
@@ -118,17 +133,11 @@ def paced_reports(config: dict) -> None:
         jaxnb.report({"i": i, "loss": 1.0 / (i + 1)})
 
 
-def jaxnb_loop(config: dict) -> None:
-    """``mlp_loop`` under jaxnb; its measurements go out as one last report."""
-    import jaxnb
-
-    jaxnb.report({"bench": mlp_loop(config)})
-
-
 # ---- the plain script ---------------------------------------------------------------------
 
 
 def worker(args: argparse.Namespace) -> None:
+    """One plain process: set up once, then run a segment per ``run N`` line on stdin."""
     launched = float(os.environ["BENCH_LAUNCHED"])
     import jax
 
@@ -136,33 +145,53 @@ def worker(args: argparse.Namespace) -> None:
     jax.distributed.initialize(coordinator_address=f"127.0.0.1:{args.port}", num_processes=2,
                                process_id=args.process_id, initialization_timeout=120)
     ready = time.time()
-    out = mlp_loop(json.loads(args.config))
-    if args.process_id == 0:
-        out.update(launched=launched, ready=ready)
-        print("RESULT " + json.dumps(out), flush=True)
-    jax.distributed.shutdown()
+    run = make_trainer(json.loads(args.config))
+    for line in sys.stdin:
+        if not line.startswith("run "):
+            break
+        _, steps, in_flight = line.split()
+        out = run(int(steps), in_flight=int(in_flight))
+        if args.process_id == 0:
+            print("RESULT " + json.dumps({**out, "launched": launched, "ready": ready}),
+                  flush=True)
+    sys.stdout.flush()
+    os._exit(0)  # no shutdown barrier: the two processes leave one after the other
 
 
-def plain_run(config: dict, env: dict[str, str], timeout: float = 600) -> dict:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, **env, "BENCH_LAUNCHED": repr(time.time())}
-    argv = [sys.executable, os.path.abspath(__file__), "--worker", "--port", str(port),
-            "--config", json.dumps({**config, "jaxnb": False})]
-    procs = [subprocess.Popen([*argv, "--process-id", str(i)], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for i in range(2)]
-    try:
-        outs = [p.communicate(timeout=timeout)[0] for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
+class PlainScript:
+    """Two plain processes with ``jax.distributed`` (no notebook), kept for every segment."""
+
+    def __init__(self, config: dict, env: dict[str, str]) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        env = {**os.environ, **env, "BENCH_LAUNCHED": repr(time.time())}
+        argv = [sys.executable, os.path.abspath(__file__), "--worker", "--port", str(port),
+                "--config", json.dumps(config)]
+        self.procs = [
+            subprocess.Popen([*argv, "--process-id", str(i)], env=env, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE if i == 0 else subprocess.DEVNULL,
+                             text=True)
+            for i in range(2)
+        ]
+
+    def run(self, steps: int, in_flight: int = 0) -> dict:
+        for p in self.procs:
+            p.stdin.write(f"run {steps} {in_flight}\n")
+            p.stdin.flush()
+        for line in self.procs[0].stdout:
+            if line.startswith("RESULT "):
+                return json.loads(line[len("RESULT "):])
+        raise RuntimeError("the plain script ended early")
+
+    def close(self) -> None:
+        for p in reversed(self.procs):
+            try:
+                p.stdin.close()
+                p.wait(timeout=60)
+            except (OSError, subprocess.TimeoutExpired):
                 p.kill()
                 p.wait()
-    for line in outs[0].splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
-    raise RuntimeError("plain run failed:\n" + "\n".join(o[-2000:] for o in outs))
 
 
 # ---- jaxnb --------------------------------------------------------------------------------
@@ -188,7 +217,7 @@ class Booked:
 def jaxnb_run(cluster, config: dict, booked: Booked, storage: str) -> dict:
     booked.pairs.clear()
     called = time.time()
-    result = cluster.train(jaxnb_loop, {**config, "jaxnb": True}, storage=storage)
+    result = cluster.train(jaxnb_loop, config, storage=storage)
     out = dict(result.history[-1]["bench"])
     out["first_booked"] = booked.pairs[0][1] - called
     return out
@@ -196,9 +225,9 @@ def jaxnb_run(cluster, config: dict, booked: Booked, storage: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=400)
-    parser.add_argument("--warmup", type=int, default=50)
-    parser.add_argument("--repeats", type=int, default=5, help="plain/jaxnb pairs")
+    parser.add_argument("--steps", type=int, default=300, help="measured steps per segment")
+    parser.add_argument("--warmup", type=int, default=30)
+    parser.add_argument("--repeats", type=int, default=8, help="plain/jaxnb segment pairs")
     parser.add_argument("--din", type=int, default=256)
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--batch", type=int, default=256)
@@ -223,37 +252,46 @@ def main() -> None:
         env = engine_environment(cluster.options, tempfile.gettempdir())
         env.pop("JAXNB_STACKS_DIR", None)
         print(f"MLP {args.din}-{args.hidden}-{args.hidden}-10, global batch {args.batch}, "
-              f"{args.steps} steps ({args.warmup} warm-up), 2 processes x "
-              f"{env.get('JAX_NUM_CPU_DEVICES', '?')} CPU device(s), {os.cpu_count()} cores")
-        print(f"load average at start: {os.getloadavg()[0]:.2f}")
-        plain, under = [], []
-        for r in range(args.repeats):
-            plain.append(plain_run(config, env))
-            under.append(jaxnb_run(cluster, config, booked, os.path.join(storage, str(r))))
-            print(f"  run {r}: plain {plain[-1]['steps_per_s']:.1f} steps/s, "
-                  f"jaxnb {under[-1]['steps_per_s']:.1f} steps/s")
+              f"{args.repeats} x {args.steps} measured steps (+{args.warmup} warm-up), "
+              f"2 processes x {env.get('JAX_NUM_CPU_DEVICES', '?')} CPU device(s), "
+              f"{os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f}")
+        script = PlainScript(config, env)
+        try:
+            plain, bounded, under = [], [], []
+            for r in range(args.repeats):
+                plain.append(script.run(args.steps))
+                bounded.append(script.run(args.steps, in_flight=MAX_IN_FLIGHT))
+                under.append(jaxnb_run(cluster, config, booked, os.path.join(storage, str(r))))
+                print(f"  round {r}: plain {plain[-1]['steps_per_s']:.1f}, plain bounded "
+                      f"{bounded[-1]['steps_per_s']:.1f}, jaxnb {under[-1]['steps_per_s']:.1f} "
+                      "steps/s", flush=True)
+        finally:
+            script.close()
         booked.pairs.clear()
         cluster.train(paced_reports, {"rate": args.rate, "seconds": args.seconds},
                       storage=os.path.join(storage, "latency"))
         latency = sorted(1000 * (got - sent) for sent, got in booked.pairs)
 
-    print(f"load average at end: {os.getloadavg()[0]:.2f} (other work on the machine skews "
-          "every number below)")
-    p_rate = statistics.median(p["steps_per_s"] for p in plain)
-    j_rate = statistics.median(u["steps_per_s"] for u in under)
-    pair = statistics.median(
-        u["steps_per_s"] / p["steps_per_s"] for p, u in zip(plain, under, strict=True))
-    p_first = statistics.median(p["first_step_time"] - p["launched"] for p in plain)
-    p_ready = statistics.median(p["first_step_time"] - p["ready"] for p in plain)
+    def paired(base: list[dict]) -> float:
+        return statistics.median(
+            u["steps_per_s"] / b["steps_per_s"] for b, u in zip(base, under, strict=True))
+
+    def median(runs: list[dict]) -> float:
+        return statistics.median(r["steps_per_s"] for r in runs)
+    p_first = plain[0]["first_step_time"] - plain[0]["launched"]
+    p_ready = plain[0]["first_step_time"] - plain[0]["ready"]
     j_first = statistics.median(u["first_booked"] for u in under)
     p95 = latency[int(0.95 * (len(latency) - 1))]
-    print(f"throughput: jaxnb {j_rate:.1f} vs plain {p_rate:.1f} steps/s (medians) -> "
-          f"ratio {j_rate / p_rate:.3f}; median of paired ratios {pair:.3f} (target >= 0.95)")
+    print(f"load average at the end: {os.getloadavg()[0]:.2f} (other work skews the numbers)")
+    print(f"throughput (median steps/s): jaxnb {median(under):.1f}, plain {median(plain):.1f}, "
+          f"plain with {MAX_IN_FLIGHT} steps in flight {median(bounded):.1f}")
+    print(f"  jaxnb / plain: median paired ratio {paired(plain):.3f} (target >= 0.95); "
+          f"jaxnb / plain bounded: {paired(bounded):.3f}")
     print(f"latency at {args.rate:g} reports/s ({len(latency)} reports): "
           f"p50 {latency[len(latency) // 2]:.1f} ms, p95 {p95:.1f} ms, max {latency[-1]:.1f} ms "
           "(target p95 <= 100 ms)")
-    print(f"start-up: train() -> first report in the notebook {j_first:.2f} s; plain script "
-          f"launch -> first step {p_first:.2f} s (of which init -> first step {p_ready:.2f} s)")
+    print(f"start-up: train() -> first report in the notebook {j_first:.2f} s (median); plain "
+          f"script launch -> first step {p_first:.2f} s (init -> first step {p_ready:.2f} s)")
 
 
 if __name__ == "__main__":

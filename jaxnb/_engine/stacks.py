@@ -10,6 +10,7 @@ import contextlib
 import faulthandler
 import os
 import signal
+import sys
 import tempfile
 from typing import IO
 
@@ -32,6 +33,9 @@ def arm() -> None:
     _stack_file = open(stack_path(), "a")  # noqa: SIM115
     os.chmod(_stack_file.name, 0o600)
     faulthandler.register(STACK_SIGNAL, file=_stack_file, all_threads=True, chain=False)
+    # A crash (SIGSEGV, SIGABRT, ...) leaves every thread's stack in the engine's log,
+    # where jaxnb shows it as the dead process's last lines.
+    faulthandler.enable(file=sys.__stderr__, all_threads=True)
 
 
 def remove() -> None:
