@@ -161,7 +161,8 @@ class JaxCluster:
         placements = engine_process.placements(hosts)
         pending = {}
         for index, eid in enumerate(engine_ids):
-            local_ids = [index] if options.platform == "gpu" else None
+            # One engine per GPU: the engine's local rank picks its GPU on its own host.
+            local_ids = [placements[index][0]] if options.platform == "gpu" else None
             pending[index] = client[eid].apply_async(
                 engine_process.initialize,
                 index,

@@ -64,12 +64,19 @@ def build_cluster(options: ClusterOptions) -> ipp.Cluster:
         engines=_engine_launcher(options),
         delay=0.0,
         controller_args=[f"--HeartMonitor.period={HEARTBEAT_MS}"],
-        log_level=logging.WARNING,
+        log=_quiet_logger(),
         config=config,
         load_profile=False,
         **kwargs,
     )
     return cluster
+
+
+def _quiet_logger() -> logging.Logger:
+    """ipyparallel's own logger would be the kernel app's (printing engine logs into cells)."""
+    log = logging.getLogger("jaxnb.ipyparallel")
+    log.setLevel(logging.ERROR)
+    return log
 
 
 def _engine_launcher(options: ClusterOptions) -> str:

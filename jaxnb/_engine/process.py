@@ -90,7 +90,17 @@ def initialize(
                 heartbeat_timeout_seconds=heartbeat_timeout,
                 initialization_timeout=init_timeout,
             )
+    if init and num_processes > 1:
+        _first_collective()
     return describe(process_id, touch_backend=init)
+
+
+def _first_collective() -> None:
+    """One tiny all-gather, so the group is proven and gloo's connect banner is not in a cell."""
+    import jax.numpy as jnp
+    from jax.experimental import multihost_utils
+
+    multihost_utils.process_allgather(jnp.ones(1))
 
 
 def describe(process_id: int | None = None, *, touch_backend: bool = True) -> dict[str, Any]:
