@@ -177,7 +177,7 @@ class JaxnbMagics(Magics):
         for name in names:
             try:
                 self.shell.user_ns[name] = cluster.pull(name)
-            except NameError as exc:
+            except (NameError, ClusterStateError) as exc:
                 raise UsageError(str(exc)) from None
 
     @line_magic
@@ -188,7 +188,10 @@ class JaxnbMagics(Magics):
         missing = [n for n in names if n not in self.shell.user_ns]
         if missing:
             raise UsageError(f"name {missing[0]!r} is not defined in the notebook; define it first")
-        cluster.push(**{n: self.shell.user_ns[n] for n in names})
+        try:
+            cluster.push(**{n: self.shell.user_ns[n] for n in names})
+        except ClusterStateError as exc:
+            raise UsageError(str(exc)) from None
 
     @line_magic
     def jax_mesh(self, line: str) -> None:

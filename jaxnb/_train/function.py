@@ -102,8 +102,7 @@ def _is_user_code(module: Any) -> bool:
     path = os.path.realpath(path)
     installed = {sysconfig.get_paths()[k] for k in ("purelib", "platlib", "stdlib", "platstdlib")}
     roots = [os.path.realpath(p) + os.sep for p in installed]
-    package = sys.modules.get(module.__name__.partition(".")[0])
-    if package is sys.modules.get("jaxnb"):
+    if module.__name__.partition(".")[0] == "jaxnb":
         return False
     return not any(path.startswith(root) for root in roots)
 

@@ -20,7 +20,7 @@ _NEXT_FLAG = re.compile(r"\s(?:--name|--storage|-o|--output|--resume|--backgroun
 @argument("--storage", default=None, help="folder that holds runs; default: ./jaxnb_runs")
 @argument("-o", "--output", default=None, metavar="VAR", help="store the Result in VAR")
 @argument("--resume", action="store_true", help="continue run RUN from its latest checkpoint")
-@argument("--background", action="store_true", help="return at once; VAR is set when it ends")
+@argument("--background", action="store_true", help="return at once; VAR holds the live Result (wait(), stop())")
 def _arguments(line: str) -> None:
     """%jax_train FUNC [--config EXPR] [--name RUN] [--storage DIR] [-o VAR] [--resume] [--background]
 
@@ -64,7 +64,10 @@ def run(magics: Any, line: str, local_ns: dict | None) -> Any:
                                resume=args.resume, background=args.background, on_result=store)
     except (ValueError, FileExistsError, ClusterStateError) as exc:
         raise UsageError(str(exc)) from None
-    return None if args.background else result
+    if args.background:
+        store(result)  # the live Result: .running, .wait(), .stop(); filled in as the run goes
+        return None
+    return result
 
 
 def _function(name: str, user_ns: dict, local_ns: dict) -> Any:
