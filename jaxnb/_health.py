@@ -63,18 +63,43 @@ def exit_of(process: psutil.Process) -> str | None:
     return f"exited with status {code}"
 
 
-def stderr_tail(cluster: JaxCluster, p: int, lines: int = STDERR_TAIL_LINES) -> list[str]:
-    """The last lines an engine wrote to its log (its stderr and stdout)."""
+def engine_log(cluster: JaxCluster, p: int) -> str:
+    """What process ``p``'s engine wrote to its log (stderr and stdout), ANSI colours removed."""
     launcher = _launchers_by_pid(cluster).get(cluster.processes[p].pid)
     if launcher is None:
-        return []
+        return ""
     try:
         with open(launcher.output_file, errors="replace") as f:
             text = f.read()
     except (OSError, AttributeError):
         text = launcher.get_output() or ""
-    kept = [_ANSI.sub("", ln).rstrip() for ln in text.splitlines()]
-    return [ln for ln in kept if ln.strip() and not ln.startswith("[Gloo]")][-lines:]
+    return _ANSI.sub("", text)
+
+
+def stderr_tail(cluster: JaxCluster, p: int, lines: int = STDERR_TAIL_LINES) -> list[str]:
+    """The last lines an engine wrote to its log (its stderr and stdout)."""
+    kept = [ln.rstrip() for ln in engine_log(cluster, p).splitlines()]
+    kept = [ln for ln in kept if ln.strip() and not ln.startswith("[Gloo]")]
+    fatal = next((i for i in range(len(kept) - 1, -1, -1) if ln_fatal(kept[i])), None)
+    if fatal is not None:  # a crash: its faulthandler dump ends the log; show what led to it
+        return kept[max(0, fatal - lines) : fatal + 1]
+    return kept[-lines:]
+
+
+def ln_fatal(line: str) -> bool:
+    """True for the first line faulthandler writes when the process crashes."""
+    return line.startswith("Fatal Python error:")
+
+
+def crash_stack(cluster: JaxCluster, p: int) -> str:
+    """Where the main thread was when process ``p`` crashed (from faulthandler), or ""."""
+    from jaxnb import _stacks
+
+    log = engine_log(cluster, p)
+    start = log.rfind("Fatal Python error:")
+    if start < 0:
+        return ""
+    return _stacks.format_stack(log[start:])
 
 
 def describe_dead(cluster: JaxCluster, dead: dict[int, str]) -> str:
@@ -89,6 +114,9 @@ def describe_dead(cluster: JaxCluster, dead: dict[int, str]) -> str:
         tail = stderr_tail(cluster, p)
         if tail:
             parts.append("  last lines of its stderr:\n" + "\n".join("    " + ln for ln in tail))
+        crash = crash_stack(cluster, p)
+        if crash:
+            parts.append("  its main thread when it crashed:\n" + crash)
     return "\n".join(parts)
 
 

@@ -25,10 +25,24 @@ def cluster():
 @pytest.fixture(scope="session")
 def ip():
     """A real IPython shell with the jaxnb extension loaded."""
-    from IPython.testing.globalipapp import start_ipython
-
-    shell = start_ipython()
+    shell = real_shell()
     shell.run_line_magic("load_ext", "jaxnb")
+    return shell
+
+
+def real_shell():
+    """The process's one IPython shell (IPython allows a single instance per process)."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    if InteractiveShell.initialized():
+        shell = InteractiveShell.instance()
+    else:
+        from IPython.testing.globalipapp import start_ipython
+
+        shell = start_ipython()
+    # Render rich outputs as a notebook kernel does (a terminal shell keeps only text/plain).
+    formatter = shell.display_formatter
+    formatter.active_types = list(dict.fromkeys([*formatter.active_types, "text/html", "image/png"]))
     return shell
 
 

@@ -22,7 +22,9 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 @pytest.fixture(scope="module")
 def shell() -> InteractiveShell:
-    return InteractiveShell.instance()
+    from conftest import real_shell
+
+    return real_shell()
 
 
 def loss(step: int) -> float:

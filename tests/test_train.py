@@ -23,14 +23,9 @@ def cluster():
 
 @pytest.fixture(scope="module")
 def ip(cluster):
-    from IPython.core.interactiveshell import InteractiveShell
+    from conftest import real_shell
 
-    if InteractiveShell.initialized():
-        shell = InteractiveShell.instance()
-    else:
-        from IPython.testing.globalipapp import start_ipython
-
-        shell = start_ipython()
+    shell = real_shell()
     shell.run_line_magic("load_ext", "jaxnb")
     JaxnbMagics.cluster = cluster
     types = shell.display_formatter.active_types
@@ -275,10 +270,13 @@ def test_background_magic_fills_its_variable(ip, cluster, tmp_path):
     )
     ip.user_ns.pop("bg", None)
     assert ip.run_line_magic("jax_train", f"short_run --background -o bg --storage {tmp_path}") is None
-    deadline = time.monotonic() + 30
-    while "bg" not in ip.user_ns and time.monotonic() < deadline:
+    live = ip.user_ns["bg"]  # bound at once: the live Result
+    live.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while cluster.busy_with is not None and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert [h["i"] for h in ip.user_ns["bg"].history] == list(range(20))
+    assert ip.user_ns["bg"] is live and not live.running
+    assert [h["i"] for h in live.history] == list(range(20))
     assert cluster.busy_with is None
 
 
