@@ -80,18 +80,18 @@ def stderr_tail(cluster: JaxCluster, p: int, lines: int = STDERR_TAIL_LINES) -> 
     """The last lines an engine wrote to its log (its stderr and stdout)."""
     kept = [ln.rstrip() for ln in engine_log(cluster, p).splitlines()]
     kept = [ln for ln in kept if ln.strip() and not ln.startswith("[Gloo]")]
-    fatal = next((i for i in range(len(kept) - 1, -1, -1) if ln_fatal(kept[i])), None)
+    fatal = next((i for i in range(len(kept) - 1, -1, -1) if _is_fatal(kept[i])), None)
     if fatal is not None:  # a crash: its faulthandler dump ends the log; show what led to it
         return kept[max(0, fatal - lines) : fatal + 1]
     return kept[-lines:]
 
 
-def ln_fatal(line: str) -> bool:
+def _is_fatal(line: str) -> bool:
     """True for the first line faulthandler writes when the process crashes."""
     return line.startswith("Fatal Python error:")
 
 
-def crash_stack(cluster: JaxCluster, p: int) -> str:
+def crash_stack(cluster: JaxCluster, p: int, cell_code: str = "") -> str:
     """Where the main thread was when process ``p`` crashed (from faulthandler), or ""."""
     from jaxnb import _stacks
 
@@ -99,10 +99,10 @@ def crash_stack(cluster: JaxCluster, p: int) -> str:
     start = log.rfind("Fatal Python error:")
     if start < 0:
         return ""
-    return _stacks.format_stack(log[start:])
+    return _stacks.format_stack(log[start:], cell_code)
 
 
-def describe_dead(cluster: JaxCluster, dead: dict[int, str]) -> str:
+def describe_dead(cluster: JaxCluster, dead: dict[int, str], cell_code: str = "") -> str:
     """A message naming each dead process with its host, pid, end and last stderr lines."""
     who = ", ".join(label(p) for p in sorted(dead))
     parts = [
@@ -114,7 +114,7 @@ def describe_dead(cluster: JaxCluster, dead: dict[int, str]) -> str:
         tail = stderr_tail(cluster, p)
         if tail:
             parts.append("  last lines of its stderr:\n" + "\n".join("    " + ln for ln in tail))
-        crash = crash_stack(cluster, p)
+        crash = crash_stack(cluster, p, cell_code)
         if crash:
             parts.append("  its main thread when it crashed:\n" + crash)
     return "\n".join(parts)

@@ -84,7 +84,7 @@ class CellWatch:
 
     def _fail_dead(self, dead: dict[int, str], running: list[int]) -> None:
         stacks = _stacks.collect(self.cluster, running, self.code) if running else ""
-        details = _health.describe_dead(self.cluster, dead)
+        details = _health.describe_dead(self.cluster, dead, self.code)
         survivors = _health.stop_survivors(self.cluster, dead)
         self.cluster.suspect = "a process died"
         notes = [details]

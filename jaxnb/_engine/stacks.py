@@ -16,6 +16,7 @@ from typing import IO
 
 STACK_SIGNAL = signal.SIGUSR1
 _stack_file: IO[str] | None = None
+_crash_file: IO[str] | None = None
 
 
 def stack_path(pid: int | None = None) -> str:
@@ -34,8 +35,11 @@ def arm() -> None:
     os.chmod(_stack_file.name, 0o600)
     faulthandler.register(STACK_SIGNAL, file=_stack_file, all_threads=True, chain=False)
     # A crash (SIGSEGV, SIGABRT, ...) leaves every thread's stack in the engine's log,
-    # where jaxnb shows it as the dead process's last lines.
-    faulthandler.enable(file=sys.__stderr__, all_threads=True)
+    # where jaxnb shows it as the dead process's last lines. The log is the stderr this
+    # process starts with; ipykernel later points fd 2 at a pipe, so keep a copy of it.
+    global _crash_file
+    _crash_file = os.fdopen(os.dup(sys.__stderr__.fileno()), "w")
+    faulthandler.enable(file=_crash_file, all_threads=True)
 
 
 def remove() -> None:
