@@ -33,9 +33,16 @@ _SYS_PIDFD_GETFD = 438  # same number on every Linux architecture
 
 
 def interrupt(cluster: JaxCluster, processes: list[int]) -> None:
-    """SIGINT the processes (directly for local engines, else through ipyparallel)."""
+    """SIGINT the processes (directly for local engines, else through ipyparallel).
+
+    Requests they have not started yet are aborted first, so that a process
+    that was still idle does not start the cell after the others stopped.
+    """
     if not processes:
         return
+    with contextlib.suppress(Exception):
+        engines = [cluster.processes[p].engine_id for p in processes]
+        cluster.client.abort(targets=engines, block=False)
     if cluster.options.is_local:
         for p in processes:
             with contextlib.suppress(OSError):
