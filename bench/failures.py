@@ -39,7 +39,7 @@ import time
 
 import psutil
 
-from jaxnb import JaxCluster, ProcessFailure, RemoteError, StartError
+from jaxnb import JaxCluster, ProcessFailure, RemoteError, StartError, _health
 from jaxnb._errors import ClusterStateError
 
 SETUP = """\
@@ -94,7 +94,7 @@ def started() -> tuple[JaxCluster, float]:
 
 def ensure(c: JaxCluster) -> JaxCluster:
     with quiet():
-        if not c.running or c.suspect == "a process died":
+        if not c.running or _health.dead_processes(c):
             c.restart()
             c.run(SETUP)
     return c

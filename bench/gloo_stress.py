@@ -19,6 +19,7 @@ This is a benchmark harness only; it is not part of the jaxnb package.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import socket
@@ -35,8 +36,8 @@ import time
 def worker(a: argparse.Namespace) -> None:
     import collections
 
-    import numpy as np
     import jax
+    import numpy as np
 
     if a.async_dispatch != "default":
         jax.config.update("jax_cpu_enable_async_dispatch", a.async_dispatch == "on")
@@ -49,7 +50,8 @@ def worker(a: argparse.Namespace) -> None:
     )
     import jax.numpy as jnp
     import optax
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     devs = jax.devices()
     assert len(devs) == 2 * a.devices_per_process, devs
@@ -63,7 +65,8 @@ def worker(a: argparse.Namespace) -> None:
 
     def init(key):
         k1, k2, k3 = jax.random.split(key, 3)
-        s = lambda k, m, n: jax.random.normal(k, (m, n)) / np.sqrt(m)
+        def s(k, m, n):
+            return jax.random.normal(k, (m, n)) / np.sqrt(m)
         return {"w1": s(k1, din, dh), "b1": jnp.zeros(dh),
                 "w2": s(k2, dh, dh), "b2": jnp.zeros(dh),
                 "w3": s(k3, dh, dout), "b3": jnp.zeros(dout)}
@@ -149,10 +152,8 @@ def worker_argv(a: argparse.Namespace, pid: int, port: int) -> list[str]:
 
 
 def kill_group(p: subprocess.Popen) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(p.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     p.wait()
 
 
@@ -170,7 +171,7 @@ def one_launch(a: argparse.Namespace, logdir: str, n: int):
         env[k] = v
     procs, logs = [], []
     for pid in range(2):
-        log = open(os.path.join(logdir, f"l{n}_p{pid}.log"), "w+")
+        log = open(os.path.join(logdir, f"l{n}_p{pid}.log"), "w+")  # noqa: SIM115 - closed below
         logs.append(log)
         procs.append(subprocess.Popen(worker_argv(a, pid, port), env=env,
                                       stdout=log, stderr=subprocess.STDOUT,

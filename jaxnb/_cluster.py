@@ -412,6 +412,7 @@ class JaxCluster:
     def push(self, **values: Any) -> None:
         """Set ``values`` as variables on every process."""
         self._require_idle()
+        self._ensure_ready()
         self.view.push(values, block=True)
 
     def pull(self, name: str) -> Any:
@@ -419,6 +420,7 @@ class JaxCluster:
         from jaxnb._engine import values
 
         self._require_idle()
+        self._ensure_ready()
         replies = self.view.apply_async(values.fetch, name).get(timeout=self._op_timeout())
         return values.choose(name, replies)
 
@@ -441,7 +443,7 @@ class JaxCluster:
         """Repair the ``jax.distributed`` group in place (Python state kept); says what it did."""
         from jaxnb import _repair
 
-        self._require_running()
+        self._require_idle()
         return _repair.reset(self)
 
     def train(self, fn: Any, config: Any = None, **options: Any) -> Any:

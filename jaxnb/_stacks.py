@@ -10,6 +10,7 @@ that say where the cell waits; frames of any cell jaxnb ran are shown as
 from __future__ import annotations
 
 import collections
+import ctypes
 import os
 import re
 import time
@@ -33,7 +34,7 @@ NO_DUMP = "(no stack dump: the engine runs on another host or did not answer)"
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<func>.*)$')
 _CELL_FILE = re.compile(r"(?:ipykernel_\d+[/\\](?P<name>\d+)\.py|<ipython-input-[^>]*>)$")
-_HEADER = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-f]+")
+_HEADER = re.compile(r"^(?:Current thread 0x|Thread 0x|Stack \(most recent call first\))")
 _cells: collections.OrderedDict[str, str] = collections.OrderedDict()
 
 
@@ -86,11 +87,8 @@ def request(cluster: JaxCluster, processes: list[int]) -> dict[int, str]:
         if not cluster.options.is_local or not os.path.exists(path):
             continue
         _truncate(path)
-        try:
-            os.kill(info.pid, STACK_SIGNAL)
-        except OSError:
-            continue
-        paths[p] = path
+        if _signal_main_thread(info.pid, STACK_SIGNAL):
+            paths[p] = path
     return paths
 
 
@@ -125,7 +123,7 @@ def main_thread(dump: str) -> list[tuple[str, int, str]]:
     for line in dump.splitlines():
         if _HEADER.match(line):
             threads.append([])
-            if line.startswith("Current thread"):
+            if not line.startswith("Thread"):
                 current = len(threads) - 1
             continue
         m = _FRAME.match(line)
@@ -241,6 +239,21 @@ def _short(file: str) -> str:
 def _fold(packages: list[str]) -> str:
     names = ", ".join(dict.fromkeys(packages))
     return f"... {len(packages)} more frame{'s' if len(packages) > 1 else ''} in {names}"
+
+
+def _signal_main_thread(pid: int, signum: int) -> bool:
+    """Send ``signum`` to the main thread of process ``pid`` (``tgkill``), not any thread."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.tgkill(pid, pid, signum) == 0:
+            return True
+    except (OSError, AttributeError):  # no tgkill here: any thread will do
+        pass
+    try:
+        os.kill(pid, signum)
+    except OSError:
+        return False
+    return True
 
 
 def _truncate(path: str) -> None:

@@ -22,7 +22,7 @@ import psutil
 import pytest
 from IPython.utils.capture import capture_output
 
-from jaxnb import ClusterStateError, JaxCluster, ProcessFailure, RemoteError, StartError
+from jaxnb import ClusterStateError, JaxCluster, ProcessFailure, RemoteError, StartError, _health
 from jaxnb.magics import JaxnbMagics
 
 SETUP = """\
@@ -77,7 +77,7 @@ def cluster(ip):
 
 def healthy(cluster: JaxCluster) -> JaxCluster:
     """Restart the cluster if a test left it broken; (re)define the helpers."""
-    if not cluster.running or cluster.suspect == "a process died":
+    if not cluster.running or _health.dead_processes(cluster):
         cluster.restart()
         cluster.run(SETUP)
     return cluster
@@ -265,8 +265,10 @@ def test_restart_works_from_a_wedged_cluster(cluster, capsys):
 
 def test_stop_is_fast_and_leaves_nothing(cluster):
     healthy(cluster)
-    family = psutil.Process().children(recursive=True)
-    ours = [p for p in family if "jaxnb._engine" in " ".join(_cmdline(p))]
+    # This cluster's engines, nannies and controller (other tests' clusters may be running).
+    roots = [psutil.Process(p.pid) for p in cluster.processes]
+    roots.append(cluster._ipp.controller.process)
+    ours = [*roots, *(c for r in roots for c in r.children(recursive=True))]
     keys = cluster._key_files()
     stacks_dir = cluster._stacks_dir
     start = time.monotonic()

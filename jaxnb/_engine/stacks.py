@@ -1,4 +1,4 @@
-"""Every thread's Python stack on demand, even while the engine is blocked in C.
+"""The main thread's Python stack on demand, even while the engine is blocked in C.
 
 ``faulthandler`` dumps from its C signal handler, so it works while the main
 thread waits inside an XLA collective (where no Python code can run).
@@ -26,14 +26,16 @@ def stack_path(pid: int | None = None) -> str:
 
 
 def arm() -> None:
-    """Dump all threads' stacks to :func:`stack_path` on ``SIGUSR1``."""
+    """Dump the stack of the thread that gets ``SIGUSR1`` to :func:`stack_path`."""
     global _stack_file
     # Append mode: the notebook truncates the file before each dump request.
     _stack_file = open(stack_path(), "w+")  # noqa: SIM115 - lives as long as the process
     _stack_file.close()
     _stack_file = open(stack_path(), "a")  # noqa: SIM115
     os.chmod(_stack_file.name, 0o600)
-    faulthandler.register(STACK_SIGNAL, file=_stack_file, all_threads=True, chain=False)
+    # Only the thread that takes the signal (jaxnb sends it to the main thread): walking
+    # other threads' frames while they run can crash the process.
+    faulthandler.register(STACK_SIGNAL, file=_stack_file, all_threads=False, chain=False)
     # A crash (SIGSEGV, SIGABRT, ...) leaves every thread's stack in the engine's log,
     # where jaxnb shows it as the dead process's last lines. The log is the stderr this
     # process starts with; ipykernel later points fd 2 at a pipe, so keep a copy of it.

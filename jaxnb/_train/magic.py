@@ -20,7 +20,7 @@ _NEXT_FLAG = re.compile(r"\s(?:--name|--storage|-o|--output|--resume|--backgroun
 @argument("--storage", default=None, help="folder that holds runs; default: ./jaxnb_runs")
 @argument("-o", "--output", default=None, metavar="VAR", help="store the Result in VAR")
 @argument("--resume", action="store_true", help="continue run RUN from its latest checkpoint")
-@argument("--background", action="store_true", help="return at once; VAR holds the live Result (wait(), stop())")
+@argument("--background", action="store_true", help="return at once; VAR holds the live Result")
 def _arguments(line: str) -> None:
     """%jax_train FUNC [--config EXPR] [--name RUN] [--storage DIR] [-o VAR] [--resume] [--background]
 
