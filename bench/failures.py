@@ -165,14 +165,15 @@ def interrupt_trials(c: JaxCluster, trials: int) -> dict:
             c.run(SYNC_LOOP if trial % 2 == 0 else ASYNC_LOOP, timeout=120)
         back.append(now() - fired[0])
         t = now()
-        try:
-            with quiet() as (_, err):
-                values = totals(c)  # the old mesh: right, or a loud error
-            wrong += sum(v != EXPECTED for v in values)
-        except (RemoteError, ClusterStateError):
-            loud += 1
-        repairs += "repaired" in err.getvalue()
+        with quiet() as (out, err):
+            try:  # the old mesh: the right total, or a loud error
+                c.run(VERIFY, all=True, timeout=60)
+            except (RemoteError, ClusterStateError):
+                loud += 1
         nxt.append(now() - t)
+        values = [float(ln.split()[1]) for ln in out.getvalue().splitlines() if ln.startswith("total")]
+        wrong += sum(v != EXPECTED for v in values)
+        repairs += "repaired" in err.getvalue()
         with quiet():
             c.run("mesh = make_mesh()", timeout=60)
         wrong += sum(v != EXPECTED for v in totals(c))

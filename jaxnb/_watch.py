@@ -123,8 +123,15 @@ class CellWatch:
         )
 
     def _at(self, running: list[int], dumps: dict[int, str]) -> str:
-        where = "; ".join(f"{label(p)} at {_stacks.where(dumps.get(p), self.code)}" for p in running)
-        return f"still running: {where}"
+        return f"still running: {self._where(running, dumps)}"
+
+    def _where(self, processes: list[int], dumps: dict[int, str]) -> str:
+        """``[p0] at cell line 3: …; [p1] idle`` (from the stack dumps)."""
+        parts = []
+        for p in processes:
+            where = _stacks.where(dumps.get(p), self.code)
+            parts.append(f"{label(p)} {'not in the cell yet' if where == 'idle' else 'at ' + where}")
+        return "; ".join(parts)
 
     def _waiting(self, p: int, dump: str | None) -> bool:
         """Blocked (in a collective, probably) rather than computing or sleeping.
@@ -191,8 +198,7 @@ class CellWatch:
         paths = _stacks.request(self.cluster, running)
         released = _release.release(self.cluster, running)
         dumps = _stacks.read(self.cluster, paths, timeout=0.2)
-        where = "; ".join(f"{label(p)} at {_stacks.where(dumps.get(p), self.code)}" for p in running)
-        lines = [f"jaxnb: interrupted {_names(running)} ({where}); {DISPATCHED}."]
+        lines = [f"jaxnb: interrupted {_names(running)} ({self._where(running, dumps)}); {DISPATCHED}."]
         lines.append(_release_note(running, released))
         if released.left:
             lines.append("\n".join(_stacks.section(self.cluster, p, dumps.get(p), self.code)
