@@ -126,12 +126,12 @@ class CellWatch:
         return f"still running: {self._where(running, dumps)}"
 
     def _where(self, processes: list[int], dumps: dict[int, str]) -> str:
-        """``[p0] at cell line 3: …; [p1] idle`` (from the stack dumps)."""
-        parts = []
+        """``[p0], [p1] at cell line 3: …; [p2] not in the cell yet`` (from the stack dumps)."""
+        places: dict[str, list[int]] = {}
         for p in processes:
             where = _stacks.where(dumps.get(p), self.code)
-            parts.append(f"{label(p)} {'not in the cell yet' if where == 'idle' else 'at ' + where}")
-        return "; ".join(parts)
+            places.setdefault("not in the cell yet" if where == "idle" else f"at {where}", []).append(p)
+        return "; ".join(f"{_names(ps)} {where}" for where, ps in places.items())
 
     def _waiting(self, p: int, dump: str | None) -> bool:
         """Blocked (in a collective, probably) rather than computing or sleeping.
