@@ -81,18 +81,36 @@ def initialize(
                 heartbeat_timeout_seconds=heartbeat_timeout, initialization_timeout=init_timeout
             )
         elif num_processes > 1 or os.environ.get("JAXNB_FORCE_DISTRIBUTED"):
-            jax.distributed.initialize(
-                coordinator_address=coordinator,
-                num_processes=num_processes,
-                process_id=process_id,
-                local_device_ids=local_device_ids,
-                coordinator_bind_address=bind_address,
-                heartbeat_timeout_seconds=heartbeat_timeout,
-                initialization_timeout=init_timeout,
+            join_group(
+                process_id, num_processes, coordinator, bind_address,
+                local_device_ids, heartbeat_timeout, init_timeout,
             )
     if init and num_processes > 1:
         _first_collective()
     return describe(process_id, touch_backend=init)
+
+
+def join_group(
+    process_id: int,
+    num_processes: int,
+    coordinator: str,
+    bind_address: str | None,
+    local_device_ids: list[int] | None,
+    heartbeat_timeout: int,
+    init_timeout: int,
+) -> None:
+    """``jax.distributed.initialize`` with jaxnb's bounded timeouts (start and repair)."""
+    import jax
+
+    jax.distributed.initialize(
+        coordinator_address=coordinator,
+        num_processes=num_processes,
+        process_id=process_id,
+        local_device_ids=local_device_ids,
+        coordinator_bind_address=bind_address,
+        heartbeat_timeout_seconds=heartbeat_timeout,
+        initialization_timeout=init_timeout,
+    )
 
 
 def _first_collective() -> None:

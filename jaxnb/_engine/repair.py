@@ -73,14 +73,11 @@ def reinitialize(
         jax.distributed.shutdown()
     jax.extend.backend.clear_backends()
     os.environ["JAX_COORDINATOR_ADDRESS"] = coordinator
-    jax.distributed.initialize(
-        coordinator_address=coordinator,
-        num_processes=num_processes,
-        process_id=process_id,
-        local_device_ids=local_device_ids,
-        coordinator_bind_address=bind_address,
-        heartbeat_timeout_seconds=heartbeat_timeout,
-        initialization_timeout=init_timeout,
+    from jaxnb._engine.process import join_group
+
+    join_group(
+        process_id, num_processes, coordinator, bind_address,
+        local_device_ids, heartbeat_timeout, init_timeout,
     )
     jax.devices()  # create the new backend now, not in the user's next cell
     _passed = 0
