@@ -354,7 +354,7 @@ def test_start_fails_fast_on_a_busy_coordinator_port():
     cluster.blocker = blocker
     start = time.monotonic()
     try:
-        with pytest.raises(StartError, match=r"process 0 \(pid \d+\) (could not join|was killed)"):
+        with pytest.raises(StartError, match=r"process 0 \(pid \d+\) (could not join|was killed|exited while joining)"):
             cluster.start()
     finally:
         blocker.close()
