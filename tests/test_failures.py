@@ -354,7 +354,8 @@ def test_start_fails_fast_on_a_busy_coordinator_port():
     cluster.blocker = blocker
     start = time.monotonic()
     try:
-        with pytest.raises(StartError, match=r"process 0 \(pid \d+\) (could not join|was killed|exited while joining)"):
+        failed_to_join = r"process 0 \(pid \d+\) (could not join|was killed|exited while joining)"
+        with pytest.raises(StartError, match=failed_to_join):
             cluster.start()
     finally:
         blocker.close()
