@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import psutil
 
 from jaxnb._outputs import label
+from jaxnb._signals import signal_processes
 
 if TYPE_CHECKING:
     from jaxnb._cluster import JaxCluster
@@ -145,10 +146,9 @@ def stop_survivors(cluster: JaxCluster, dead: dict[int, str]) -> list[int]:
         while killed and time.monotonic() < deadline:
             killed = [proc for proc in killed if exit_of(proc) is None]
             time.sleep(0.01)
-    elif survivors:
-        engines = [cluster.processes[p].engine_id for p in survivors]
+    else:
         with contextlib.suppress(Exception):
-            cluster.client.send_signal(signal.SIGKILL, targets=engines, block=False)
+            signal_processes(cluster, survivors, signal.SIGKILL)
     return survivors
 
 

@@ -19,7 +19,9 @@ from jaxnb._engine.process import host_address
 from jaxnb._options import ClusterOptions
 
 #: Controller heartbeat period (ms): engines register after their first beat.
-HEARTBEAT_MS = 250
+HEARTBEAT_MS = 50
+#: Missed beats before the controller drops an engine (3 s: a busy 2-core machine is not a death).
+HEARTBEAT_MISSES = 60
 
 
 def engine_environment(options: ClusterOptions, stacks_dir: str) -> dict[str, str]:
@@ -51,6 +53,9 @@ def build_cluster(options: ClusterOptions) -> ipp.Cluster:
     """An (unstarted) ipyparallel Cluster configured for ``options``."""
     config = Config()
     engine_cmd = [sys.executable if options.is_local else "python", "-m", "jaxnb._engine.main"]
+    if options.is_local:
+        # No nanny process per engine: jaxnb signals local engines by pid (see _signals).
+        engine_cmd.append("--IPEngine.enable_nanny=False")
     config.EngineLauncher.engine_cmd = engine_cmd
     config.LocalEngineSetLauncher.delay = 0.0
     config.LocalEngineLauncher.engine_cmd = engine_cmd
@@ -63,10 +68,16 @@ def build_cluster(options: ClusterOptions) -> ipp.Cluster:
         n=options.resolved_n(),
         engines=_engine_launcher(options),
         delay=0.0,
-        controller_args=[f"--HeartMonitor.period={HEARTBEAT_MS}"],
+        controller_args=[
+            f"--HeartMonitor.period={HEARTBEAT_MS}",
+            f"--HeartMonitor.max_heartmonitor_misses={HEARTBEAT_MISSES}",
+        ],
         log=_quiet_logger(),
         config=config,
         load_profile=False,
+        # Local engines find the controller's connection file themselves, so they can
+        # start (and import JAX) while the controller is still starting.
+        send_engines_connection_env=not options.is_local,
         **kwargs,
     )
     return cluster

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 
 import psutil
 
+from jaxnb._signals import signal_processes
+
 if TYPE_CHECKING:
     from jaxnb._cluster import JaxCluster
 
@@ -43,14 +45,8 @@ def interrupt(cluster: JaxCluster, processes: list[int]) -> None:
     with contextlib.suppress(Exception):
         engines = [cluster.processes[p].engine_id for p in processes]
         cluster.client.abort(targets=engines, block=False)
-    if cluster.options.is_local:
-        for p in processes:
-            with contextlib.suppress(OSError):
-                os.kill(cluster.processes[p].pid, signal.SIGINT)
-        return
-    engines = [cluster.processes[p].engine_id for p in processes]
     with contextlib.suppress(Exception):
-        cluster.client.send_signal(signal.SIGINT, targets=engines, block=True)
+        signal_processes(cluster, processes, signal.SIGINT)
 
 
 def busy(cluster: JaxCluster, processes: list[int] | None = None) -> list[int]:

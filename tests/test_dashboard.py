@@ -146,16 +146,22 @@ def test_refresh_is_throttled() -> None:
     assert time.monotonic() - first >= 0.25
 
 
-def test_unknown_total_hides_bar_until_set() -> None:
+def test_unknown_total_hides_bar_and_eta() -> None:
     dash = Dashboard("open-ended", 2)
     dash.add(next(batches(200)))
     dash.refresh(force=True)
     (bar,) = find(dash.widget, w.IntProgress)
     assert bar.layout.display == "none" and "ETA" not in dash._speed.value
     assert "steps/s" in dash._speed.value and "elapsed" in dash._speed.value
-    dash.set_total(1000)
+
+
+def test_known_total_shows_progress_and_eta() -> None:
+    dash = Dashboard("bounded", 2, total_steps=1000)
+    dash.add(next(batches(200)))
+    dash.refresh(force=True)
+    (bar,) = find(dash.widget, w.IntProgress)
     assert bar.layout.display is None and (bar.value, bar.max) == (200, 1000)
-    assert "ETA" in dash._speed.value
+    assert "200 / 1000" in dash._speed.value and "ETA" in dash._speed.value
 
 
 def test_waiting_process_and_checkpoint() -> None:

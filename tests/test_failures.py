@@ -316,7 +316,7 @@ def test_every_process_exits_when_the_kernel_is_killed(tmp_path):
         kernel.kill()
         kernel.wait()
     pids, files = launched["pids"], launched["files"]
-    assert len(pids) >= 5  # controller (+ schedulers), 2 engines, 2 nannies
+    assert len(pids) >= 5  # controller and its schedulers, 2 engines
     deadline = time.monotonic() + 30
     left = pids
     while left and time.monotonic() < deadline:

@@ -291,7 +291,23 @@ def test_headless_output_has_the_plot_and_summary(ip, tmp_path):
     assert any("jaxnb-summary" in o.data.get("text/html", "") for o in captured.outputs)
 
 
+@pytest.mark.parametrize("flags", ["--steps 50 --config {}", "--config dict(num_steps=50)"])
+def test_known_step_count_gives_progress_against_the_total(ip, tmp_path, flags):
+    ip.run_cell("def fifty(config):\n"
+                "    import jaxnb\n"
+                "    for i in range(50):\n        jaxnb.report({'loss': 1 / (i + 1)})\n")
+    with capture_output() as captured:
+        ip.run_line_magic("jax_train", f"fifty {flags} --storage {tmp_path}")
+    (summary,) = [o.data["text/html"] for o in captured.outputs
+                  if "jaxnb-summary" in o.data.get("text/html", "")]
+    assert "50 / 50" in summary
+
+
 def test_magic_misuse_is_a_usage_error(ip, tmp_path):
+    with pytest.raises(UsageError, match="--steps takes a positive whole number"):
+        ip.run_line_magic("jax_train", "headless --steps 0")
+    with pytest.raises(UsageError, match="--steps takes a positive whole number"):
+        ip.run_line_magic("jax_train", "headless --steps ten")
     with pytest.raises(UsageError, match="--config"):
         ip.run_line_magic("jax_train", "headless --config")
     with pytest.raises(UsageError, match="could not be evaluated"):

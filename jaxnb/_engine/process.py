@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from typing import Any
 
 #: Set on every engine, as the Kubeflow JAX runtime does, so its code runs unchanged.
@@ -102,6 +103,9 @@ def join_group(
     """``jax.distributed.initialize`` with jaxnb's bounded timeouts (start and repair)."""
     import jax
 
+    if process_id > 0:
+        _wait_for_coordinator(coordinator, init_timeout)
+
     jax.distributed.initialize(
         coordinator_address=coordinator,
         num_processes=num_processes,
@@ -111,6 +115,23 @@ def join_group(
         heartbeat_timeout_seconds=heartbeat_timeout,
         initialization_timeout=init_timeout,
     )
+
+
+def _wait_for_coordinator(coordinator: str, timeout: float) -> None:
+    """Wait until process 0's coordination service accepts connections.
+
+    JAX's client backs off for most of a second when its first connection is
+    refused, so connecting only once the port listens makes joining faster.
+    JAX still applies its own timeout if the port never opens.
+    """
+    host, port = coordinator.rsplit(":", 1)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, int(port)), timeout=1.0):
+                return
+        except OSError:
+            time.sleep(0.01)
 
 
 def _first_collective() -> None:

@@ -7,7 +7,7 @@ import os
 import sys
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from jaxnb._engine import reporting
@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 
 #: Where runs live unless ``storage`` / ``--storage`` says otherwise.
 DEFAULT_STORAGE = "jaxnb_runs"
+#: Config keys that give the number of steps (for the dashboard's progress and ETA).
+STEP_COUNT_KEYS = ("total_steps", "num_steps", "max_steps")
 #: How long setting a run up on the engines may take (seconds).
 PREPARE_TIMEOUT_SECONDS = 60.0
 
@@ -50,6 +52,7 @@ def train(
     storage: str | os.PathLike[str] | None = None,
     resume: bool = False,
     background: bool = False,
+    total_steps: int | None = None,
     on_result: Callable[[Result], None] | None = None,
 ) -> Result:
     """Run ``fn()`` or ``fn(config)`` on every process; the `Result` (live if ``background``).
@@ -57,7 +60,9 @@ def train(
     ``fn`` is a function (sent from the notebook) or the name of one defined on
     the engines. The run lives in ``storage/name`` (default ``./jaxnb_runs/<fn
     name>``); ``resume`` continues it from its latest checkpoint. ``on_result``
-    is called with the final Result, before an error is raised. A failure on
+    is called with the final Result, before an error is raised. ``total_steps``
+    (else an int ``config["total_steps"]``, ``["num_steps"]`` or ``["max_steps"]``)
+    gives the dashboard its progress bar and ETA. A failure on
     any process raises :class:`jaxnb.RemoteError` (its ``.result`` holds the
     history so far).
     """
@@ -76,27 +81,42 @@ def train(
     _prepare(cluster, spec)
 
     result = Result(run, run_dir)
+    total = expected_steps(config, total_steps)
     if background:
-        monitor = _launch(cluster, result, background=True)
+        monitor = _launch(cluster, result, total, background=True)
         follow = contextvars.copy_context().run  # output goes to the cell that started the run
         threading.Thread(target=follow, args=(_follow_background, monitor, on_result),
                          name=f"jaxnb-train-{run}", daemon=True).start()
         return result
     with InterruptCounter() as ctrl_c:  # from before the run starts: no interrupt is lost
-        monitor = _launch(cluster, result, background=False)
+        monitor = _launch(cluster, result, total, background=False)
         error = _follow_blocking(monitor, on_result, ctrl_c)
     if error is not None:
         raise error
     return result
 
 
-def _launch(cluster: JaxCluster, result: Result, background: bool) -> Monitor:
+def expected_steps(config: Any, total_steps: int | None) -> int | None:
+    """How many steps the run will report, if known: ``total_steps``, else from the config."""
+    if total_steps is not None:
+        if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps <= 0:
+            raise ValueError(f"total_steps must be a positive int, got {total_steps!r}; e.g. 1000")
+        return total_steps
+    if isinstance(config, Mapping):
+        for key in STEP_COUNT_KEYS:
+            value = config.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return None
+
+
+def _launch(cluster: JaxCluster, result: Result, total: int | None, background: bool) -> Monitor:
     """Show the dashboard, start the function on every process, and follow it."""
     from jaxnb._widgets.dashboard import Dashboard
 
     following: list[Monitor] = []
     on_stop = (lambda: following[0].request_stop()) if background else None
-    dashboard = Dashboard(result.name, cluster.num_processes, on_stop=on_stop)
+    dashboard = Dashboard(result.name, cluster.num_processes, total_steps=total, on_stop=on_stop)
     dashboard.show()
     ar = cluster.view.apply_async(reporting.execute)
     cluster.busy_with = result.name

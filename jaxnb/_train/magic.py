@@ -1,4 +1,7 @@
-"""``%jax_train FUNC [--config EXPR] [--name RUN] [--storage DIR] [-o VAR] [--resume] [--background]``."""
+"""``%jax_train FUNC [--config EXPR] [--name RUN] [--storage DIR] [-o VAR] [--resume] [--background]``.
+
+Also ``--steps N``: how many steps the run reports (the dashboard's progress bar and ETA).
+"""
 
 from __future__ import annotations
 
@@ -11,7 +14,9 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from jaxnb._errors import ClusterStateError
 
 _CONFIG = re.compile(r"(?:^|\s)--config(?:=|\s+|$)")
-_NEXT_FLAG = re.compile(r"\s(?:--name|--storage|-o|--output|--resume|--background)(?=[\s=]|$)")
+_NEXT_FLAG = re.compile(
+    r"\s(?:--name|--storage|-o|--output|--resume|--background|--steps)(?=[\s=]|$)"
+)
 
 
 @magic_arguments()
@@ -21,8 +26,9 @@ _NEXT_FLAG = re.compile(r"\s(?:--name|--storage|-o|--output|--resume|--backgroun
 @argument("-o", "--output", default=None, metavar="VAR", help="store the Result in VAR")
 @argument("--resume", action="store_true", help="continue run RUN from its latest checkpoint")
 @argument("--background", action="store_true", help="return at once; VAR holds the live Result")
+@argument("--steps", default=None, metavar="N", help="steps the run will report (progress and ETA)")
 def _arguments(line: str) -> None:
-    """%jax_train FUNC [--config EXPR] [--name RUN] [--storage DIR] [-o VAR] [--resume] [--background]
+    """%jax_train FUNC [--config EXPR] [--name RUN] [--storage DIR] [-o VAR] [--resume] [--background] ...
 
     Run FUNC (no argument, or the config) on every JAX process with a live
     dashboard. --config EXPR is evaluated in the notebook (the rest of the
@@ -50,6 +56,7 @@ def run(magics: Any, line: str, local_ns: dict | None) -> Any:
     args = parse_argstring(_arguments, rest)
     if args.output is not None and not args.output.isidentifier():
         raise UsageError(f"-o takes a Python name, got {args.output!r}; e.g. -o result")
+    steps = _step_count(args.steps)
     cluster = magics._require()
     shell = magics.shell
     fn = _function(args.func, shell.user_ns, local_ns or {})
@@ -61,13 +68,22 @@ def run(magics: Any, line: str, local_ns: dict | None) -> Any:
 
     try:
         result = cluster.train(fn, config, name=args.name, storage=args.storage,
-                               resume=args.resume, background=args.background, on_result=store)
+                               resume=args.resume, background=args.background, total_steps=steps,
+                               on_result=store)
     except (ValueError, FileExistsError, ClusterStateError) as exc:
         raise UsageError(str(exc)) from None
     if args.background:
         store(result)  # the live Result: .running, .wait(), .stop(); filled in as the run goes
         return None
     return result
+
+
+def _step_count(text: str | None) -> int | None:
+    if text is None:
+        return None
+    if not text.isdigit() or int(text) == 0:
+        raise UsageError(f"--steps takes a positive whole number, got {text!r}; e.g. --steps 1000")
+    return int(text)
 
 
 def _function(name: str, user_ns: dict, local_ns: dict) -> Any:

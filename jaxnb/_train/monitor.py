@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from jaxnb._errors import ProcessFailure, RemoteError
 from jaxnb._outputs import StreamMerger, label
+from jaxnb._signals import signal_processes
 from jaxnb._train.receive import Receiver
 
 if TYPE_CHECKING:
@@ -78,11 +79,9 @@ class Monitor:
         self._signal(signal.SIGINT)
 
     def _signal(self, signum: int) -> None:
-        running = [self.cluster.engine_for(p) for p, f in self.futures.items() if not f.done()]
-        if not running:
-            return
+        running = [p for p, f in self.futures.items() if not f.done()]
         try:
-            self.cluster.client.send_signal(signum, targets=running, block=True)
+            signal_processes(self.cluster, running, signum)
         except Exception as exc:  # the run goes on; say why the request did not get through
             print(f"jaxnb: could not signal the engines: {exc}", file=sys.stderr)
 

@@ -28,6 +28,7 @@ _STYLE = {"running": ("#1f77b4", ""), "stopping": ("#e67e00", "warning"),
 _WINDOW_S = 5.0  # steps/s is measured over about this much engine time
 _GRACE_S = 2.0  # silence longer than this pulls a process's steps/s down
 _MIN_INTERVAL_S = 0.25
+_PLOT_SHARE = 20  # redraw the plot at most every 20x the time one drawing takes
 _MAX_ROWS, _MAX_FAINT = 16, 7
 _TABLE = "<table style='border-collapse:collapse;font-size:12px'>{}</table>"
 _CELL = "<{t} style='padding:1px 10px;text-align:{a}'>{v}</{t}>"
@@ -104,7 +105,8 @@ class Dashboard:
         self._lock, self._render_lock = threading.RLock(), threading.Lock()
         self._figure = MetricsFigure()
         self._start, self._end, self._end_wall = time.monotonic(), 0.0, 0.0
-        self._last_refresh, self._interval = -math.inf, _MIN_INTERVAL_S
+        self._last_refresh, self._last_plot = -math.inf, -math.inf
+        self._plot_interval = _MIN_INTERVAL_S
         self._dirty, self._png, self._shown = True, b"", False
         self._title, self._speed, self._table, self._ckpt = w.HTML(), w.HTML(), w.HTML(), w.HTML()
         self._bar = w.IntProgress(min=0, max=1, layout=w.Layout(width="40%"))
@@ -141,17 +143,23 @@ class Dashboard:
             self._dirty = self._dirty or bool(records)
 
     def refresh(self, force: bool = False) -> bool:
-        """Redraw, at most a few times a second unless ``force``; True if it redrew."""
+        """Update, at most a few times a second unless ``force``; True if it updated.
+
+        Progress, rates and status update every time; the plot is redrawn less
+        often when drawing it is slow, so that it takes at most 1/_PLOT_SHARE
+        of one core (on a small machine that core is the training's).
+        """
         start = time.monotonic()
-        if not force and start - self._last_refresh < self._interval:
+        if not force and start - self._last_refresh < _MIN_INTERVAL_S:
             return False
         self._last_refresh = start
         self._update()
-        if self._dirty or not self._png:
+        due = force or start - self._last_plot >= self._plot_interval
+        if (self._dirty or not self._png) and due:
+            self._last_plot = start
             self._image.value = self._render()
             self._image.layout.display = None
-            # adaptive throttle: redrawing takes at most ~1/4 of the kernel's time
-            self._interval = max(_MIN_INTERVAL_S, 4 * (time.monotonic() - start))
+            self._plot_interval = max(_MIN_INTERVAL_S, _PLOT_SHARE * (time.monotonic() - start))
         return True
 
     def set_status(self, status: str, message: str = "") -> None:
@@ -168,11 +176,6 @@ class Dashboard:
     def set_checkpoint(self, path: str | None) -> None:
         """Record the latest checkpoint path."""
         self.checkpoint = path
-        self._update()
-
-    def set_total(self, total_steps: int | None) -> None:
-        """Set (or clear) the number of steps the run will take."""
-        self.total_steps = total_steps
         self._update()
 
     def final_png(self) -> bytes:
