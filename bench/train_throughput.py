@@ -25,6 +25,8 @@ One command, every number measured in the same run, on the same machine:
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import socket
@@ -217,7 +219,8 @@ class Booked:
 def jaxnb_run(cluster, config: dict, booked: Booked, storage: str) -> dict:
     booked.pairs.clear()
     called = time.time()
-    result = cluster.train(jaxnb_loop, config, storage=storage)
+    with contextlib.redirect_stdout(io.StringIO()):  # the dashboard's displays (no notebook here)
+        result = cluster.train(jaxnb_loop, config, storage=storage)
     out = dict(result.history[-1]["bench"])
     out["first_booked"] = booked.pairs[0][1] - called
     return out
@@ -268,8 +271,9 @@ def main() -> None:
         finally:
             script.close()
         booked.pairs.clear()
-        cluster.train(paced_reports, {"rate": args.rate, "seconds": args.seconds},
-                      storage=os.path.join(storage, "latency"))
+        with contextlib.redirect_stdout(io.StringIO()):
+            cluster.train(paced_reports, {"rate": args.rate, "seconds": args.seconds},
+                          storage=os.path.join(storage, "latency"))
         latency = sorted(1000 * (got - sent) for sent, got in booked.pairs)
 
     def paired(base: list[dict]) -> float:
