@@ -72,6 +72,7 @@ def reinitialize(
     with contextlib.suppress(Exception):  # a broken group may not shut down cleanly
         jax.distributed.shutdown()
     jax.extend.backend.clear_backends()
+    _forget_meshes()
     os.environ["JAX_COORDINATOR_ADDRESS"] = coordinator
     from jaxnb._engine.process import join_group
 
@@ -82,3 +83,16 @@ def reinitialize(
     jax.devices()  # create the new backend now, not in the user's next cell
     _passed = 0
     return time.monotonic() - start
+
+
+def _forget_meshes() -> None:
+    """Drop meshes left in context (e.g. by a ``jax.set_mesh`` an interrupt cut short).
+
+    They hold the old backend's devices, and a jit under them would refuse the new ones.
+    """
+    import jax
+    from jax._src import mesh as mesh_lib
+
+    jax.set_mesh(None)
+    mesh_lib.thread_resources.stack = [mesh_lib.EMPTY_ENV]
+    mesh_lib.thread_resources.env = mesh_lib.EMPTY_ENV
