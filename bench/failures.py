@@ -33,7 +33,6 @@ import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -215,39 +214,18 @@ def stop_times(c: JaxCluster) -> tuple[float, float]:
     return healthy, now() - t
 
 
-KERNEL = """\
-import json, time
-import psutil
-from jaxnb import JaxCluster
-
-c = JaxCluster(n=2).start()
-c.run("import jax, numpy as np")
-c.view.execute(
-    "from jax.experimental import multihost_utils\\n"
-    "if jax.process_index() == 0:\\n"
-    "    multihost_utils.process_allgather(np.ones(2))\\n"
-    "else:\\n"
-    "    while True:\\n"
-    "        sum(range(1000))\\n",
-    block=False,
-)
-time.sleep(1.0)
-print(json.dumps([p.pid for p in psutil.Process().children(recursive=True)]), flush=True)
-time.sleep(600)
-"""
+#: A stand-in kernel that starts a busy cluster (shared with the tests).
+BUSY_KERNEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "busy_kernel.py")
 
 
 def orphan_cleanup() -> tuple[float, int]:
     """(kernel SIGKILL -> all launched processes gone, processes left after 30 s)."""
-    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
-        f.write(KERNEL)
+    kernel = subprocess.Popen([sys.executable, BUSY_KERNEL], stdout=subprocess.PIPE, text=True)
     try:
-        kernel = subprocess.Popen([sys.executable, f.name], stdout=subprocess.PIPE, text=True)
-        pids = json.loads(kernel.stdout.readline())
+        pids = json.loads(kernel.stdout.readline())["pids"]
+    finally:
         kernel.kill()
         kernel.wait()
-    finally:
-        os.unlink(f.name)
     t = now()
     left = pids
     while left and now() - t < 30:

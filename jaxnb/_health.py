@@ -6,7 +6,7 @@ import contextlib
 import re
 import signal
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
@@ -67,8 +67,11 @@ def exit_of(process: psutil.Process) -> str | None:
 def engine_log(cluster: JaxCluster, p: int) -> str:
     """What process ``p``'s engine wrote to its log (stderr and stdout), ANSI colours removed."""
     launcher = _launchers_by_pid(cluster).get(cluster.processes[p].pid)
-    if launcher is None:
-        return ""
+    return "" if launcher is None else launcher_log(launcher)
+
+
+def launcher_log(launcher: Any) -> str:
+    """What the engine an ipyparallel launcher started wrote (stderr and stdout), no colours."""
     try:
         with open(launcher.output_file, errors="replace") as f:
             text = f.read()
@@ -79,7 +82,12 @@ def engine_log(cluster: JaxCluster, p: int) -> str:
 
 def stderr_tail(cluster: JaxCluster, p: int, lines: int = STDERR_TAIL_LINES) -> list[str]:
     """The last lines an engine wrote to its log (its stderr and stdout)."""
-    kept = [ln.rstrip() for ln in engine_log(cluster, p).splitlines()]
+    return log_tail(engine_log(cluster, p), lines)
+
+
+def log_tail(log: str, lines: int = STDERR_TAIL_LINES) -> list[str]:
+    """The last non-empty lines of an engine log, or the lines that led to a crash."""
+    kept = [ln.rstrip() for ln in log.splitlines()]
     kept = [ln for ln in kept if ln.strip() and not ln.startswith("[Gloo]")]
     fatal = next((i for i in range(len(kept) - 1, -1, -1) if _is_fatal(kept[i])), None)
     if fatal is not None:  # a crash: its faulthandler dump ends the log; show what led to it
@@ -153,8 +161,10 @@ def stop_survivors(cluster: JaxCluster, dead: dict[int, str]) -> list[int]:
 
 
 def _launchers_by_pid(cluster: JaxCluster) -> dict:
+    from jaxnb._startup import engine_launchers
+
     found = {}
-    for launcher in cluster._engine_launchers():
+    for launcher in engine_launchers(cluster._ipp):
         process = getattr(launcher, "process", None)
         if process is not None:
             found[process.pid] = launcher

@@ -17,7 +17,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from jaxnb import _health, _release
+from jaxnb import _health, _release, _startup
 from jaxnb._engine import process as engine_process
 from jaxnb._engine import repair as engine_repair
 from jaxnb._errors import ClusterStateError
@@ -176,16 +176,12 @@ def _still_busy(cluster: JaxCluster, still: list[int]) -> str:
 def _reinitialize(cluster: JaxCluster) -> float:
     options = cluster.options
     n = cluster.num_processes
-    first = cluster.engine_for(0)
-    host0 = "127.0.0.1" if options.is_local else cluster.client[first].apply_sync(
-        engine_process.host_address
-    )
-    port = cluster.client[first].apply_sync(engine_process.free_port, host0)
-    coordinator = f"{host0}:{port}"
+    coordinator = _startup.coordinator_address(cluster, cluster.engine_for(0))
     bind = coordinator if options.is_local else None
+    placements = engine_process.placements([info.host for info in cluster.processes])
     pending = []
     for p in cluster.process_indices:
-        local_ids = [p] if options.platform == "gpu" else None
+        local_ids = [placements[p][0]] if options.platform == "gpu" else None  # the local rank
         pending.append(
             cluster.client[cluster.engine_for(p)].apply_async(
                 engine_repair.reinitialize,

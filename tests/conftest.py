@@ -12,14 +12,23 @@ import pytest
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 
-@pytest.fixture(scope="session")
-def cluster():
-    """A running 2-process cluster (1 CPU device each), shared by non-destructive tests."""
+def two_processes():
+    """Start a 2-process cluster (1 CPU device each), yield it, stop it."""
     from jaxnb import JaxCluster
 
     c = JaxCluster(n=2).start()
     yield c
     c.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    """A running 2-process cluster, shared by the tests that leave it healthy.
+
+    Modules whose tests break their group on purpose have a cluster of their own
+    (a module-scoped ``cluster`` fixture that also uses :func:`two_processes`).
+    """
+    yield from two_processes()
 
 
 @pytest.fixture(scope="session")

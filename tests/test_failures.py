@@ -23,6 +23,7 @@ import pytest
 from IPython.utils.capture import capture_output
 
 from jaxnb import ClusterStateError, JaxCluster, ProcessFailure, RemoteError, StartError, _health
+from jaxnb._startup import key_files
 from jaxnb.magics import JaxnbMagics
 
 SETUP = """\
@@ -269,7 +270,7 @@ def test_stop_is_fast_and_leaves_nothing(cluster):
     roots = [psutil.Process(p.pid) for p in cluster.processes]
     roots.append(cluster._ipp.controller.process)
     ours = [*roots, *(c for r in roots for c in r.children(recursive=True))]
-    keys = cluster._key_files()
+    keys = key_files(cluster._ipp)
     stacks_dir = cluster._stacks_dir
     start = time.monotonic()
     cluster.stop()
@@ -281,35 +282,12 @@ def test_stop_is_fast_and_leaves_nothing(cluster):
 
 # ---- 7. orphans ----------------------------------------------------------------------
 
-KERNEL = """\
-import json, os, time
-import psutil
-from jaxnb import JaxCluster
-
-c = JaxCluster(n=2).start()
-c.run("import jax, numpy as np")
-# p0 waits in a collective that p1 never joins; p1 spins in Python: both are busy.
-c.view.execute(
-    "from jax.experimental import multihost_utils\\n"
-    "if jax.process_index() == 0:\\n"
-    "    multihost_utils.process_allgather(np.ones(2))\\n"
-    "else:\\n"
-    "    while True:\\n"
-    "        sum(range(1000))\\n",
-    block=False,
-)
-time.sleep(1.0)
-family = [p.pid for p in psutil.Process().children(recursive=True)]
-print(json.dumps({"pids": family, "files": [*c._key_files(), c._stacks_dir]}), flush=True)
-time.sleep(600)
-"""
+BUSY_KERNEL = os.path.join(os.path.dirname(__file__), "busy_kernel.py")
 
 
 @pytest.mark.timeout(120)
 def test_every_process_exits_when_the_kernel_is_killed(tmp_path):
-    script = tmp_path / "kernel.py"
-    script.write_text(KERNEL)
-    kernel = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    kernel = subprocess.Popen([sys.executable, BUSY_KERNEL], stdout=subprocess.PIPE, text=True)
     try:
         launched = json.loads(kernel.stdout.readline())
     finally:

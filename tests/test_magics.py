@@ -12,6 +12,7 @@ from conftest import ipyparallel_processes
 from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 
+from jaxnb._startup import key_files
 from jaxnb.magics import JaxnbMagics
 
 
@@ -167,6 +168,6 @@ def _is_loopback(ip: str) -> bool:
 
 
 def test_key_files_are_private(cluster):
-    for path in cluster._key_files()[:2]:
+    for path in key_files(cluster._ipp)[:2]:
         assert os.path.exists(path), path
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o600

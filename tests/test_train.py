@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from conftest import two_processes
 from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 
@@ -16,9 +17,8 @@ from jaxnb.magics import JaxnbMagics
 
 @pytest.fixture(scope="module")
 def cluster():
-    c = JaxCluster(n=2).start()
-    yield c
-    c.stop()
+    """This module's own cluster: its tests interrupt, fail and restart it."""
+    yield from two_processes()
 
 
 @pytest.fixture(scope="module")

@@ -6,15 +6,15 @@ These tests break their cluster's group on purpose, so they have a cluster of th
 from __future__ import annotations
 
 import pytest
+from conftest import two_processes
 
 from jaxnb import JaxCluster, ProcessFailure, RemoteError
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    c = JaxCluster(n=2).start()
-    yield c
-    c.stop()
+    """This module's own cluster: its tests interrupt, fail and restart it."""
+    yield from two_processes()
 
 
 def collective_total(cluster: JaxCluster) -> float:

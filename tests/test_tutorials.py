@@ -19,7 +19,6 @@ executes the notebook again and compares the outputs of the cells marked
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 import re
@@ -36,7 +35,8 @@ papermill = pytest.importorskip("papermill")
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TUTORIALS = ROOT / "tutorials"
 EXECUTED = TUTORIALS / "executed"
-KERNEL_NAME = "jaxnb-tutorials"
+sys.path.insert(0, str(TUTORIALS))
+from refresh_outputs import KERNEL_NAME, write_kernelspec  # noqa: E402
 
 NOTEBOOKS = sorted(p.name for p in TUTORIALS.glob("[0-9][0-9]_*.ipynb"))
 
@@ -90,14 +90,7 @@ NOTEBOOK_TIMEOUT = 600
 def kernel_env(tmp_path_factory):
     """A ``JUPYTER_PATH`` holding a kernelspec that runs this interpreter, nothing else."""
     root = tmp_path_factory.mktemp("jupyter")
-    spec_dir = root / "kernels" / KERNEL_NAME
-    spec_dir.mkdir(parents=True)
-    spec = {
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "Python 3 (jaxnb tutorials)",
-        "language": "python",
-    }
-    (spec_dir / "kernel.json").write_text(json.dumps(spec))
+    write_kernelspec(root)
     env = {"JUPYTER_PATH": str(root), "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
     return env
 

@@ -28,7 +28,8 @@ KERNEL_NAME = "jaxnb-tutorials"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
-def _kernel_path(root: pathlib.Path) -> None:
+def write_kernelspec(root: pathlib.Path) -> None:
+    """A kernelspec ``KERNEL_NAME`` that runs this Python, under ``root`` (a ``JUPYTER_PATH``)."""
     spec_dir = root / "kernels" / KERNEL_NAME
     spec_dir.mkdir(parents=True)
     spec = {
@@ -67,7 +68,7 @@ def refresh(name: str) -> float:
     source = HERE / name
     with tempfile.TemporaryDirectory(prefix="jaxnb-tutorial-") as tmp:
         tmp_path = pathlib.Path(tmp)
-        _kernel_path(tmp_path / "jupyter")
+        write_kernelspec(tmp_path / "jupyter")
         os.environ["JUPYTER_PATH"] = str(tmp_path / "jupyter")
         out = tmp_path / name
         started = time.monotonic()

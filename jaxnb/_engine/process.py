@@ -21,9 +21,9 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def hostname() -> str:
-    """This host's name."""
-    return socket.gethostname()
+def identity() -> tuple[str, int]:
+    """This engine's host name and pid."""
+    return socket.gethostname(), os.getpid()
 
 
 def placements(hosts: list[str]) -> list[tuple[int, int, int]]:

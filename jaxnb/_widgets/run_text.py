@@ -1,0 +1,66 @@
+"""Static text and HTML for the training dashboard: process table, summary table, durations, rates."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+MAX_ROWS = 16  # the process table shows at most this many processes (the stragglers)
+TABLE = "<table style='border-collapse:collapse;font-size:12px'>{}</table>"
+CELL = "<{t} style='padding:1px 10px;text-align:{a}'>{v}</{t}>"
+
+
+def process_table(rows: list[dict[str, Any]]) -> str:
+    """HTML table of ``process_stats`` rows; with many processes, the stragglers only."""
+    more = ""
+    if len(rows) > MAX_ROWS:
+        more = f"<p>… {len(rows) - MAX_ROWS} more processes, all further ahead</p>"
+        rows = sorted(rows, key=lambda r: (r["step"] is not None, r["step"] or 0))[:MAX_ROWS]
+    head = row_html(["process", "last step", "steps/s", "last report", ""], head=True)
+    body = "".join(row_html([
+        str(r["process"]), "—" if r["step"] is None else str(r["step"]),
+        rate_text(r["steps_per_s"]),
+        "—" if r["age_s"] is None else f"{duration_text(r['age_s'], 1)} ago",
+        f"<b style='color:#d62728'>{r['flag']}</b>" if r["flag"] else ""]) for r in rows)
+    return TABLE.format(head + body) + more
+
+
+def summary_table(items: list[tuple[str, str]]) -> str:
+    """The static summary: a two-column HTML table of (name, value) pairs, escaped here."""
+    body = "".join(row_html([html.escape(k), html.escape(v)]) for k, v in items)
+    return f"<div class='jaxnb-summary'>{TABLE.format(body)}</div>"
+
+
+def mean_rates_text(rows: list[dict[str, Any]], limit: int = 8) -> str:
+    """Mean steps/s of the first ``limit`` ``process_stats`` rows: ``p0: … · p1: …``."""
+    rates = [f"p{r['process']}: {rate_text(r['mean_steps_per_s'])}" for r in rows[:limit]]
+    rates += [f"… {len(rows) - limit} more"] if len(rows) > limit else []
+    return " · ".join(rates)
+
+
+def row_html(cells: list[str], head: bool = False) -> str:
+    """A row of already-escaped cells; the first cell (every cell in a head) is a <th>."""
+    return "<tr>{}</tr>".format("".join(
+        CELL.format(t="th" if head or i == 0 else "td", a="left" if i == 0 else "right", v=v)
+        for i, v in enumerate(cells)))
+
+
+def steps_text(step: int, total: int | None) -> str:
+    """``step / total``, or just the step when the total is unknown."""
+    return f"{step} / {total}" if total else str(step)
+
+
+def duration_text(seconds: float, digits: int = 0) -> str:
+    """h:mm:ss or m:ss; under a minute with ``digits``, seconds to that many decimals."""
+    if seconds < 60 and digits:
+        return f"{seconds:.{digits}f} s"
+    m, s = divmod(int(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+def rate_text(rate: float | None) -> str:
+    """Steps/s, or s/step when under one step a second; a dash when unknown or zero."""
+    if not rate:
+        return "— steps/s"
+    return f"{rate:.3g} steps/s" if rate >= 1 else f"{1 / rate:.3g} s/step"
