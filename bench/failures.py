@@ -41,33 +41,8 @@ import psutil
 from jaxnb import JaxCluster, ProcessFailure, RemoteError, StartError, _health
 from jaxnb._errors import ClusterStateError
 
-SETUP = """\
-import jax, numpy as np
-from jax.sharding import NamedSharding, PartitionSpec as P
-
-def make_mesh():
-    return jax.make_mesh((jax.device_count(),), ("i",))
-
-mesh = make_mesh()
-
-def _sum(x):
-    return x.sum()
-
-def total(v):
-    local = np.full((jax.local_device_count(),), v, np.float32)
-    x = jax.make_array_from_process_local_data(NamedSharding(mesh, P("i")), local)
-    return jax.jit(_sum, out_shardings=NamedSharding(mesh, P()))(x)
-"""
-SYNC_LOOP = "x = total(1.0)\nfor step in range(10**7):\n    x = total(float(x) / jax.device_count())\n"
-ASYNC_LOOP = """\
-step = jax.jit(lambda y: y - y.mean() + 1.0, out_shardings=NamedSharding(mesh, P("i")))
-y = jax.make_array_from_process_local_data(
-    NamedSharding(mesh, P("i")), np.ones((jax.local_device_count(),), np.float32))
-for i in range(10**7):
-    y = step(y)
-"""
-VERIFY = "print('total', float(total(jax.process_index() + 1.0)))"
-EXPECTED = 3.0
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+from fault_cells import ASYNC_LOOP, EXPECTED, SETUP, SYNC_LOOP, VERIFY
 
 
 def now() -> float:
