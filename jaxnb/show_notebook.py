@@ -9,7 +9,7 @@ import sys
 
 import nbformat
 
-from jaxnb._widgets._display import _html_to_text
+from jaxnb._widgets._display import html_to_text
 
 
 def render(path: str) -> str:
@@ -33,7 +33,7 @@ def _output_text(out: dict) -> str:
         return f"ERROR {out.get('ename')}: {out.get('evalue')}"
     data = out.get("data", {})
     if "text/html" in data:
-        return _html_to_text(data["text/html"])
+        return html_to_text(data["text/html"])
     if "image/png" in data:
         return "(a PNG plot: open the executed notebook to see it)"
     return str(data.get("text/plain", "")).rstrip()

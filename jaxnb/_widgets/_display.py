@@ -13,7 +13,7 @@ def widget_bundle(widget: Any, html: str, png: bytes | None = None) -> dict[str,
     nbviewer and GitHub fall back to the HTML/PNG, so a saved notebook shows
     the result in any viewer.
     """
-    bundle: dict[str, Any] = {"text/html": html, "text/plain": _html_to_text(html)}
+    bundle: dict[str, Any] = {"text/html": html, "text/plain": html_to_text(html)}
     if png is not None:
         bundle["image/png"] = base64.b64encode(png).decode("ascii")
     model_id = getattr(widget, "model_id", None)
@@ -33,10 +33,11 @@ def display_widget(widget: Any, html: str, png: bytes | None = None) -> None:
     display(widget_bundle(widget, html, png), raw=True)
 
 
-def _html_to_text(html: str) -> str:
+def html_to_text(html: str) -> str:
+    """A plain-text reading of a static widget rendering: one line per row, paragraph, title."""
     import re
 
-    text = re.sub(r"<(br|/tr|/p|/h\d|/div)[^>]*>", "\n", html)
+    text = re.sub(r"<(br|table|/tr|/p|/h\d|/div)[^>]*>", "\n", html)
     text = re.sub(r"</t[dh]>", "  ", text)
     text = re.sub(r"<[^>]+>", "", text)
     lines = [line.rstrip() for line in text.splitlines()]
