@@ -38,13 +38,9 @@ class CellOutcome:
 
 def check_syntax(code: str) -> None:
     """Raise ``SyntaxError`` here, once, instead of N times on the engines."""
-    try:
-        from IPython.core.inputtransformer2 import TransformerManager
+    from jaxnb._stacks import as_compiled
 
-        code = TransformerManager().transform_cell(code)
-    except ImportError:
-        pass
-    compile(code, "<jaxnb cell>", "exec")
+    compile(as_compiled(code), "<jaxnb cell>", "exec")
 
 
 def run_cell(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import functools
 import os
 import re
 import time
@@ -41,13 +42,14 @@ _cells: collections.OrderedDict[str, str] = collections.OrderedDict()
 def remember_cell(code: str) -> None:
     """Record a cell's source, so frames in it can be shown with their source line."""
     name = _cell_name(code)
-    _cells[name] = _as_compiled(code)
+    _cells[name] = as_compiled(code)
     _cells.move_to_end(name)
     while len(_cells) > REMEMBERED_CELLS:
         _cells.popitem(last=False)
 
 
-def _as_compiled(code: str) -> str:
+@functools.lru_cache(maxsize=32)
+def as_compiled(code: str) -> str:
     """The cell as IPython compiles it (line numbers in frames refer to this text)."""
     try:
         from IPython.core.inputtransformer2 import TransformerManager
@@ -202,7 +204,7 @@ def _cell_frame(file: str, line: int, func: str, cell_code: str) -> str | None:
     current = bool(cell_code) and (name is None or _cell_name(cell_code) == name)
     code = _cells.get(name) if name else None
     if current and code is None:
-        code = _as_compiled(cell_code)
+        code = as_compiled(cell_code)
     inside = f" in {func}" if func != "<module>" else ""
     other = "an earlier cell" if cell_code else "a cell"
     text = f"cell line {line}{inside}" if current else f"line {line} of {other}{inside}"
