@@ -68,8 +68,8 @@ def stock_ipyparallel(n: int) -> tuple[float, float]:
     return ready, time.perf_counter() - start
 
 
-def jaxnb_cluster(n: int, cell_repeats: int) -> tuple[float, float, float, float]:
-    """jaxnb start-to-ready, stop, and trivial cell vs raw execute (medians in seconds)."""
+def jaxnb_cluster(n: int, cell_repeats: int) -> tuple[float, float, float, float, float]:
+    """jaxnb start-to-ready, stop, trivial cell, raw execute and ``%%px`` (medians in seconds)."""
     from IPython.testing.globalipapp import get_ipython
     from IPython.utils.capture import capture_output
 
@@ -83,20 +83,28 @@ def jaxnb_cluster(n: int, cell_repeats: int) -> tuple[float, float, float, float
         ip.run_cell_magic("jax_cluster", "", PSUM_CELL)
     ready = time.perf_counter() - start
     cluster = JaxnbMagics.cluster
-    raw, cell = [], []
-    for _ in range(cell_repeats):
-        t = time.perf_counter()
-        cluster.view.execute("pass", block=True)
-        raw.append(time.perf_counter() - t)
-        t = time.perf_counter()
+    px_view = cluster.client[cluster.view.targets]
+    px_view.block = True
+    px_view.activate("bench")  # ipyparallel's own cell magic on the same engines: %%pxbench
+    raw, cell, px = [], [], []
+    for _ in range(cell_repeats):  # all three under capture_output, as a notebook cell would be
         with capture_output():
+            t = time.perf_counter()
+            cluster.view.execute("pass", block=True)
+            raw.append(time.perf_counter() - t)
+        with capture_output():
+            t = time.perf_counter()
             ip.run_cell_magic("jax_cluster", "", "pass")
-        cell.append(time.perf_counter() - t)
+            cell.append(time.perf_counter() - t)
+        with capture_output():
+            t = time.perf_counter()
+            ip.run_cell_magic("pxbench", "", "pass")
+            px.append(time.perf_counter() - t)
     start = time.perf_counter()
     with capture_output():
         ip.run_line_magic("jax_cluster", "stop")
     stop = time.perf_counter() - start
-    return ready, stop, statistics.median(cell), statistics.median(raw)
+    return ready, stop, statistics.median(cell), statistics.median(raw), statistics.median(px)
 
 
 def main() -> None:
@@ -134,6 +142,9 @@ def main() -> None:
         print(f"{'stop [s]':42s} {stop:9.2f} {'-':>9s} {'-':>7s}  ≤ 0.5 s")
     label = "trivial cell vs DirectView.execute [ms]"
     print(f"{label:42s} {cell * 1e3:9.1f} {raw * 1e3:9.1f} {cell / raw:7.2f}  ≤ 1.2×")
+    px = med(r[4] for r in runs)
+    label = "trivial cell vs ipyparallel's %%px [ms]"
+    print(f"{label:42s} {cell * 1e3:9.1f} {px * 1e3:9.1f} {cell / px:7.2f}")
     print()
     print(f"{'N':>3s} {'bare [s]':>9s} {'start [s]':>10s} {'ratio':>6s} {'cell [ms]':>10s} {'raw [ms]':>9s}")
     for n in [int(x) for x in args.scaling.split(",")]:
