@@ -56,6 +56,8 @@ def build_cluster(options: ClusterOptions) -> ipp.Cluster:
     if options.is_local:
         # No nanny process per engine: jaxnb signals local engines by pid (see _signals).
         engine_cmd.append("--IPEngine.enable_nanny=False")
+        # They may start before the controller has written its connection file: wait for it.
+        engine_cmd.append(f"--IPEngine.wait_for_url_file={options.init_timeout:g}")
     config.EngineLauncher.engine_cmd = engine_cmd
     config.LocalEngineSetLauncher.delay = 0.0
     config.LocalEngineLauncher.engine_cmd = engine_cmd

@@ -61,10 +61,8 @@ def find(widget: w.Widget, kind: type) -> list:
 def loaded() -> Dashboard:
     """20k reports (10k steps x 2 processes; process 1 is 2.5x slower), refreshed once."""
     dash = Dashboard("demo", num_processes=2, total_steps=10_000)
-    start = time.perf_counter()
     for batch in batches(10_000):
         dash.add(batch)
-    assert time.perf_counter() - start < 2.0
     assert dash.refresh(force=True)
     return dash
 

@@ -122,15 +122,19 @@ def _wait_for_coordinator(coordinator: str, timeout: float) -> None:
 
     JAX's client backs off for most of a second when its first connection is
     refused, so connecting only once the port listens makes joining faster.
-    JAX still applies its own timeout if the port never opens.
     """
     host, port = coordinator.rsplit(":", 1)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while True:
         try:
             with socket.create_connection((host, int(port)), timeout=1.0):
                 return
-        except OSError:
+        except OSError as exc:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"process 0's coordinator at {coordinator} did not accept connections within "
+                    f"{timeout:g} s ({exc}); check that this host can reach it"
+                ) from None
             time.sleep(0.01)
 
 
