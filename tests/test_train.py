@@ -316,3 +316,14 @@ def test_magic_misuse_is_a_usage_error(ip, tmp_path):
         ip.run_line_magic("jax_train", "headless -o 1x")
     with pytest.raises(UsageError, match="plain folder name"):
         ip.run_line_magic("jax_train", f"headless --name a/b --storage {tmp_path}")
+
+
+def test_expected_steps_from_argument_or_config():
+    from jaxnb._train.driver import expected_steps
+
+    assert expected_steps({"num_steps": 5, "total_steps": 7}, None) == 7
+    assert expected_steps({"max_steps": 9}, 3) == 3
+    assert expected_steps({"num_steps": True, "steps": 4}, None) is None
+    assert expected_steps([1, 2], None) is None
+    with pytest.raises(ValueError, match="total_steps must be a positive int"):
+        expected_steps(None, 0)
