@@ -17,7 +17,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from jaxnb import _health, _release, _startup
+from jaxnb import _health, _release, _stacks, _startup
 from jaxnb._engine import process as engine_process
 from jaxnb._engine import repair as engine_repair
 from jaxnb._errors import ClusterStateError
@@ -131,7 +131,10 @@ def reset(cluster: JaxCluster) -> str:
     _release.cut_collectives(cluster)
     still = _free(cluster, cut=True)
     if still:
-        raise ClusterStateError(_still_busy(cluster, still))
+        dumps = _stacks_of(cluster, still)
+        still = [p for p in still if _stacks.where(dumps.get(p)) != "idle"]  # the hub lagged
+        if still:
+            raise ClusterStateError(_still_busy(cluster, still, dumps))
     _reinitialize(cluster)
     verdict = check(cluster, max(CHECK_SECONDS, cluster.options.init_timeout))
     if verdict is not None:
@@ -156,10 +159,13 @@ def _free(cluster: JaxCluster, cut: bool) -> list[int]:
     return _release.wait_idle(cluster, left, wait)
 
 
-def _still_busy(cluster: JaxCluster, still: list[int]) -> str:
-    from jaxnb import _stacks
+def _stacks_of(cluster: JaxCluster, processes: list[int]) -> dict[int, str]:
+    """Each process's stack dump, read from the process itself."""
+    return _stacks.read(cluster, _stacks.request(cluster, processes))
 
-    dumps = _stacks.read(cluster, _stacks.request(cluster, still))
+
+def _still_busy(cluster: JaxCluster, still: list[int], dumps: dict[int, str] | None = None) -> str:
+    dumps = dumps if dumps is not None else _stacks_of(cluster, still)
     where = "; ".join(f"{label(p)} at {_stacks.where(dumps.get(p))}" for p in still)
     if _release.can_cut(cluster):
         return (
