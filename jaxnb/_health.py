@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from jaxnb._outputs import label
+from jaxnb._outputs import label, labels
 from jaxnb._signals import signal_processes
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ def crash_stack(cluster: JaxCluster, p: int, cell_code: str = "") -> str:
 
 def describe_dead(cluster: JaxCluster, dead: dict[int, str], cell_code: str = "") -> str:
     """A message naming each dead process with its host, pid, end and last stderr lines."""
-    who = ", ".join(label(p) for p in sorted(dead))
+    who = labels(dead)
     parts = [
         f"process {who} died; the jax.distributed group is broken: run `%jax_cluster restart`"
     ]
@@ -143,20 +143,16 @@ def stop_survivors(cluster: JaxCluster, dead: dict[int, str]) -> list[int]:
     Returns the processes stopped. Remote engines are signalled through ipyparallel.
     """
     survivors = [p for p in cluster.process_indices if p not in dead]
-    if cluster.options.is_local:
-        killed = []
-        for p in survivors:
-            with contextlib.suppress(psutil.Error):
-                proc = psutil.Process(cluster.processes[p].pid)
-                proc.kill()
-                killed.append(proc)
+    with contextlib.suppress(Exception):
+        signal_processes(cluster, survivors, signal.SIGKILL)
+    if cluster.options.is_local:  # wait until they are gone (they are our children)
+        launchers = _launchers_by_pid(cluster)
+        killed = [launchers[cluster.processes[p].pid].process for p in survivors
+                  if cluster.processes[p].pid in launchers]
         deadline = time.monotonic() + KILL_WAIT_SECONDS
         while killed and time.monotonic() < deadline:
             killed = [proc for proc in killed if exit_of(proc) is None]
             time.sleep(0.01)
-    else:
-        with contextlib.suppress(Exception):
-            signal_processes(cluster, survivors, signal.SIGKILL)
     return survivors
 
 

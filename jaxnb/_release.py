@@ -124,7 +124,7 @@ def gloo_sockets(cluster: JaxCluster) -> dict[int, list[tuple[int, tuple[str, in
             if not c.raddr or c.status != psutil.CONN_ESTABLISHED or c.fd < 0:
                 continue
             if owner.get(_endpoint(c.raddr)) is None:
-                continue  # the controller, a nanny: not another engine
+                continue  # the controller: not another engine
             if coordinator_port in (c.laddr.port, c.raddr.port):
                 continue  # jax.distributed's coordination service: keep it
             found.setdefault(pid, []).append((c.fd, _endpoint(c.laddr)))

@@ -21,7 +21,7 @@ from jaxnb import _health, _release, _stacks, _startup
 from jaxnb._engine import process as engine_process
 from jaxnb._engine import repair as engine_repair
 from jaxnb._errors import ClusterStateError
-from jaxnb._outputs import label
+from jaxnb._outputs import label, labels
 
 if TYPE_CHECKING:
     from jaxnb._cluster import JaxCluster
@@ -60,7 +60,7 @@ def ensure_ready(cluster: JaxCluster) -> None:
         return
     if busy:
         note = reset(cluster)
-        print(f"jaxnb: {_names(busy)} still busy after {reason}; {note}", file=sys.stderr)
+        print(f"jaxnb: {labels(busy)} still busy after {reason}; {note}", file=sys.stderr)
         return
     if cluster._group_cut:
         note = reset(cluster)
@@ -96,7 +96,7 @@ def check(cluster: JaxCluster, seconds: float = CHECK_SECONDS) -> str | None:
         time.sleep(0.01)
     missing = [p for p in pending if p not in replies]
     if missing:
-        who = ", ".join(label(p) for p in missing)
+        who = labels(missing)
         return f"the check collective did not finish on {who} within {seconds:g} s"
     counters = {reply["counter"] for reply in replies.values()}
     if len(counters) > 1:
@@ -213,10 +213,6 @@ def _reinitialize(cluster: JaxCluster) -> float:
             ) from None
     cluster._coordinator = coordinator
     return seconds
-
-
-def _names(processes: list[int]) -> str:
-    return ", ".join(label(p) for p in processes)
 
 
 def _manages_group(cluster: JaxCluster) -> bool:

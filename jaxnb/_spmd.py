@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from jaxnb._errors import RemoteError
-from jaxnb._outputs import StreamMerger, label, write_raw
+from jaxnb._outputs import StreamMerger, label, labels, write_raw
 
 if TYPE_CHECKING:
     from jaxnb._cluster import JaxCluster
@@ -160,7 +160,7 @@ def remote_error(errors: dict[int, Any]) -> RemoteError:
         header = f"---- {', '.join(label(p) for p in procs)} ----"
         tracebacks.append(header + "\n" + texts[key])
     first = errors[min(errors)]
-    who = ", ".join(label(p) for p in sorted(errors))
+    who = labels(errors)
     name = getattr(first, "ename", type(first).__name__)
     value = getattr(first, "evalue", str(first))
     count = "process" if len(errors) == 1 else "processes"

@@ -186,16 +186,6 @@ def waiting_in_jax(dump: str | None) -> bool:
     return bool(frames) and _package(frames[0][0]) in {"jax", "jaxlib"}
 
 
-def map_cell_lines(dump: str, cell_code: str) -> str:
-    """Rewrite every frame of a known cell in a raw dump as ``cell line N: <source>``."""
-
-    def replace(match: re.Match) -> str:
-        cell = _cell_frame(match["file"], int(match["line"]), match["func"], cell_code)
-        return "  " + cell if cell else match[0]
-
-    return "\n".join(_FRAME.sub(replace, line) for line in dump.splitlines())
-
-
 def _cell_frame(file: str, line: int, func: str, cell_code: str) -> str | None:
     m = _CELL_FILE.search(file)
     if m is None:
@@ -222,15 +212,13 @@ def _is_library(file: str) -> bool:
 
 
 def _package(file: str) -> str:
-    parts = file.replace("\\", "/").split("/")
-    for marker in ("site-packages", "dist-packages"):
-        if marker in parts:
-            rest = parts[parts.index(marker) + 1 :]
-            return rest[0].removesuffix(".py") if rest else marker
-    return "python"
+    """The installed package a frame's file belongs to ("python" outside site-packages)."""
+    short = _short(file)
+    return short.split("/")[0].removesuffix(".py") if short != file else "python"
 
 
 def _short(file: str) -> str:
+    """The path below site-packages (or dist-packages); other paths as they are."""
     parts = file.replace("\\", "/").split("/")
     for marker in ("site-packages", "dist-packages"):
         if marker in parts:

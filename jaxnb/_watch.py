@@ -18,7 +18,7 @@ import psutil
 
 from jaxnb import _health, _release, _stacks
 from jaxnb._errors import ProcessFailure
-from jaxnb._outputs import label
+from jaxnb._outputs import label, labels
 
 if TYPE_CHECKING:
     from jaxnb._cluster import JaxCluster
@@ -33,10 +33,6 @@ WAITING_CPU = 0.25
 AFTER = "the next cell first checks that the processes agree (or run `%jax_cluster reset`)"
 AFTER_CUT = "the next cell first repairs the group (or run `%jax_cluster reset`)"
 DISPATCHED = "work already dispatched to XLA is not cancelled"
-
-
-def _names(processes: list[int]) -> str:
-    return ", ".join(label(p) for p in sorted(processes))
 
 
 class CellWatch:
@@ -92,7 +88,7 @@ class CellWatch:
             notes.append("Where the other processes were:\n" + stacks)
         if survivors:
             notes.append(
-                f"jaxnb stopped {_names(survivors)}: without {_names(list(dead))} they could "
+                f"jaxnb stopped {labels(survivors)}: without {labels(list(dead))} they could "
                 "only wait for JAX's heartbeat timeout."
             )
         summary = (
@@ -131,7 +127,7 @@ class CellWatch:
         for p in processes:
             where = _stacks.where(dumps.get(p), self.code)
             places.setdefault("not in the cell yet" if where == "idle" else f"at {where}", []).append(p)
-        return "; ".join(f"{_names(ps)} {where}" for where, ps in places.items())
+        return "; ".join(f"{labels(ps)} {where}" for where, ps in places.items())
 
     def _waiting(self, p: int, dump: str | None) -> bool:
         """Blocked (in a collective, probably) rather than computing or sleeping.
@@ -185,7 +181,7 @@ class CellWatch:
         notes.append("Where each still-running process was:\n" + stacks)
         notes.append(_release_note(running, released))
         then = AFTER_CUT if released.cut else AFTER
-        raise ProcessFailure(f"{what}. jaxnb interrupted {_names(running)}; {then}", running, notes)
+        raise ProcessFailure(f"{what}. jaxnb interrupted {labels(running)}; {then}", running, notes)
 
     # ---- interrupts ------------------------------------------------------------------
 
@@ -198,7 +194,7 @@ class CellWatch:
         paths = _stacks.request(self.cluster, running)
         released = _release.release(self.cluster, running)
         dumps = _stacks.read(self.cluster, paths, timeout=0.2)
-        lines = [f"jaxnb: interrupted {_names(running)} ({self._where(running, dumps)}); {DISPATCHED}."]
+        lines = [f"jaxnb: interrupted {labels(running)} ({self._where(running, dumps)}); {DISPATCHED}."]
         lines.append(_release_note(running, released))
         if released.left:
             lines.append("\n".join(_stacks.section(self.cluster, p, dumps.get(p), self.code)
@@ -228,14 +224,14 @@ def _release_note(running: list[int], released: _release.Released) -> str:
     if released.cut:
         verb = "was" if len(released.blocked) == 1 else "were"
         parts.append(
-            f"{_names(released.blocked)} {verb} blocked in a collective: jaxnb closed the "
+            f"{labels(released.blocked)} {verb} blocked in a collective: jaxnb closed the "
             "group's connections to free them."
         )
     if stopped:
-        parts.append(f"{_names(stopped)} stopped.")
+        parts.append(f"{labels(stopped)} stopped.")
     if released.left:
         parts.append(
-            f"{_names(released.left)} still running (computing, or blocked in a collective that "
+            f"{labels(released.left)} still running (computing, or blocked in a collective that "
             "jaxnb cannot free); the next cell waits for it, or run `%jax_cluster restart`."
         )
     return " ".join(parts)

@@ -5,7 +5,8 @@ computing or blocked in a collective. When the kernel disappears (even after
 SIGKILL), an engine removes the key files, stops the controller's whole process
 group and exits; the controller (see :mod:`jaxnb._engine.controller`) does the
 same for itself and its scheduler processes, in case no engine is left to do it.
-ipyparallel's nanny processes exit on their own once their engine is gone.
+Remote engines' ipyparallel nanny processes exit on their own once their engine is gone
+(local engines run without one).
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def _engine_exit(controller_pid: int | None, paths: list[str]) -> None:
 
 def _controller_exit(paths: list[str]) -> None:
     remove_paths(paths)
-    os.killpg(os.getpgid(0), signal.SIGKILL)  # this process and its schedulers
+    kill_group(os.getpid())  # this process and its schedulers (it leads their group)
     os._exit(ORPHAN_EXIT_STATUS)
 
 

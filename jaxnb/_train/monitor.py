@@ -10,7 +10,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from jaxnb._errors import ProcessFailure, RemoteError
-from jaxnb._outputs import StreamMerger, label
+from jaxnb._outputs import StreamMerger, label, labels
 from jaxnb._signals import signal_processes
 from jaxnb._train.receive import Receiver
 
@@ -174,7 +174,7 @@ class Monitor:
 
         running = [p for p, f in self.futures.items() if not f.done()]
         error = remote_error(self.errors())
-        who = ", ".join(label(p) for p in running)
+        who = labels(running)
         note = STUCK.format(who=f"process {who} was" if len(running) == 1 else f"processes {who} were",
                             grace=FAILURE_GRACE_SECONDS)
         error.tracebacks.append(_stacks(self.cluster, running, note))
