@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import re
 import sys
@@ -36,11 +37,16 @@ class CellOutcome:
     results: dict[int, dict | None]
 
 
-def check_syntax(code: str) -> None:
-    """Raise ``SyntaxError`` here, once, instead of N times on the engines."""
+def check_syntax(code: str) -> bool:
+    """Raise ``SyntaxError`` here, once, instead of N times on the engines.
+
+    Returns whether the cell ends in an expression, whose value IPython shows.
+    """
     from jaxnb._stacks import as_compiled
 
-    compile(as_compiled(code), "<jaxnb cell>", "exec")
+    tree = compile(as_compiled(code), "<jaxnb cell>", "exec", ast.PyCF_ONLY_AST)
+    compile(tree, "<jaxnb cell>", "exec")  # the errors only the compiler finds
+    return bool(tree.body) and isinstance(tree.body[-1], ast.Expr)
 
 
 def run_cell(
@@ -55,9 +61,10 @@ def run_cell(
     from jaxnb import _watch
 
     show = show or ShowMode()
-    check_syntax(code)
+    shows_value = check_syntax(code)
     processes = cluster.process_indices
-    ar = cluster.view.execute(code, block=False, silent=False)
+    # A cell without a last expression runs silent: same output, less work on each engine.
+    ar = cluster.view.execute(code, block=False, silent=not shows_value)
     futures = dict(zip(processes, ar._children, strict=True))
     # Per-process metadata dicts (stdout, stderr, outputs, error) filled as messages arrive.
     by_process = {p: f.output.metadata for p, f in futures.items()}

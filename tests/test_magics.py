@@ -12,6 +12,7 @@ from conftest import ipyparallel_processes
 from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 
+from jaxnb import RemoteError
 from jaxnb._startup import key_files
 from jaxnb.magics import JaxnbMagics
 
@@ -60,6 +61,23 @@ def test_cell_output_is_ordinary_notebook_output(shared_magics):
     assert any(b.get("text/plain") == "40" for b in bundles)
 
 
+def test_only_a_last_expression_shows_its_value(shared_magics):
+    # A cell that ends in a statement runs silent on the engines: displays, streams
+    # and tracebacks with their source line must be unchanged, and no value shown.
+    code = "from IPython.display import display\n7 * 6\ndisplay('shown')\nprint('out')\nx = 1"
+    with capture_output() as captured:
+        shared_magics.run_cell_magic("jax_cluster", "", code)
+    assert captured.stdout == "out\n"
+    assert [o.data.get("text/plain") for o in captured.outputs] == ["'shown'"]
+    with capture_output() as captured:
+        shared_magics.run_cell_magic("jax_cluster", "", "x + 41")
+    assert [o.data.get("text/plain") for o in captured.outputs] == ["42"]
+    with pytest.raises(RemoteError) as info:
+        shared_magics.run_cell_magic("jax_cluster", "", "y = 2\nz = y / 0")
+    assert "z = y / 0" in "\n".join(info.value.tracebacks)
+    JaxnbMagics.cluster.suspect = None
+
+
 def test_status_shows_a_devices_table(shared_magics):
     with capture_output() as captured:
         shared_magics.run_line_magic("jax_cluster", "status")
@@ -83,8 +101,6 @@ def test_pull_push_and_missing_names(shared_magics):
 
 
 def test_remote_error_raises_in_the_notebook(shared_magics):
-    from jaxnb import RemoteError
-
     with pytest.raises(RemoteError, match=r"KeyError.*\[p0\]"):
         shared_magics.run_cell_magic(
             "jax_cluster", "", "import jax\nif jax.process_index() == 0:\n    {}['missing']"
