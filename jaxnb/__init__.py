@@ -2,7 +2,8 @@
 
 In a notebook: ``%load_ext jaxnb`` then ``%jax_cluster start``. In Python:
 :class:`JaxCluster`. Inside cells and train functions on the engines:
-:func:`report`, :func:`get_context`, :func:`get_checkpoint`, :func:`should_stop`.
+:func:`report`, :func:`get_context`, :func:`get_checkpoint`, :func:`should_stop`,
+:class:`Checkpoint`.
 """
 
 from jaxnb._cluster import JaxCluster as JaxCluster
@@ -21,6 +22,15 @@ from jaxnb._mesh import show_sharding as show_sharding
 from jaxnb._train.result import Result as Result
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    """``jaxnb.Checkpoint`` (as Ray's), imported on first use: it needs Orbax and JAX."""
+    if name == "Checkpoint":
+        from jaxnb._engine.checkpoint import Checkpoint
+
+        return Checkpoint
+    raise AttributeError(f"module 'jaxnb' has no attribute {name!r}")
 
 
 def load_ipython_extension(ipython):

@@ -60,6 +60,31 @@ def tight_loop(config):
         jaxnb.report({"i": i, "p": jaxnb.get_context().get_world_rank()})
 
 
+def ray_style_own_checkpoints(config):
+    """Ray's own-directory pattern: ``Checkpoint.from_directory`` and ``as_directory``."""
+    import json
+    import os
+
+    import jaxnb as train  # was: from ray import train
+    from jaxnb import Checkpoint  # was: from ray.train import Checkpoint
+
+    start = 0
+    checkpoint = train.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as folder, open(os.path.join(folder, "state.json")) as f:
+            start = json.load(f)["done"]
+    for step in range(start, start + config["steps"]):
+        saved = None
+        if (step + 1) % 2 == 0:
+            folder = os.path.join(config["dir"], str(step + 1))
+            if train.get_context().get_world_rank() == 0:
+                os.makedirs(folder)
+                with open(os.path.join(folder, "state.json"), "w") as f:
+                    json.dump({"done": step + 1}, f)
+            saved = Checkpoint.from_directory(folder)
+        train.report({"step": step + 1, "start": start}, checkpoint=saved)
+
+
 def ray_train_func(config):
     """Ray Train's JAX quickstart loop with ``ray.train.report`` → ``jaxnb.report``."""
     import jax
@@ -167,6 +192,19 @@ def test_ray_quickstart_port(cluster, tmp_path):
     assert all(isinstance(v, float) for v in losses)
     assert losses[-1] < 0.05 * losses[0]
     assert result.metrics["epoch"] == 59 and result.checkpoint is None
+
+
+def test_ray_style_directory_checkpoints_resume(cluster, tmp_path):
+    config = {"steps": 5, "dir": str(tmp_path / "saved_by_user")}
+    first = cluster.train(ray_style_own_checkpoints, config, name="own", storage=tmp_path)
+    assert first.checkpoint.step == 4 and first.checkpoint.user_managed
+    assert first.checkpoint.path == str(tmp_path / "saved_by_user" / "4")
+    with pytest.raises(FileExistsError, match="--resume"):
+        cluster.train(ray_style_own_checkpoints, config, name="own", storage=tmp_path)
+    again = cluster.train(ray_style_own_checkpoints, {**config, "steps": 3}, name="own",
+                          storage=tmp_path, resume=True)
+    assert [(h["step"], h["start"]) for h in again.history] == [(5, 4), (6, 4), (7, 4)]
+    assert again.checkpoint.step == 6
 
 
 def test_zero_and_one_argument_functions_and_config(cluster, tmp_path):

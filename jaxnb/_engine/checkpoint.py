@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import os
 import pathlib
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -12,6 +15,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 _ITEM = "default"  # the sub-directory a single-item CheckpointManager writes
+_USER_RECORD = "user_checkpoint.json"  # the last directory checkpoint the user reported
 
 
 def _checkpointer() -> ocp.Checkpointer:
@@ -62,9 +66,17 @@ class Checkpoint:
     user_managed: bool = False
 
     @classmethod
-    def from_directory(cls, path: str, step: int) -> Checkpoint:
-        """Record a directory the user wrote themselves (like Ray's `from_directory`)."""
-        return cls(int(step), os.path.abspath(path), user_managed=True)
+    def from_directory(cls, path: str | os.PathLike, step: int = 0) -> Checkpoint:
+        """Record a directory the user wrote themselves, as Ray's ``Checkpoint.from_directory``.
+
+        Passed to ``report(checkpoint=...)``, it takes the report's step.
+        """
+        return cls(int(step), os.path.abspath(os.fspath(path)), user_managed=True)
+
+    @contextlib.contextmanager
+    def as_directory(self) -> Iterator[str]:
+        """The checkpoint's directory, as Ray's ``Checkpoint.as_directory``."""
+        yield self.path
 
     def restore(self, target: Any = None) -> Any:
         """The saved pytree, laid out like `target`'s shardings when given.
@@ -100,15 +112,42 @@ def saved_steps(run_dir: str) -> list[int]:
     return sorted(int(n) for n in names if n.isdigit() and os.path.isdir(os.path.join(root, n)))
 
 
+def remember_user_checkpoint(run_dir: str, step: int, path: str) -> None:
+    """Note a directory checkpoint the user reported, so ``--resume`` finds it later."""
+    root = checkpoint_dir(run_dir)
+    os.makedirs(root, exist_ok=True)
+    tmp = os.path.join(root, f".{_USER_RECORD}.tmp")
+    with open(tmp, "w") as f:
+        json.dump({"step": int(step), "path": path}, f)
+    os.replace(tmp, os.path.join(root, _USER_RECORD))
+
+
+def _user_checkpoint(run_dir: str) -> Checkpoint | None:
+    try:
+        with open(os.path.join(checkpoint_dir(run_dir), _USER_RECORD)) as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return Checkpoint(int(record["step"]), record["path"], user_managed=True)
+
+
 def check_fresh_run(run_dir: str, resume: bool) -> Checkpoint | None:
-    """Refuse to overwrite a run that has checkpoints; with `resume`, its latest one."""
-    steps = saved_steps(run_dir)
-    if not steps:
+    """Refuse to overwrite a run that has checkpoints; with `resume`, its latest one.
+
+    The latest is the highest step among jaxnb's own saves and the last directory
+    the user reported themselves.
+    """
+    found = [Checkpoint(s, os.path.join(checkpoint_dir(run_dir), str(s)))
+             for s in saved_steps(run_dir)]
+    user = _user_checkpoint(run_dir)
+    if user is not None:
+        found.append(user)
+    if not found:
         return None
     if resume:
-        return Checkpoint(steps[-1], os.path.join(checkpoint_dir(run_dir), str(steps[-1])))
+        return max(found, key=lambda c: c.step)
     run_dir = os.path.abspath(run_dir)
-    shown = ", ".join(map(str, steps))
+    shown = ", ".join(str(s) for s in sorted({c.step for c in found}))
     raise FileExistsError(
         f"run '{os.path.basename(run_dir)}' in {os.path.dirname(run_dir)} already has "
         f"checkpoints (steps {shown}); pass --resume to continue it, or --name NEW / "

@@ -64,7 +64,8 @@ def report(metrics: dict[str, Any], checkpoint: Any = None) -> None:
 
     ``checkpoint`` is a pytree that all processes save together (Orbax, the
     last 3 kept under the run's ``checkpoints`` folder), or the path of a
-    directory you saved yourself (recorded as is). The step is
+    directory you saved yourself (recorded as is; ``jaxnb.Checkpoint.from_directory``
+    works too). The step is
     ``metrics["step"]`` when it is a Python int, else the number of reports
     so far (continuing from the resumed checkpoint's step). It does not wait on
     the device, except to keep at most :data:`MAX_IN_FLIGHT` reported values
@@ -100,7 +101,8 @@ def report(metrics: dict[str, Any], checkpoint: Any = None) -> None:
 def get_checkpoint() -> Any:
     """The checkpoint this run resumes from (``--resume``), or None.
 
-    It has ``step``, ``path`` and ``restore(target=None)``.
+    It has ``step``, ``path``, ``restore(target=None)`` and, as in Ray,
+    ``as_directory()``.
     """
     return _run.resume if _run is not None else None
 
@@ -261,8 +263,10 @@ def _int_or_none(value: Any) -> int | None:
 def _save(run: _Run, step: int, checkpoint: Any) -> Any:
     from jaxnb._engine.checkpoint import Checkpoint, CheckpointStore
 
+    if isinstance(checkpoint, Checkpoint):  # Ray style: Checkpoint.from_directory(path)
+        checkpoint = checkpoint.path
     if isinstance(checkpoint, (str, os.PathLike)):
-        return Checkpoint.from_directory(os.fspath(checkpoint), step)
+        return Checkpoint.from_directory(checkpoint, step)
     if run.store is None:
         run.store = CheckpointStore(run.run_dir, keep=KEEP_CHECKPOINTS)
     return run.store.save(step, checkpoint)

@@ -147,7 +147,7 @@ class Monitor:
         for record in records:
             result.history.append(record["metrics"])
             if record.get("checkpoint"):
-                result.checkpoint = _checkpoint(record)
+                result.checkpoint = _checkpoint(record, result.path)
         result.metrics = records[-1]["metrics"]
 
     def _check(self) -> None:
@@ -185,11 +185,14 @@ class Monitor:
         return error
 
 
-def _checkpoint(record: dict[str, Any]) -> Any:
-    from jaxnb._engine.checkpoint import Checkpoint
+def _checkpoint(record: dict[str, Any], run_dir: str) -> Any:
+    from jaxnb._engine.checkpoint import Checkpoint, remember_user_checkpoint
 
-    return Checkpoint(int(record["step"]), record["checkpoint"],
-                      user_managed=bool(record.get("checkpoint_user")))
+    checkpoint = Checkpoint(int(record["step"]), record["checkpoint"],
+                            user_managed=bool(record.get("checkpoint_user")))
+    if checkpoint.user_managed:  # jaxnb's own saves are found on disk; the user's are noted
+        remember_user_checkpoint(run_dir, checkpoint.step, checkpoint.path)
+    return checkpoint
 
 
 def _stacks(cluster: JaxCluster, running: list[int], note: str) -> str:
