@@ -24,6 +24,12 @@ HEARTBEAT_MS = 50
 HEARTBEAT_MISSES = 60
 
 
+def python_cmd(module: str) -> list[str]:
+    """Run ``module``'s ``main()`` in this Python with the garbage collector off until it
+    turns it back on: start-up is mostly imports, and they take about 10% less CPU so."""
+    return [sys.executable, "-c", f"import gc; gc.disable(); from {module} import main; main()"]
+
+
 def engine_environment(options: ClusterOptions, stacks_dir: str) -> dict[str, str]:
     """Variables every engine gets before it starts (and so before JAX is imported)."""
     env = {
@@ -52,8 +58,9 @@ def engine_environment(options: ClusterOptions, stacks_dir: str) -> dict[str, st
 def build_cluster(options: ClusterOptions) -> ipp.Cluster:
     """An (unstarted) ipyparallel Cluster configured for ``options``."""
     config = Config()
-    engine_cmd = [sys.executable if options.is_local else "python", "-m", "jaxnb._engine.main"]
+    engine_cmd = ["python", "-m", "jaxnb._engine.main"]  # on the engine's own host
     if options.is_local:
+        engine_cmd = python_cmd("jaxnb._engine.main")
         # No nanny process per engine: jaxnb signals local engines by pid (see _signals).
         engine_cmd.append("--IPEngine.enable_nanny=False")
         # They may start before the controller has written its connection file: wait for it.

@@ -9,7 +9,6 @@ log lines; :meth:`JaxCluster.start` then stops whatever was started.
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 import time
 from typing import TYPE_CHECKING, Any
@@ -24,7 +23,7 @@ if TYPE_CHECKING:
     from jaxnb._cluster import JaxCluster
 
 #: The controller, started through jaxnb's wrapper (it adds the kernel-death watchdog).
-CONTROLLER_CMD = [sys.executable, "-m", "jaxnb._engine.controller"]
+CONTROLLER_CMD = _launch.python_cmd("jaxnb._engine.controller")
 
 
 def start_engines(cluster: JaxCluster) -> None:

@@ -1,11 +1,13 @@
 """Entry point of the controller: the kernel-death watchdog, then ipyparallel's controller.
 
-Launched as ``python -m jaxnb._engine.controller [ipcontroller arguments]`` for
-local clusters, so the controller and its scheduler processes exit when the
-notebook kernel dies, even if no engine is left to stop them.
+Launched through :func:`jaxnb._launch.python_cmd` with ipcontroller's arguments,
+so the controller and its scheduler processes exit when the notebook kernel dies,
+even if no engine is left to stop them.
 """
 
 from __future__ import annotations
+
+import gc
 
 
 def main() -> None:
@@ -15,6 +17,8 @@ def main() -> None:
     watchdog.start_for_controller()
     from ipyparallel.controller.app import main as ipcontroller_main
 
+    gc.freeze()  # what was imported stays: later collections need not scan it
+    gc.enable()  # off while importing, when started by _launch.python_cmd
     ipcontroller_main()
 
 

@@ -1,12 +1,14 @@
 """Entry point of a jaxnb engine: arm the safety nets, import JAX, run ipyparallel's engine.
 
-Launched as ``python -m jaxnb._engine.main [ipengine arguments]`` by ipyparallel's
-launchers (local, ssh, mpi, slurm, ...), so the environment jaxnb sets on the
-launcher is in place before JAX is imported.
+Launched by ipyparallel's launchers (local, ssh, mpi, slurm, ...) as
+``python -m jaxnb._engine.main [ipengine arguments]``, or locally through
+:func:`jaxnb._launch.python_cmd`, so the environment jaxnb sets on the launcher
+is in place before JAX is imported.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 
 
@@ -22,6 +24,8 @@ def main() -> None:
         jax.config.update("jax_enable_preemption_service", False)
     from ipyparallel.engine.app import main as ipengine_main
 
+    gc.freeze()  # what was imported stays: later collections need not scan it
+    gc.enable()  # off while importing, when started by _launch.python_cmd
     ipengine_main()
 
 
