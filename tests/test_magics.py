@@ -108,6 +108,31 @@ def test_remote_error_raises_in_the_notebook(shared_magics):
     JaxnbMagics.cluster.suspect = None
 
 
+KUBEFLOW_CELL = (
+    "import os, jax\n"
+    "jax.distributed.initialize(\n"
+    "    coordinator_address=os.environ['JAX_COORDINATOR_ADDRESS'],\n"
+    "    num_processes=int(os.environ['JAX_NUM_PROCESSES']),\n"
+    "    process_id=int(os.environ['JAX_PROCESS_ID']))\n"
+    "print(jax.process_count(), jax.device_count())"
+)
+
+
+def test_kubeflow_code_on_an_initialised_cluster(shared_magics):
+    """Its own initialize() of the same group is skipped with a note; another group is refused."""
+    with capture_output() as captured:
+        shared_magics.run_cell_magic("jax_cluster", "", KUBEFLOW_CELL)
+    assert captured.stdout == "2 2\n"
+    assert captured.stderr.count("initialize() skipped") == 1 and "--no-init" in captured.stderr
+    with pytest.raises(RemoteError, match=r"already initialised by jaxnb.*--no-init"):
+        shared_magics.run_cell_magic(
+            "jax_cluster", "", "import jax\njax.distributed.initialize(num_processes=5)")
+    JaxnbMagics.cluster.suspect = None
+    with capture_output() as captured:
+        shared_magics.run_cell_magic("jax_cluster", "", "print(jax.process_count())")
+    assert captured.stdout == "2\n"
+
+
 def test_lifecycle_no_init_restart_stop(ip):
     """Kubeflow-style code runs unchanged with --no-init; restart gives new processes; stop leaks nothing."""
     previous, JaxnbMagics.cluster = JaxnbMagics.cluster, None
@@ -116,16 +141,8 @@ def test_lifecycle_no_init_restart_stop(ip):
             ip.run_line_magic("jax_cluster", "start -n 2 --no-init")
         with pytest.raises(UsageError, match="already running; use `%jax_cluster restart`"):
             ip.run_line_magic("jax_cluster", "start")
-        kubeflow_cell = (
-            "import os, jax\n"
-            "jax.distributed.initialize(\n"
-            "    coordinator_address=os.environ['JAX_COORDINATOR_ADDRESS'],\n"
-            "    num_processes=int(os.environ['JAX_NUM_PROCESSES']),\n"
-            "    process_id=int(os.environ['JAX_PROCESS_ID']))\n"
-            "print(jax.process_count(), jax.device_count())"
-        )
         with capture_output() as captured:
-            ip.run_cell_magic("jax_cluster", "", kubeflow_cell)
+            ip.run_cell_magic("jax_cluster", "", KUBEFLOW_CELL)
         assert captured.stdout == "2 2\n"
         old_pids = {p.pid for p in JaxnbMagics.cluster.processes}
         with capture_output():
@@ -134,7 +151,7 @@ def test_lifecycle_no_init_restart_stop(ip):
         assert new_pids and not (old_pids & new_pids)
         assert not any(psutil.pid_exists(pid) for pid in old_pids)
         with capture_output() as captured:
-            ip.run_cell_magic("jax_cluster", "", kubeflow_cell)
+            ip.run_cell_magic("jax_cluster", "", KUBEFLOW_CELL)
         assert captured.stdout == "2 2\n"
         with capture_output():
             ip.run_line_magic("jax_cluster", "stop")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 
 
 def main() -> None:
@@ -18,6 +19,8 @@ def main() -> None:
 
     stacks.arm()
     watchdog.start_from_env()
+    # Engines take no debugger requests: keep ipykernel from loading debugpy (~50 ms).
+    sys.modules.setdefault("debugpy", None)  # type: ignore[arg-type]
     if os.environ.get("JAXNB_PREIMPORT_JAX", "1") == "1":
         import jax
 

@@ -88,6 +88,10 @@ def initialize(
             )
     if init and num_processes > 1:
         _first_collective()
+    if init:
+        from jaxnb._engine import init_guard
+
+        init_guard.install()  # Kubeflow-style code may call initialize() again
     return describe(process_id, touch_backend=init)
 
 
