@@ -35,6 +35,9 @@ NO_DUMP = "(no stack dump: the engine runs on another host or did not answer)"
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<func>.*)$')
 _CELL_FILE = re.compile(r"(?:ipykernel_\d+[/\\](?P<name>\d+)\.py|<ipython-input-[^>]*>)$")
+#: The outermost frame of an engine's main thread, started by ``python -m`` (runpy)
+#: or ``python -c`` (see :func:`jaxnb._launch.python_cmd`).
+_OUTERMOST = ("_run_module_as_main", "<module>")
 _HEADER = re.compile(r"^(?:Current thread 0x|Thread 0x|Stack \(most recent call first\))")
 _cells: collections.OrderedDict[str, str] = collections.OrderedDict()
 
@@ -114,8 +117,10 @@ def read(cluster: JaxCluster, paths: dict[int, str], timeout: float = DUMP_TIMEO
 
 
 def _complete(text: str) -> bool:
-    """A dump is complete once the main thread (started by runpy) is in it."""
-    return "_run_module_as_main" in text
+    """A dump is complete once it reaches the main thread's outermost frame."""
+    lines = text.rstrip().splitlines()
+    frame = _FRAME.match(lines[-1]) if lines else None
+    return frame is not None and frame["func"] in _OUTERMOST
 
 
 def main_thread(dump: str) -> list[tuple[str, int, str]]:
@@ -132,7 +137,7 @@ def main_thread(dump: str) -> list[tuple[str, int, str]]:
         if m and threads:
             threads[-1].append((m["file"], int(m["line"]), m["func"]))
     for frames in threads:
-        if any(func == "_run_module_as_main" for _, _, func in frames):
+        if frames and frames[-1][2] in _OUTERMOST:
             return frames
     return threads[current] if threads else []
 

@@ -151,6 +151,22 @@ def test_a_cell_past_its_timeout_shows_every_stack(cluster, capsys):
     assert cluster.suspect is None
 
 
+def test_stack_dumps_are_recognised_once_complete(cluster):
+    """A dump ends at the main thread's outermost frame, so reading it does not wait out
+    its timeout (missing that once added a second to every timeout and interrupt)."""
+    from jaxnb import _stacks
+
+    healthy(cluster)
+    paths = _stacks.request(cluster, cluster.process_indices)
+    assert sorted(paths) == cluster.process_indices
+    time.sleep(0.5)  # the engines' signal handlers write at once
+    for path in paths.values():
+        with open(path) as f:
+            text = f.read()
+        assert _stacks._complete(text), text
+        assert _stacks.where(text) == "idle"
+
+
 def test_the_cluster_wide_timeout_and_stacks_magic(cluster, ip):
     healthy(cluster)
     options = cluster.options
