@@ -113,22 +113,24 @@ def saved_steps(run_dir: str) -> list[int]:
 
 
 def remember_user_checkpoint(run_dir: str, step: int, path: str) -> None:
-    """Note a directory checkpoint the user reported, so ``--resume`` finds it later."""
-    root = checkpoint_dir(run_dir)
-    os.makedirs(root, exist_ok=True)
-    tmp = os.path.join(root, f".{_USER_RECORD}.tmp")
-    with open(tmp, "w") as f:
+    """Note a directory checkpoint the user reported, so ``--resume`` finds it later.
+
+    The note sits in the run's folder, beside (not in) Orbax's ``checkpoints``.
+    """
+    os.makedirs(run_dir, exist_ok=True)
+    record = os.path.join(run_dir, _USER_RECORD)
+    with open(record + ".tmp", "w") as f:
         json.dump({"step": int(step), "path": path}, f)
-    os.replace(tmp, os.path.join(root, _USER_RECORD))
+    os.replace(record + ".tmp", record)
 
 
 def _user_checkpoint(run_dir: str) -> Checkpoint | None:
     try:
-        with open(os.path.join(checkpoint_dir(run_dir), _USER_RECORD)) as f:
+        with open(os.path.join(run_dir, _USER_RECORD)) as f:
             record = json.load(f)
-    except (OSError, ValueError):
+        return Checkpoint(int(record["step"]), str(record["path"]), user_managed=True)
+    except (OSError, ValueError, KeyError, TypeError):  # none yet, or not jaxnb's
         return None
-    return Checkpoint(int(record["step"]), record["path"], user_managed=True)
 
 
 def check_fresh_run(run_dir: str, resume: bool) -> Checkpoint | None:
