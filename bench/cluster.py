@@ -77,7 +77,7 @@ def jaxnb_cluster(n: int, cell_repeats: int) -> tuple[float, float, float, float
     from IPython.testing.globalipapp import get_ipython
     from IPython.utils.capture import capture_output
 
-    from jaxnb.magics import JaxnbMagics
+    from jaxnb.magics import current_cluster
 
     ip = get_ipython()
     ip.run_line_magic("load_ext", "jaxnb")
@@ -86,7 +86,7 @@ def jaxnb_cluster(n: int, cell_repeats: int) -> tuple[float, float, float, float
         ip.run_line_magic("jax_cluster", f"start -n {n}")
         ip.run_cell_magic("jax_cluster", "", PSUM_CELL)
     ready = time.perf_counter() - start
-    cluster = JaxnbMagics.cluster
+    cluster = current_cluster(ip)
     px_view = cluster.client[cluster.view.targets]
     px_view.block = True
     px_view.activate("bench")  # ipyparallel's own cell magic on the same engines: %%pxbench

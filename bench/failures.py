@@ -38,8 +38,9 @@ import time
 
 import psutil
 
-from jaxnb import JaxCluster, ProcessFailure, RemoteError, StartError, _health
+from jaxnb import JaxCluster, ProcessFailure, RemoteError, StartError
 from jaxnb._errors import ClusterStateError
+from jaxnb._failures import detect
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 from fault_cells import ASYNC_LOOP, EXPECTED, SETUP, SYNC_LOOP, VERIFY
@@ -68,7 +69,7 @@ def started() -> tuple[JaxCluster, float]:
 
 def ensure(c: JaxCluster) -> JaxCluster:
     with quiet():
-        if not c.running or _health.dead_processes(c):
+        if not c.running or detect.dead_processes(c.group):
             c.restart()
             c.run(SETUP)
     return c
@@ -216,19 +217,17 @@ def _running(pid: int) -> bool:
         return False
 
 
-class _BusyPort(JaxCluster):
-    port = 0
-
-    def _coordinator_address(self, first_engine: int) -> str:
-        return f"127.0.0.1:{self.port}"
-
-
 def busy_port_start() -> float:
+    """Start with the coordinator's port taken by another program (fault injected)."""
+    from jaxnb import _startup
+
     blocker = socket.socket()
     blocker.bind(("127.0.0.1", 0))
     blocker.listen()
-    c = _BusyPort(n=2, init_timeout=30)
-    c.port = blocker.getsockname()[1]
+    busy = f"127.0.0.1:{blocker.getsockname()[1]}"
+    original = _startup.coordinator_address
+    _startup.coordinator_address = lambda group, first_engine: busy
+    c = JaxCluster(n=2, init_timeout=30)
     t = now()
     try:
         with quiet():
@@ -236,6 +235,7 @@ def busy_port_start() -> float:
     except StartError:
         pass
     finally:
+        _startup.coordinator_address = original
         blocker.close()
     return now() - t
 

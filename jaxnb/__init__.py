@@ -7,7 +7,6 @@ In a notebook: ``%load_ext jaxnb`` then ``%jax_cluster start``. In Python:
 """
 
 from jaxnb._cluster import JaxCluster as JaxCluster
-from jaxnb._cluster import ProcessInfo as ProcessInfo
 from jaxnb._engine.context import get_context as get_context
 from jaxnb._engine.reporting import get_checkpoint as get_checkpoint
 from jaxnb._engine.reporting import report as report
@@ -19,18 +18,18 @@ from jaxnb._errors import RemoteError as RemoteError
 from jaxnb._errors import StartError as StartError
 from jaxnb._mesh import show_mesh as show_mesh
 from jaxnb._mesh import show_sharding as show_sharding
+from jaxnb._run_folder import Checkpoint as Checkpoint
+from jaxnb._state import ProcessInfo as ProcessInfo
 from jaxnb._train.result import Result as Result
 
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str):
-    """``jaxnb.Checkpoint`` (as Ray's), imported on first use: it needs Orbax and JAX."""
-    if name == "Checkpoint":
-        from jaxnb._engine.checkpoint import Checkpoint
+def current_cluster():
+    """The cluster ``%jax_cluster start`` started in this IPython session, or ``None``."""
+    from jaxnb.magics import current_cluster as find
 
-        return Checkpoint
-    raise AttributeError(f"module 'jaxnb' has no attribute {name!r}")
+    return find()
 
 
 def load_ipython_extension(ipython):

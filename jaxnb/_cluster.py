@@ -1,39 +1,34 @@
-"""`JaxCluster`: the lifecycle of one SPMD group of JAX processes on ipyparallel engines."""
+"""`JaxCluster`: the public front of one SPMD group of JAX processes on ipyparallel engines.
+
+It holds the group's record (:class:`jaxnb._state.Group`) and hands it to the
+module that does each job: start-up, shutdown, cells, values, training,
+failure handling and repair. It keeps no state of its own.
+"""
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import dataclasses
-import shutil
 import sys
 from typing import Any
 
-import ipyparallel as ipp
-
-from jaxnb import _shutdown, _startup
-from jaxnb._errors import ALREADY_RUNNING, NOT_STARTED, ClusterStateError, StartError
+from jaxnb import _pull, _shutdown, _spmd, _startup
+from jaxnb._errors import ClusterStateError, StartError
+from jaxnb._failures import detect, repair, stacks
+from jaxnb._messages import ALREADY_RUNNING
 from jaxnb._options import ClusterOptions
+from jaxnb._state import Group, ProcessInfo
+from jaxnb._train import driver
 
 CPU_MULTI_DEVICE_NOTE = (
     "jaxnb: several CPU devices per process: gloo collectives can deadlock with many steps in "
     "flight, so jaxnb.report() keeps one step in flight; in loops without report(), fetch a value "
     "(e.g. float(loss)) every few steps. See README, 'CPU collectives'."
 )
+#: Seconds a pull or push may take unless the cluster has a cell timeout.
+DEFAULT_OPERATION_TIMEOUT = 300.0
 
-
-@dataclasses.dataclass
-class ProcessInfo:
-    """One JAX process: its index, engine, host, pid, platform and local devices."""
-
-    process_index: int
-    engine_id: int
-    host: str
-    pid: int
-    platform: str | None
-    local_devices: list[dict]
-    global_device_count: int | None
-    state: str = "idle"
+__all__ = ["JaxCluster", "ProcessInfo"]
 
 
 class JaxCluster:
@@ -58,7 +53,7 @@ class JaxCluster:
         env: dict[str, str] | None = None,
     ) -> None:
         extra = {} if collective_timeout is None else {"collective_timeout": collective_timeout}
-        self.options = ClusterOptions(
+        options = ClusterOptions(
             n=n,
             devices_per_process=devices_per_process,
             platform=platform,  # type: ignore[arg-type]
@@ -70,31 +65,30 @@ class JaxCluster:
             env=tuple(sorted((env or {}).items())),
             **extra,
         )
-        self.processes: list[ProcessInfo] = []
-        self.suspect: str | None = None
-        self._group_cut = False  # gloo connections closed: the group needs a reset
-        self.busy_with: str | None = None
-        self._ipp: ipp.Cluster | None = None
-        self._client: ipp.Client | None = None
-        self._view: ipp.DirectView | None = None
-        self._stacks_dir: str | None = None
-        self._coordinator: str | None = None
+        self.group = Group(options)
 
     # ---- lifecycle -------------------------------------------------------------------
 
     @property
+    def options(self) -> ClusterOptions:
+        """The options this cluster starts (and restarts) with."""
+        return self.group.options
+
+    @property
     def running(self) -> bool:
         """True between a successful :meth:`start` and :meth:`stop`."""
-        return self._client is not None
+        return self.group.running
 
     def start(self) -> JaxCluster:
         """Start the engines and join them into one ``jax.distributed`` group."""
         if self.running:
             raise ClusterStateError(ALREADY_RUNNING)
         try:
-            atexit.register(self.stop)  # runs before ipyparallel's slower atexit clean-up
-            _startup.start_engines(self)
-            _startup.join_group(self)
+            _startup.start_engines(self.group)
+            # After ipyparallel registered its own exit hook (when its controller started):
+            # hooks run last-registered first, so this fast stop runs before its slow one.
+            atexit.register(self.stop)
+            _startup.join_group(self.group)
         except BaseException as exc:
             self.stop()
             if isinstance(exc, (StartError, KeyboardInterrupt)):
@@ -104,29 +98,11 @@ class JaxCluster:
             print(CPU_MULTI_DEVICE_NOTE, file=sys.stderr)
         return self
 
-    def _coordinator_address(self, first_engine: int) -> str:
-        """``host:port`` for the coordination service, on process 0's host."""
-        return _startup.coordinator_address(self, first_engine)
-
-    def _wait_joined(self, pending: dict[int, Any], pids: dict[int, int], coordinator: str) -> dict:
-        """Each process's description once all joined (or a :class:`StartError`)."""
-        return _startup.wait_joined(self, pending, pids, coordinator)
-
     def stop(self) -> None:
-        """Stop every engine and the controller; nothing is left running (see ``_shutdown``)."""
-        ipp_cluster, client = self._ipp, self._client
-        self._ipp = self._client = self._view = None
-        self.processes = []
+        """Stop every engine and the controller; nothing is left running."""
         with contextlib.suppress(Exception):
             atexit.unregister(self.stop)
-        if ipp_cluster is not None:
-            _shutdown.stop_all(ipp_cluster, client, self.options.is_local)
-        elif client is not None:
-            with contextlib.suppress(Exception):
-                client.close()
-        if self._stacks_dir is not None:
-            shutil.rmtree(self._stacks_dir, ignore_errors=True)
-            self._stacks_dir = None
+        _shutdown.stop_all(self.group)
 
     def restart(self) -> JaxCluster:
         """Stop, then start again with the same options (new processes)."""
@@ -141,59 +117,56 @@ class JaxCluster:
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
-            if self._ipp is not None:
+            if self.group.ipp is not None:
                 self.stop()
 
     # ---- access ----------------------------------------------------------------------
 
-    def _require_running(self) -> None:
-        if not self.running:
-            raise ClusterStateError(NOT_STARTED)
+    @property
+    def client(self) -> Any:
+        """The ipyparallel ``Client`` connected to the engines."""
+        self.group.require_running()
+        return self.group.client
 
     @property
-    def client(self) -> ipp.Client:
-        """The ipyparallel client connected to the engines."""
-        self._require_running()
-        assert self._client is not None
-        return self._client
+    def view(self) -> Any:
+        """An ipyparallel ``DirectView`` on all engines, ordered by JAX process index."""
+        self.group.require_running()
+        return self.group.view
 
     @property
-    def view(self) -> ipp.DirectView:
-        """A DirectView on all engines, ordered by JAX process index."""
-        self._require_running()
-        assert self._view is not None
-        return self._view
+    def processes(self) -> list[ProcessInfo]:
+        """One entry per JAX process (host, pid, platform, devices), in process order."""
+        return self.group.processes
 
     @property
     def process_indices(self) -> list[int]:
         """``[0, 1, …, N-1]``."""
-        return [p.process_index for p in self.processes]
+        return self.group.indices
 
     @property
     def num_processes(self) -> int:
         """How many JAX processes the cluster has."""
-        return len(self.processes)
+        return self.group.size
 
     @property
     def coordinator_address(self) -> str | None:
         """Address of the ``jax.distributed`` coordinator (on process 0's host)."""
-        return self._coordinator
+        return self.group.coordinator
+
+    @property
+    def suspect(self) -> str | None:
+        """Why the processes may disagree (the next cell checks them first), or ``None``."""
+        return self.group.suspect
+
+    @property
+    def busy_with(self) -> str | None:
+        """The name of the background training run holding the engines, or ``None``."""
+        return self.group.busy_with
 
     def engine_for(self, process_index: int) -> int:
         """The ipyparallel engine id that carries ``process_index``."""
-        return self.processes[process_index].engine_id
-
-    def _require_idle(self) -> None:
-        """Refuse work while a background training run holds the engines."""
-        self._require_running()
-        if self.busy_with:
-            from jaxnb._train.driver import BUSY
-
-            raise ClusterStateError(BUSY.format(name=self.busy_with))
-
-    def _mark_suspect_after_error(self, errors: dict, processes: list[int]) -> None:
-        if 0 < len(errors) < len(processes):
-            self.suspect = "some processes raised while others did not"
+        return self.group.engine_for(process_index)
 
     # ---- operations ------------------------------------------------------------------
 
@@ -206,16 +179,14 @@ class JaxCluster:
         process: int | None = None,
     ) -> Any:
         """Run ``code`` on every process (SPMD) and show the merged output."""
-        from jaxnb import _spmd
-
-        self._require_idle()
+        self.group.require_idle()
         if process is not None and process not in self.process_indices:
             raise ValueError(
                 f"--process {process} does not exist; choose 0..{self.num_processes - 1}"
             )
-        self._ensure_ready()
+        repair.ensure_ready(self.group)
         return _spmd.run_cell(
-            self,
+            self.group,
             code,
             timeout=timeout if timeout is not None else self.options.timeout,
             show=_spmd.ShowMode(all=all, process=process),
@@ -223,60 +194,48 @@ class JaxCluster:
 
     def push(self, **values: Any) -> None:
         """Set ``values`` as variables on every process."""
-        self._require_idle()
-        self._ensure_ready()
-        self.view.push(values, block=True)
+        self.group.require_idle()
+        repair.ensure_ready(self.group)
+        _pull.push(self.group, values)
 
     def pull(self, name: str) -> Any:
         """The value of ``name`` on the engines (global arrays gathered as NumPy)."""
-        from jaxnb._engine import values
-
-        self._require_idle()
-        self._ensure_ready()
-        replies = self.view.apply_async(values.fetch, name).get(timeout=self._op_timeout())
-        return values.choose(name, replies)
+        self.group.require_idle()
+        repair.ensure_ready(self.group)
+        return _pull.pull(self.group, name, self.options.timeout or DEFAULT_OPERATION_TIMEOUT)
 
     def status(self) -> list[ProcessInfo]:
         """One entry per process, with its current state (idle, busy, dead)."""
-        self._require_running()
-        queue = self.client.queue_status()
-        alive = {p.pid: _shutdown.pid_alive(p.pid) for p in self.processes} if self.options.is_local else {}
-        for info in self.processes:
+        group = self.group
+        group.require_running()
+        queue = group.client.queue_status()
+        dead = detect.dead_processes(group)
+        for info in group.processes:
             q = queue.get(info.engine_id)
-            if alive.get(info.pid) is False or q is None:
+            if info.process_index in dead or q is None:
                 info.state = "dead"
-            elif self.busy_with:
-                info.state = f"busy ({self.busy_with})"
+            elif group.busy_with:
+                info.state = f"busy ({group.busy_with})"
             else:
                 info.state = "busy" if q.get("queue", 0) else "idle"
-        return self.processes
+        return group.processes
 
     def reset(self) -> str:
         """Repair the ``jax.distributed`` group in place (Python state kept); says what it did."""
-        from jaxnb import _repair
+        self.group.require_idle()
+        return repair.reset(self.group)
 
-        self._require_idle()
-        return _repair.reset(self)
+    def stacks(self) -> str:
+        """Every process's current Python stack, mapped to cell lines (``%jax_cluster stacks``)."""
+        self.group.require_running()
+        return stacks.collect(self.group)
 
     def train(self, fn: Any, config: Any = None, **options: Any) -> Any:
         """Run ``fn`` (or ``fn(config)``) on every process with a live dashboard; a ``Result``."""
-        from jaxnb._train.driver import train
-
-        self._require_running()
-        self._ensure_ready()
-        return train(self, fn, config, **options)
-
-    def _ensure_ready(self) -> None:
-        """After a failure: check that the processes agree (repair the group if not)."""
-        from jaxnb import _repair
-
-        self._require_running()
-        _repair.ensure_ready(self)
-
-    def _op_timeout(self) -> float:
-        return self.options.timeout or 300.0
+        self.group.require_running()
+        repair.ensure_ready(self.group)
+        return driver.train(self.group, fn, config, **options)
 
     def __repr__(self) -> str:
         state = f"{self.num_processes} processes" if self.running else "stopped"
         return f"<JaxCluster {state}, platform={self.options.platform}>"
-

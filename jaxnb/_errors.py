@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
+from jaxnb._messages import labels
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_CELL_NUMBER = re.compile(r"Cell In\[\d+\]")
+
 
 class JaxnbError(Exception):
     """Base class of jaxnb's own errors."""
@@ -45,11 +53,30 @@ class ProcessFailure(RemoteError):
     """A process died, the processes diverged, or a cell timed out."""
 
 
-NOT_STARTED = (
-    "no jaxnb cluster is running; start one with `%jax_cluster start` "
-    "(or `jaxnb.JaxCluster().start()`)"
-)
-ALREADY_RUNNING = (
-    "a jaxnb cluster is already running; use `%jax_cluster restart` to start it again "
-    "or `%jax_cluster stop` first"
-)
+def remote_error(errors: dict[int, Any]) -> RemoteError:
+    """One exception for the processes that raised (JAX index → ipyparallel's error), each
+    distinct traceback shown once under the labels of the processes that raised it."""
+    groups: dict[str, list[int]] = {}
+    texts: dict[str, str] = {}
+    for p, e in sorted(errors.items()):
+        text = traceback_text(e)
+        key = _CELL_NUMBER.sub("Cell", text)
+        groups.setdefault(key, []).append(p)
+        texts.setdefault(key, text)
+    tracebacks = [f"---- {labels(procs)} ----\n{texts[key]}" for key, procs in groups.items()]
+    first = errors[min(errors)]
+    name = getattr(first, "ename", type(first).__name__)
+    value = getattr(first, "evalue", str(first))
+    count = "process" if len(errors) == 1 else "processes"
+    return RemoteError(f"{name}: {value} (on {count} {labels(errors)})", sorted(errors), tracebacks)
+
+
+def traceback_text(error: Any) -> str:
+    """The remote traceback of an ipyparallel error (or a local exception's one line), no colours."""
+    tb = getattr(error, "traceback", None)
+    if isinstance(tb, list):
+        tb = "\n".join(tb)
+    if not tb:
+        tb = f"{getattr(error, 'ename', type(error).__name__)}: {getattr(error, 'evalue', error)}"
+    return _ANSI.sub("", tb)
+

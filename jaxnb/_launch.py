@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
 
 import ipyparallel as ipp
 from traitlets.config import Config
 
-from jaxnb._engine.process import host_address
+from jaxnb._contract import ENV_PLATFORM, ENV_STACKS_DIR
 from jaxnb._options import ClusterOptions
 
 #: Controller heartbeat period (ms): engines register after their first beat.
@@ -33,10 +34,10 @@ def python_cmd(module: str) -> list[str]:
 def engine_environment(options: ClusterOptions, stacks_dir: str) -> dict[str, str]:
     """Variables every engine gets before it starts (and so before JAX is imported)."""
     env = {
-        "JAXNB_STACKS_DIR": stacks_dir,
+        ENV_STACKS_DIR: stacks_dir,
         "JAX_ENABLE_PREEMPTION_SERVICE": "false",
         "PYTHONUNBUFFERED": "1",
-        "JAXNB_PLATFORM": options.platform,
+        ENV_PLATFORM: options.platform,
     }
     xla_flags = [os.environ.get("XLA_FLAGS", "")]
     if options.platform == "cpu":
@@ -61,7 +62,7 @@ def build_cluster(options: ClusterOptions) -> ipp.Cluster:
     engine_cmd = ["python", "-m", "jaxnb._engine.main"]  # on the engine's own host
     if options.is_local:
         engine_cmd = python_cmd("jaxnb._engine.main")
-        # No nanny process per engine: jaxnb signals local engines by pid (see _signals).
+        # No nanny process per engine: jaxnb signals local engines by pid (see _failures.free).
         engine_cmd.append("--IPEngine.enable_nanny=False")
         # They may start before the controller has written its connection file: wait for it.
         engine_cmd.append(f"--IPEngine.wait_for_url_file={options.init_timeout:g}")
@@ -72,7 +73,7 @@ def build_cluster(options: ClusterOptions) -> ipp.Cluster:
     if options.hosts:
         config.SSHEngineSetLauncher.engines = {h: 1 for h in options.hosts}
     # Local: loopback only. Remote engines: this host's own address, never every interface.
-    kwargs: dict = {"controller_ip": "127.0.0.1" if options.is_local else host_address()}
+    kwargs: dict = {"controller_ip": "127.0.0.1" if options.is_local else _host_address()}
     cluster = ipp.Cluster(
         n=options.resolved_n(),
         engines=_engine_launcher(options),
@@ -90,6 +91,14 @@ def build_cluster(options: ClusterOptions) -> ipp.Cluster:
         **kwargs,
     )
     return cluster
+
+
+def _host_address() -> str:
+    """An address of this machine that other hosts can reach."""
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return socket.gethostname()
 
 
 def _quiet_logger() -> logging.Logger:

@@ -1,14 +1,18 @@
-"""``jaxnb.show_mesh`` and ``jaxnb.show_sharding``: describe on the engine, then display."""
+"""``jaxnb.show_mesh`` and ``jaxnb.show_sharding`` (in cells, on the engines), and
+``%jax_mesh NAME`` (in the notebook): describe on the engine, then display."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from jaxnb._contract import EngineCall
+from jaxnb._state import Group
+
 if TYPE_CHECKING:
     import jax
     from jax.sharding import Mesh
 
-    from jaxnb._cluster import JaxCluster
+_DESCRIBE_NAMED = EngineCall("jaxnb._engine.layout:describe_named")
 
 __all__ = ["show_mesh", "show_remote", "show_sharding"]
 
@@ -35,20 +39,19 @@ def show_sharding(array: jax.Array, name: str | None = None) -> None:
     show(desc)
 
 
-def show_remote(cluster: JaxCluster, name: str) -> None:
+def show_remote(group: Group, name: str) -> None:
     """``%jax_mesh NAME``: describe NAME on process 0, fill in hosts, and display it."""
     import ipyparallel as ipp
 
-    from jaxnb._engine.layout import describe_named
     from jaxnb._widgets.mesh_view import show
 
     try:
-        desc = cluster.client[cluster.engine_for(0)].apply_sync(describe_named, name)
+        desc = group.engine(0).apply_sync(_DESCRIBE_NAMED, name)
     except ipp.error.RemoteError as exc:
         if exc.ename in ("NameError", "TypeError"):
             raise {"NameError": NameError, "TypeError": TypeError}[exc.ename](exc.evalue) from None
         raise
-    hosts = {p.process_index: p.host for p in cluster.processes}
+    hosts = {p.process_index: p.host for p in group.processes}
     for entry in desc.get("processes", []):
         entry["host"] = entry.get("host") or hosts.get(entry["index"])
     for cell in _cells(desc.get("devices")):

@@ -8,17 +8,9 @@ the end, labelled ``[pI]`` (or once, unlabelled, if the remainders agree).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 
-
-def label(process: int) -> str:
-    """The label of a process in merged output."""
-    return f"[p{process}]"
-
-
-def labels(processes: Iterable[int]) -> str:
-    """``[p0], [p2]``: the labels of several processes, in order."""
-    return ", ".join(label(p) for p in sorted(processes))
+from jaxnb._messages import label
 
 
 class StreamMerger:

@@ -9,57 +9,64 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
-import time
 
-import ipyparallel as ipp
 import psutil
 
-from jaxnb._engine import process as engine_process
-from jaxnb._startup import engine_launchers, key_files
+from jaxnb import _ipp
+from jaxnb._contract import EngineCall
+from jaxnb._failures import detect
+from jaxnb._state import Group
 
 #: How long stopped processes get to disappear after SIGKILL.
 KILL_WAIT_SECONDS = 5.0
 #: How long remote engines get to leave jax.distributed before they are stopped.
 REMOTE_SHUTDOWN_SECONDS = 2.0
+_LEAVE_GROUP = EngineCall("jaxnb._engine.process:shutdown")
 
 
-def stop_all(ipp_cluster: ipp.Cluster, client: ipp.Client | None, local: bool) -> None:
-    """Stop the engines and the controller of ``ipp_cluster``; remove its key files."""
+def stop_all(group: Group) -> None:
+    """Stop the engines and the controller of ``group``; remove its key files and folder."""
+    ipp_cluster, client, local = group.ipp, group.client, group.options.is_local
+    launched = [_ipp.launcher_process(lch) for lch in group.launchers.values()]
+    group.clear()
     if client is not None and not local:
-        _leave_group(client)
+        with contextlib.suppress(Exception):  # every engine leaves at once: none waits
+            client[:].apply_async(_LEAVE_GROUP).wait(REMOTE_SHUTDOWN_SECONDS)
     if client is not None:
         with contextlib.suppress(Exception):
             client.close()
-    engines = [lch.process for lch in engine_launchers(ipp_cluster) if getattr(lch, "process", None)]
-    _kill_all(engines if local else [], ipp_cluster)
+    if ipp_cluster is not None:
+        launched += [_ipp.launcher_process(lch) for lch in _ipp.engine_launchers(ipp_cluster)]
+        engines = {p.pid: p for p in launched if p is not None} if local else {}
+        _stop_processes(ipp_cluster, list(engines.values()))
+    if group.stacks_dir is not None:
+        shutil.rmtree(group.stacks_dir, ignore_errors=True)
+        group.stacks_dir = None
+
+
+def _stop_processes(ipp_cluster: object, engines: list[psutil.Process]) -> None:
+    _kill_all(engines, ipp_cluster)
     with contextlib.suppress(Exception):
         ipp_cluster.stop_engines_sync()
     with contextlib.suppress(Exception):
         ipp_cluster.stop_controller_sync()
     with contextlib.suppress(Exception):
         ipp_cluster.remove_cluster_file()
-    for path in key_files(ipp_cluster):
+    for path in _ipp.key_files(ipp_cluster):
         with contextlib.suppress(OSError):
             os.unlink(path)
 
 
-def pid_alive(pid: int) -> bool:
-    """True while process ``pid`` runs (a zombie counts as exited)."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def _kill_all(engines: list[psutil.Process], ipp_cluster: ipp.Cluster) -> None:
+def _kill_all(engines: list[psutil.Process], ipp_cluster: object) -> None:
     """SIGKILL the engines, their children and the controller's process group at once; wait."""
     family = []
     for proc in engines:
         with contextlib.suppress(psutil.Error):
             family.extend(proc.children(recursive=True))
         family.append(proc)
-    controller = getattr(ipp_cluster.controller, "process", None) if ipp_cluster.controller else None
+    controller = _ipp.controller_process(ipp_cluster)
     if controller is not None:
         with contextlib.suppress(psutil.Error):
             family.extend(controller.children(recursive=True))
@@ -70,29 +77,4 @@ def _kill_all(engines: list[psutil.Process], ipp_cluster: ipp.Cluster) -> None:
     for proc in family:
         with contextlib.suppress(psutil.Error):
             proc.kill()
-    deadline = time.monotonic() + KILL_WAIT_SECONDS
-    while family and time.monotonic() < deadline:
-        family = [proc for proc in family if not _gone(proc)]
-        if family:
-            time.sleep(0.005)
-
-
-def _gone(proc: psutil.Process) -> bool:
-    """Exited. Our own children are reaped; others' zombies count as gone (init reaps them)."""
-    try:
-        if proc.status() != psutil.STATUS_ZOMBIE:
-            return False
-        if proc.ppid() != os.getpid():
-            return True
-    except psutil.NoSuchProcess:
-        return True
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(proc.pid, os.WNOHANG)
-    return not psutil.pid_exists(proc.pid)
-
-
-def _leave_group(client: ipp.Client) -> None:
-    """Ask every engine to leave jax.distributed at once, so none waits for the others."""
-    with contextlib.suppress(Exception):
-        ar = client[:].apply_async(engine_process.shutdown)
-        ar.wait(REMOTE_SHUTDOWN_SECONDS)
+    detect.wait_gone(family, KILL_WAIT_SECONDS)

@@ -4,21 +4,17 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import re
 import sys
-import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from jaxnb._errors import RemoteError
-from jaxnb._outputs import StreamMerger, label, labels, write_raw
-
-if TYPE_CHECKING:
-    from jaxnb._cluster import JaxCluster
+from jaxnb import _ipp
+from jaxnb._errors import remote_error
+from jaxnb._failures import stacks
+from jaxnb._failures.watch import CellWatch
+from jaxnb._outputs import StreamMerger, write_raw
+from jaxnb._state import Group
 
 POLL_SECONDS = 0.02
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_CELL_NUMBER = re.compile(r"Cell In\[\d+\]")
 
 
 @dataclasses.dataclass
@@ -42,37 +38,28 @@ def check_syntax(code: str) -> bool:
 
     Returns whether the cell ends in an expression, whose value IPython shows.
     """
-    from jaxnb._stacks import as_compiled
-
-    tree = compile(as_compiled(code), "<jaxnb cell>", "exec", ast.PyCF_ONLY_AST)
+    tree = compile(stacks.as_compiled(code), "<jaxnb cell>", "exec", ast.PyCF_ONLY_AST)
     compile(tree, "<jaxnb cell>", "exec")  # the errors only the compiler finds
     return bool(tree.body) and isinstance(tree.body[-1], ast.Expr)
 
 
 def run_cell(
-    cluster: JaxCluster,
-    code: str,
-    *,
-    timeout: float | None = None,
-    show: ShowMode | None = None,
-    display: Callable[[dict, dict], None] | None = None,
+    group: Group, code: str, *, timeout: float | None = None, show: ShowMode | None = None
 ) -> CellOutcome:
     """Execute ``code`` on every process; stream merged output; raise on any error."""
-    from jaxnb import _watch
-
     show = show or ShowMode()
     shows_value = check_syntax(code)
-    processes = cluster.process_indices
+    processes = group.indices
     # A cell without a last expression runs silent: same output, less work on each engine.
-    ar = cluster.view.execute(code, block=False, silent=not shows_value)
-    futures = dict(zip(processes, ar._children, strict=True))
+    ar = group.view.execute(code, block=False, silent=not shows_value)
+    futures = dict(zip(processes, _ipp.futures(ar), strict=True))
     # Per-process metadata dicts (stdout, stderr, outputs, error) filled as messages arrive.
     by_process = {p: f.output.metadata for p, f in futures.items()}
     merged = show.process is None and not show.all
     out = StreamMerger(processes, sys.stdout.write) if merged else None
     err = StreamMerger(processes, sys.stderr.write) if merged else None
     shown_displays = 0
-    watch = _watch.CellWatch(cluster, code, timeout)
+    watch = CellWatch(group, code, timeout)
     try:
         while True:
             ar.wait(POLL_SECONDS)
@@ -80,7 +67,7 @@ def run_cell(
                 for p, md in by_process.items():
                     out.feed(p, md["stdout"] or "")
                     err.feed(p, md["stderr"] or "")
-                shown_displays = _show_displays(by_process[processes[0]], shown_displays, display)
+                shown_displays = _show_displays(by_process[processes[0]], shown_displays)
             if ar.ready():
                 break
             done = {p for p, f in futures.items() if f.done()}
@@ -96,13 +83,13 @@ def run_cell(
             err.feed(p, md["stderr"] or "")
         out.finish()
         err.finish()
-        _show_displays(by_process[processes[0]], shown_displays, display)
-        _show_result(outcome.results.get(processes[0]), display)
+        _show_displays(by_process[processes[0]], shown_displays)
+        _show_result(outcome.results.get(processes[0]))
     else:
         chosen = processes if show.process is None else [show.process]
-        _show_raw(chosen, by_process, display)
+        _show_raw(chosen, by_process)
     if outcome.errors:
-        cluster._mark_suspect_after_error(outcome.errors, processes)
+        group.mark_suspect_after_errors(len(outcome.errors), len(processes))
         raise remote_error(outcome.errors)
     return outcome
 
@@ -117,22 +104,19 @@ def _collect(by_process: dict[int, dict]) -> CellOutcome:
     return CellOutcome(errors=errors, results=results)
 
 
-def _show_displays(md: dict, start: int, display: Callable | None) -> int:
+def _show_displays(md: dict, start: int) -> int:
     outputs = md.get("outputs") or []
     for content in outputs[start:]:
-        _publish(content.get("data", {}), content.get("metadata", {}), display)
+        _publish(content.get("data", {}), content.get("metadata", {}))
     return len(outputs)
 
 
-def _show_result(result: dict | None, display: Callable | None) -> None:
+def _show_result(result: dict | None) -> None:
     if result and result.get("data"):
-        _publish(result["data"], result.get("metadata", {}), display)
+        _publish(result["data"], result.get("metadata", {}))
 
 
-def _publish(data: dict, metadata: dict, display: Callable | None) -> None:
-    if display is not None:
-        display(data, metadata)
-        return
+def _publish(data: dict, metadata: dict) -> None:
     try:
         from IPython import get_ipython
         from IPython.display import publish_display_data
@@ -144,46 +128,10 @@ def _publish(data: dict, metadata: dict, display: Callable | None) -> None:
         print(data.get("text/plain", ""))
 
 
-def _show_raw(chosen: list[int], by_process: dict[int, dict], display: Callable | None) -> None:
+def _show_raw(chosen: list[int], by_process: dict[int, dict]) -> None:
     write_raw(chosen, {p: by_process[p]["stdout"] or "" for p in chosen}, sys.stdout.write)
     write_raw(chosen, {p: by_process[p]["stderr"] or "" for p in chosen}, sys.stderr.write)
     for p in chosen:
         md = by_process[p]
-        _show_displays(md, 0, display)
-        _show_result(md.get("execute_result"), display)
-
-
-def remote_error(errors: dict[int, Any]) -> RemoteError:
-    """One exception for all failed processes, each distinct traceback shown once."""
-    groups: dict[str, list[int]] = {}
-    texts: dict[str, str] = {}
-    for p, e in sorted(errors.items()):
-        text = _traceback_text(e)
-        key = _CELL_NUMBER.sub("Cell", text)
-        groups.setdefault(key, []).append(p)
-        texts.setdefault(key, text)
-    tracebacks = []
-    for key, procs in groups.items():
-        header = f"---- {', '.join(label(p) for p in procs)} ----"
-        tracebacks.append(header + "\n" + texts[key])
-    first = errors[min(errors)]
-    who = labels(errors)
-    name = getattr(first, "ename", type(first).__name__)
-    value = getattr(first, "evalue", str(first))
-    count = "process" if len(errors) == 1 else "processes"
-    summary = f"{name}: {value} (on {count} {who})"
-    return RemoteError(summary, sorted(errors), tracebacks)
-
-
-def _traceback_text(error: Any) -> str:
-    tb = getattr(error, "traceback", None)
-    if isinstance(tb, list):
-        tb = "\n".join(tb)
-    if not tb:
-        tb = f"{getattr(error, 'ename', type(error).__name__)}: {getattr(error, 'evalue', error)}"
-    return _ANSI.sub("", tb)
-
-
-def elapsed_since(start: float) -> float:
-    """Seconds since ``start`` (monotonic)."""
-    return time.monotonic() - start
+        _show_displays(md, 0)
+        _show_result(md.get("execute_result"))

@@ -9,91 +9,79 @@ log lines; :meth:`JaxCluster.start` then stops whatever was started.
 from __future__ import annotations
 
 import os
+import socket
 import tempfile
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import ipyparallel as ipp
 
-from jaxnb import _health, _launch
-from jaxnb._engine import process as engine_process
+from jaxnb import _ipp, _launch
+from jaxnb._contract import ENV_CLEANUP_FILES, ENV_CONTROLLER_PID, ENV_PARENT_PID, EngineCall, JoinParams
 from jaxnb._errors import StartError
-
-if TYPE_CHECKING:
-    from jaxnb._cluster import JaxCluster
+from jaxnb._failures import detect, explain
+from jaxnb._options import ClusterOptions
+from jaxnb._state import Group, ProcessInfo
 
 #: The controller, started through jaxnb's wrapper (it adds the kernel-death watchdog).
 CONTROLLER_CMD = _launch.python_cmd("jaxnb._engine.controller")
+_IDENTITY = EngineCall("jaxnb._engine.process:identity")
+_INITIALIZE = EngineCall("jaxnb._engine.process:initialize")
+_HOST_ADDRESS = EngineCall("jaxnb._engine.process:host_address")
+_FREE_PORT = EngineCall("jaxnb._engine.process:free_port")
 
 
-def start_engines(cluster: JaxCluster) -> None:
+def start_engines(group: Group) -> None:
     """Start the controller and the engines; connect a client; wait until all registered."""
-    options = cluster.options
+    options = group.options
     n = options.resolved_n()
-    cluster._stacks_dir = tempfile.mkdtemp(prefix="jaxnb-")
-    ipp_cluster = cluster._ipp = _launch.build_cluster(options)
-    cleanup = os.pathsep.join([*key_files(ipp_cluster), cluster._stacks_dir])
-    watchdog = {"JAXNB_PARENT_PID": str(os.getpid()), "JAXNB_CLEANUP_FILES": cleanup}
+    group.stacks_dir = tempfile.mkdtemp(prefix="jaxnb-")
+    ipp_cluster = group.ipp = _launch.build_cluster(options)
+    cleanup = os.pathsep.join([*_ipp.key_files(ipp_cluster), group.stacks_dir])
+    watchdog = {ENV_PARENT_PID: str(os.getpid()), ENV_CLEANUP_FILES: cleanup}
     ipp_cluster.start_controller_sync(controller_cmd=CONTROLLER_CMD, environment=watchdog)
-    env = _launch.engine_environment(options, cluster._stacks_dir)
+    env = _launch.engine_environment(options, group.stacks_dir)
     if options.is_local:
         env.update(watchdog)
-        controller = getattr(ipp_cluster.controller, "process", None)
+        controller = _ipp.controller_process(ipp_cluster)
         if controller is not None:
-            env["JAXNB_CONTROLLER_PID"] = str(controller.pid)
+            env[ENV_CONTROLLER_PID] = str(controller.pid)
     ipp_cluster.start_engines_sync(environment=env)
-    cluster._client = client = ipp_cluster.connect_client_sync()
+    group.launchers = _ipp.launched_engines(ipp_cluster)
+    group.client = client = ipp_cluster.connect_client_sync()
     deadline = time.monotonic() + options.init_timeout
     while len(client.ids) < n:
-        raise_if_engines_exited(ipp_cluster)
+        raise_if_engines_exited(group)
         if time.monotonic() > deadline:
             raise StartError(
                 f"only {len(client.ids)} of {n} engines registered within "
                 f"{options.init_timeout:g} s; raise --init-timeout or check the engine logs"
             )
         time.sleep(0.02)
-    engine_ids = sorted(client.ids)[:n]
-    cluster._view = client[engine_ids]
-    cluster._view.block = False
+    group.view = client[sorted(client.ids)[:n]]
+    group.view.block = False
 
 
-def join_group(cluster: JaxCluster) -> None:
-    """Initialise ``jax.distributed`` on every engine at once; fill in ``cluster.processes``."""
-    from jaxnb._cluster import ProcessInfo
-
-    options = cluster.options
-    client, view = cluster._client, cluster._view
-    assert client is not None and view is not None
+def join_group(group: Group) -> None:
+    """Initialise ``jax.distributed`` on every engine at once; fill in ``group.processes``."""
+    client, view = group.client, group.view
     engine_ids = list(view.targets)
-    n = len(engine_ids)
-    coordinator = cluster._coordinator = cluster._coordinator_address(engine_ids[0])
-    bind = coordinator if options.is_local else None
+    coordinator = group.coordinator = coordinator_address(group, engine_ids[0])
     try:
-        identities = view.apply_async(engine_process.identity).get(timeout=30)
+        identities = view.apply_async(_IDENTITY).get(timeout=30)
     except (ipp.error.CompositeError, ipp.error.EngineError, ipp.error.TimeoutError):
-        raise_if_engines_exited(cluster._ipp)
+        raise_if_engines_exited(group)
         raise
     hosts = [host for host, _ in identities]
-    placements = engine_process.placements(hosts)
-    pending = {}
-    for index, eid in enumerate(engine_ids):
-        # One engine per GPU: the engine's local rank picks its GPU on its own host.
-        local_ids = [placements[index][0]] if options.platform == "gpu" else None
-        pending[index] = client[eid].apply_async(
-            engine_process.initialize,
-            index,
-            n,
-            coordinator,
-            bind,
-            options.init,
-            local_ids,
-            options.heartbeat_timeout,
-            int(options.init_timeout),
-            placements[index],
-        )
+    params = join_params(group.options, coordinator, hosts)
+    pending = {
+        index: client[eid].apply_async(_INITIALIZE, params[index])
+        for index, eid in enumerate(engine_ids)
+    }
     pids = {index: pid for index, (_, pid) in enumerate(identities)}
-    infos = cluster._wait_joined(pending, pids, coordinator)
-    cluster.processes = [
+    group.launchers.update(_ipp.launched_engines(group.ipp))
+    infos = wait_joined(group, pending, pids, coordinator)
+    group.processes = [
         ProcessInfo(
             process_index=index,
             engine_id=eid,
@@ -105,34 +93,68 @@ def join_group(cluster: JaxCluster) -> None:
         )
         for index, eid in enumerate(engine_ids)
     ]
-    cluster.suspect = None
+    group.suspect = None
 
 
-def coordinator_address(cluster: JaxCluster, first_engine: int) -> str:
+def join_params(options: ClusterOptions, coordinator: str, hosts: list[str]) -> list[JoinParams]:
+    """How each process joins the group, given the host each one runs on (start and repair)."""
+    bind = coordinator if options.is_local else None
+    found = []
+    for index, placement in enumerate(placements(hosts)):
+        # One engine per GPU: the engine's local rank picks its GPU on its own host.
+        local_ids = (placement[0],) if options.platform == "gpu" else None
+        found.append(
+            JoinParams(
+                process_id=index,
+                num_processes=len(hosts),
+                coordinator=coordinator,
+                bind_address=bind,
+                heartbeat_timeout=options.heartbeat_timeout,
+                init_timeout=int(options.init_timeout),
+                init=options.init,
+                local_device_ids=local_ids,
+                placement=placement,
+            )
+        )
+    return found
+
+
+def placements(hosts: list[str]) -> list[tuple[int, int, int]]:
+    """(local rank, local world size, node rank) of each process, given its host."""
+    order = list(dict.fromkeys(hosts))
+    seen: dict[str, int] = {}
+    result = []
+    for host in hosts:
+        result.append((seen.get(host, 0), hosts.count(host), order.index(host)))
+        seen[host] = seen.get(host, 0) + 1
+    return result
+
+
+def coordinator_address(group: Group, first_engine: int) -> str:
     """``host:port`` for the coordination service, on process 0's host."""
-    client = cluster._client
-    assert client is not None
-    if cluster.options.is_local:  # the notebook's host is process 0's host
-        return f"127.0.0.1:{engine_process.free_port('127.0.0.1')}"
-    host0 = client[first_engine].apply_sync(engine_process.host_address)
-    port = client[first_engine].apply_sync(engine_process.free_port, host0)
+    if group.options.is_local:  # the notebook's host is process 0's host
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return f"127.0.0.1:{sock.getsockname()[1]}"
+    engine = group.client[first_engine]
+    host0 = engine.apply_sync(_HOST_ADDRESS)
+    port = engine.apply_sync(_FREE_PORT, host0)
     return f"{host0}:{port}"
 
 
 def wait_joined(
-    cluster: JaxCluster, pending: dict[int, Any], pids: dict[int, int], coordinator: str
+    group: Group, pending: dict[int, Any], pids: dict[int, int], coordinator: str
 ) -> dict[int, dict]:
     """Each process's description once all joined; a :class:`StartError` naming the first
     process that failed, died or did not join within ``init_timeout``."""
-    timeout = cluster.options.init_timeout
+    timeout = group.options.init_timeout
     deadline = time.monotonic() + timeout + 5
-    launchers = {getattr(lch, "process", None) and lch.process.pid: lch
-                 for lch in engine_launchers(cluster._ipp)}
     infos: dict[int, dict] = {}
 
     def raise_if_dead(index: int) -> None:
-        launcher = launchers.get(pids[index])
-        how = _health.exit_of(launcher.process) if launcher is not None else None
+        launcher = detect.launcher_of(group, pids[index])
+        process = _ipp.launcher_process(launcher) if launcher is not None else None
+        how = detect.exit_of(process) if process is not None else None
         if how is not None:
             raise StartError(
                 f"process {index} (pid {pids[index]}) {how} while joining jax.distributed; "
@@ -165,11 +187,12 @@ def wait_joined(
     return infos
 
 
-def raise_if_engines_exited(ipp_cluster: ipp.Cluster | None) -> None:
+def raise_if_engines_exited(group: Group) -> None:
     """A :class:`StartError` with its last log lines if an engine has exited."""
-    for launcher in engine_launchers(ipp_cluster):
-        process = getattr(launcher, "process", None)
-        how = _health.exit_of(process) if process is not None else None
+    group.launchers.update(_ipp.launched_engines(group.ipp))
+    for launcher in group.launchers.values():
+        process = _ipp.launcher_process(launcher)
+        how = detect.exit_of(process) if process is not None else None
         if how is not None:
             raise StartError(
                 f"an engine (pid {process.pid}) {how} during start-up; see its last lines "
@@ -177,29 +200,8 @@ def raise_if_engines_exited(ipp_cluster: ipp.Cluster | None) -> None:
             )
 
 
-def engine_launchers(ipp_cluster: ipp.Cluster | None) -> list[Any]:
-    """ipyparallel's launcher of every engine (one per engine for local engine sets)."""
-    if ipp_cluster is None:
-        return []
-    found = []
-    for engine_set in ipp_cluster.engines.values():
-        found.extend(getattr(engine_set, "launchers", {}).values())
-    return found
-
-
-def key_files(ipp_cluster: ipp.Cluster) -> list[str]:
-    """The controller's connection files (0600, holding the message key) and the cluster file."""
-    security = os.path.join(ipp_cluster.profile_dir, "security")
-    cid = ipp_cluster.cluster_id
-    return [
-        os.path.join(security, f"ipcontroller-{cid}-engine.json"),
-        os.path.join(security, f"ipcontroller-{cid}-client.json"),
-        ipp_cluster.cluster_file,
-    ]
-
-
 def _tail(launcher: Any) -> str:
-    return "\n".join("    " + ln for ln in _health.log_tail(_health.launcher_log(launcher)))
+    return explain.indented_tail(explain.launcher_log(launcher))
 
 
 def _not_joined(pending: dict[int, Any], infos: dict[int, dict], failed: int) -> str:

@@ -1,4 +1,11 @@
-"""IPython magics: thin dispatch over :class:`jaxnb.JaxCluster` (parsing and messages only)."""
+"""IPython magics: parsing and dispatch over :class:`jaxnb.JaxCluster`, nothing else.
+
+Each magic (and each mode of ``%jax_cluster``) has its own parser, so a flag
+that a mode does not use is a one-line ``UsageError``, and ``%jax_cluster?``,
+``%%jax_cluster?`` and ``%jax_train?`` list exactly the flags they take. The
+magics keep their cluster on the instance; scripts reach it with
+:func:`current_cluster`.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +16,26 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, needs_local_scope
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from jaxnb import _mesh
 from jaxnb._cluster import JaxCluster
-from jaxnb._errors import NOT_STARTED, ClusterStateError, StartError
+from jaxnb._errors import ClusterStateError, StartError
+from jaxnb._messages import ALREADY_RUNNING, NOT_STARTED
 from jaxnb._options import OptionError
+from jaxnb._train import magic as train_magic
 
 SUBCOMMANDS = ("start", "status", "stop", "restart", "reset", "stacks")
+#: ``%jax_cluster start``'s flags (argparse destinations); no other subcommand takes any.
+START_FLAGS = {
+    "n": "-n",
+    "devices_per_process": "--devices-per-process",
+    "platform": "--platform",
+    "engines": "--engines",
+    "hosts": "--hosts",
+    "no_init": "--no-init",
+    "timeout": "--timeout",
+    "init_timeout": "--init-timeout",
+}
+DEFAULT_INIT_TIMEOUT = 60.0
 
 
 def _positive_int(flag: str):
@@ -29,13 +51,26 @@ def _positive_int(flag: str):
     return parse
 
 
-def _seconds(text: str) -> float:
+def _seconds(flag: str):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise UsageError(f"{flag} takes seconds, got {text!r}; e.g. {flag} 30") from None
+        if value <= 0:
+            raise UsageError(f"{flag} must be a positive number of seconds, got {text}")
+        return value
+
+    return parse
+
+
+def _process_index(text: str) -> int:
     try:
-        value = float(text)
+        value = int(text)
     except ValueError:
-        raise UsageError(f"--timeout takes seconds, got {text!r}; e.g. --timeout 30") from None
-    if value <= 0:
-        raise UsageError(f"--timeout must be a positive number of seconds, got {text}")
+        raise UsageError(f"--process takes a process index, got {text!r}; e.g. --process 0") from None
+    if value < 0:
+        raise UsageError(f"--process takes a process index ≥ 0, got {value}; e.g. --process 0")
     return value
 
 
@@ -43,110 +78,107 @@ def _seconds(text: str) -> float:
 class JaxnbMagics(Magics):
     """``%jax_cluster``, ``%%jax_cluster``, ``%jax_train``, ``%jax_mesh``, ``%jax_pull``, ``%jax_push``."""
 
-    cluster: JaxCluster | None = None
+    def __init__(self, shell: Any = None) -> None:
+        super().__init__(shell)
+        #: The cluster these magics drive (``None`` until ``%jax_cluster start``).
+        self.cluster: JaxCluster | None = None
 
-    # ---- %jax_cluster / %%jax_cluster -----------------------------------------------
+    # ---- %jax_cluster -----------------------------------------------------------------
 
-    @magic_arguments()
+    @magic_arguments(name="jax_cluster")
     @argument("command", nargs="?", default=None, help=f"one of: {', '.join(SUBCOMMANDS)}")
-    @argument("-n", type=_positive_int("-n"), default=None, help="number of JAX processes")
+    @argument("-n", type=_positive_int("-n"), default=None, metavar="N", help="start: JAX processes")
     @argument(
         "--devices-per-process",
         type=_positive_int("--devices-per-process"),
         default=None,
-        help="simulated CPU devices per process",
+        metavar="K",
+        help="start: devices per process (simulated on CPU)",
     )
-    @argument("--platform", default="cpu", help="cpu, gpu or tpu")
-    @argument("--engines", default="local", help="ipyparallel launcher: local, ssh, mpi, slurm, ...")
-    @argument("--hosts", default=None, help="comma-separated hosts (ssh launcher)")
-    @argument("--no-init", action="store_true", help="leave jax.distributed.initialize to you")
-    @argument("--timeout", type=_seconds, default=None, help="default seconds per cell")
-    @argument("--init-timeout", type=_seconds, default=60.0, help="seconds to join jax.distributed")
-    @argument("--all", action="store_true", help="cell: show every process's output raw")
-    @argument("--process", type=int, default=None, help="cell: show only process I")
-    @line_magic
-    @cell_magic
-    def jax_cluster(self, line: str = "", cell: str | None = None) -> Any:
-        """Start/inspect/stop the JAX cluster, or (as a cell magic) run a cell on every process.
+    @argument("--platform", default=None, metavar="cpu|gpu|tpu", help="start: cpu (default), gpu or tpu")
+    @argument("--engines", default=None, metavar="LAUNCHER", help="start: local (default), ssh, mpi, ...")
+    @argument("--hosts", default=None, metavar="H1,H2", help="start: hosts, each [user@]host[:count]")
+    @argument("--no-init", action="store_true", default=None, help="start: leave jax.distributed to you")
+    @argument("--timeout", type=_seconds("--timeout"), default=None, metavar="S", help="start: cell timeout")
+    @argument(
+        "--init-timeout",
+        type=_seconds("--init-timeout"),
+        default=None,
+        metavar="S",
+        help=f"start: seconds to join jax.distributed (default {DEFAULT_INIT_TIMEOUT:g})",
+    )
+    @line_magic("jax_cluster")
+    def jax_cluster_line(self, line: str = "") -> None:
+        """Start, inspect, repair or stop the cluster of JAX processes.
 
-        Line: ``%jax_cluster start|status|stop|restart|reset|stacks [options]``.
-        Cell: ``%%jax_cluster [--all] [--process I] [--timeout S]``.
+        ``%jax_cluster start [flags]``; ``status``; ``stop``; ``restart`` (same flags as the
+        last start); ``reset`` (repair the jax.distributed group in place); ``stacks``
+        (every process's Python stack). Only ``start`` takes flags.
         """
-        args = parse_argstring(self.jax_cluster, line)
-        if cell is not None:
-            if args.command is not None:
-                raise UsageError(
-                    f"%%jax_cluster takes only --all, --process, --timeout; got {args.command!r}"
-                )
-            return self._run_cell(cell, args)
+        args = parse_argstring(self.jax_cluster_line, line)
         if args.command is None:
             raise UsageError(f"%jax_cluster needs a subcommand: {', '.join(SUBCOMMANDS)}")
         if args.command not in SUBCOMMANDS:
             raise UsageError(
                 f"unknown subcommand {args.command!r}; use one of: {', '.join(SUBCOMMANDS)}"
             )
-        return getattr(self, f"_cluster_{args.command}")(args)
+        if args.command != "start":
+            given = [flag for dest, flag in START_FLAGS.items() if getattr(args, dest) is not None]
+            if given:
+                raise UsageError(
+                    f"`%jax_cluster {args.command}` takes no flags (got {', '.join(given)}); "
+                    "flags go with `%jax_cluster start`"
+                )
+        getattr(self, f"_cluster_{args.command}")(args)
 
     def _require(self) -> JaxCluster:
-        cluster = type(self).cluster
-        if cluster is None or not cluster.running:
+        if self.cluster is None or not self.cluster.running:
             raise UsageError(NOT_STARTED)
-        return cluster
+        return self.cluster
 
     def _cluster_start(self, args: Any) -> None:
-        current = type(self).cluster
-        if current is not None and current.running:
-            raise UsageError(
-                "a jaxnb cluster is already running; use `%jax_cluster restart` to start it "
-                "again, or `%jax_cluster stop` first"
-            )
-        hosts = [h for h in (args.hosts or "").split(",") if h.strip()]
+        if self.cluster is not None and self.cluster.running:
+            raise UsageError(ALREADY_RUNNING)
+        hosts = [h.strip() for h in (args.hosts or "").split(",") if h.strip()]
         try:
             cluster = JaxCluster(
                 args.n,
                 devices_per_process=args.devices_per_process,
-                platform=args.platform,
-                engines=args.engines,
+                platform=args.platform or "cpu",
+                engines=args.engines or "local",
                 hosts=hosts,
                 init=not args.no_init,
                 timeout=args.timeout,
-                init_timeout=args.init_timeout,
+                init_timeout=args.init_timeout or DEFAULT_INIT_TIMEOUT,
             )
         except OptionError as exc:
             raise UsageError(str(exc)) from None
-        type(self).cluster = cluster
+        self.cluster = cluster
         try:
             cluster.start()
         except StartError as exc:
-            type(self).cluster = None
+            self.cluster = None
             raise UsageError(str(exc)) from None
-        self._show_status(cluster)
+        _show_status(cluster)
 
     def _cluster_status(self, args: Any) -> None:
-        self._show_status(self._require())
-
-    def _show_status(self, cluster: JaxCluster) -> None:
-        from jaxnb._widgets.devices import show_devices
-
-        show_devices(cluster.status())
+        _show_status(self._require())
 
     def _cluster_stop(self, args: Any) -> None:
-        cluster = type(self).cluster
-        if cluster is None:
+        if self.cluster is None:
             print("jaxnb: no cluster to stop")
             return
-        cluster.stop()
+        self.cluster.stop()
         print("jaxnb: cluster stopped")
 
     def _cluster_restart(self, args: Any) -> None:
-        cluster = type(self).cluster
-        if cluster is None:
+        if self.cluster is None:
             raise UsageError("no cluster to restart; start one with `%jax_cluster start`")
         try:
-            cluster.restart()
+            self.cluster.restart()
         except StartError as exc:
             raise UsageError(str(exc)) from None
-        self._show_status(cluster)
+        _show_status(self.cluster)
 
     def _cluster_reset(self, args: Any) -> None:
         cluster = self._require()
@@ -156,22 +188,37 @@ class JaxnbMagics(Magics):
             raise UsageError(str(exc)) from None
 
     def _cluster_stacks(self, args: Any) -> None:
-        from jaxnb import _stacks
+        print(self._require().stacks())
 
-        print(_stacks.collect(self._require()))
+    # ---- %%jax_cluster ----------------------------------------------------------------
 
-    def _run_cell(self, cell: str, args: Any) -> None:
+    @magic_arguments(name="%jax_cluster")
+    @argument("--all", action="store_true", help="show every process's output raw, labelled")
+    @argument("--process", type=_process_index, default=None, metavar="I", help="show process I only")
+    @argument("--timeout", type=_seconds("--timeout"), default=None, metavar="S", help="cell timeout")
+    @cell_magic("jax_cluster")
+    def jax_cluster_cell(self, line: str, cell: str) -> None:
+        """Run the cell on every JAX process (SPMD) and show the merged output.
+
+        Identical output is shown once; output that differs is labelled [pI].
+        """
+        args = parse_argstring(self.jax_cluster_cell, line)
+        if args.all and args.process is not None:
+            raise UsageError("--all and --process I do not go together; pick one")
         cluster = self._require()
         try:
             cluster.run(cell, timeout=args.timeout, all=args.all, process=args.process)
         except (ValueError, ClusterStateError) as exc:
             raise UsageError(str(exc)) from None
 
-    # ---- values ----------------------------------------------------------------------
+    # ---- values and views -------------------------------------------------------------
 
     @line_magic
     def jax_pull(self, line: str) -> None:
-        """``%jax_pull NAME [NAME ...]``: set NAME in the notebook to its value on the engines."""
+        """``%jax_pull NAME [NAME ...]``: set NAME in the notebook to its value on the engines.
+
+        A global array is gathered as NumPy; other objects come from process 0.
+        """
         names = _names(line, "%jax_pull")
         cluster = self._require()
         for name in names:
@@ -197,28 +244,34 @@ class JaxnbMagics(Magics):
     def jax_mesh(self, line: str) -> None:
         """``%jax_mesh NAME``: draw the mesh, or the sharding of the global array, NAME."""
         (name,) = _names(line, "%jax_mesh", exactly_one=True)
-        from jaxnb import _mesh
-
+        cluster = self._require()
         try:
-            _mesh.show_remote(self._require(), name)
+            _mesh.show_remote(cluster.group, name)
         except (NameError, TypeError) as exc:
             raise UsageError(str(exc)) from None
 
     @needs_local_scope
     @line_magic
     def jax_train(self, line: str, local_ns: dict | None = None) -> Any:
-        """Run FUNC on every process with a live dashboard.
+        """Run FUNC on every process with a live dashboard; returns its ``Result``."""
+        return train_magic.run(self._require, self.shell, line, local_ns)
 
-        ``%jax_train FUNC [--config EXPR] [--name RUN] [--storage DIR] [-o VAR] [--resume]
-        [--background]``. Runs FUNC on every process with a live dashboard and returns its ``Result``.
-        """
-        from jaxnb._train import magic
 
-        return magic.run(self, line, local_ns)
+# %jax_train's help is its parser's (every flag, --config included).
+JaxnbMagics.jax_train.__doc__ = train_magic.HELP
+
+
+def _show_status(cluster: JaxCluster) -> None:
+    from jaxnb._widgets.devices import show_devices
+
+    show_devices(cluster.status())
 
 
 def _names(line: str, magic: str, exactly_one: bool = False) -> list[str]:
     names = shlex.split(line)
+    flags = [n for n in names if n.startswith("-")]
+    if flags:
+        raise UsageError(f"{magic} takes no flags (got {' '.join(flags)}); e.g. {magic} x")
     if not names or (exactly_one and len(names) != 1):
         what = "one NAME" if exactly_one else "NAME [NAME ...]"
         raise UsageError(f"{magic} takes {what}; e.g. {magic} x")
@@ -228,13 +281,46 @@ def _names(line: str, magic: str, exactly_one: bool = False) -> list[str]:
     return names
 
 
+def _instance(shell: Any) -> JaxnbMagics | None:
+    registry = getattr(getattr(shell, "magics_manager", None), "registry", {})
+    found = registry.get(JaxnbMagics.__name__)
+    return found if isinstance(found, JaxnbMagics) else None
+
+
+def current_cluster(shell: Any = None) -> JaxCluster | None:
+    """The cluster that ``%jax_cluster`` started in this IPython session (``None`` if none).
+
+    ``shell`` defaults to the running IPython shell.
+    """
+    if shell is None:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    magics = _instance(shell)
+    return magics.cluster if magics is not None else None
+
+
+def use_cluster(cluster: JaxCluster | None, shell: Any = None) -> None:
+    """Make the magics of this IPython session drive ``cluster`` (one started from Python)."""
+    if shell is None:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    magics = _instance(shell)
+    if magics is None:
+        raise UsageError("the jaxnb magics are not loaded; run `%load_ext jaxnb` first")
+    magics.cluster = cluster
+
+
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext jaxnb``."""
-    ipython.register_magics(JaxnbMagics)
+    if _instance(ipython) is None:
+        ipython.register_magics(JaxnbMagics(ipython))
 
 
 def unload_ipython_extension(ipython: Any) -> None:
     """``%unload_ext jaxnb``: stops the cluster."""
-    if JaxnbMagics.cluster is not None:
-        JaxnbMagics.cluster.stop()
-        JaxnbMagics.cluster = None
+    magics = _instance(ipython)
+    if magics is not None and magics.cluster is not None:
+        magics.cluster.stop()
+        magics.cluster = None

@@ -13,8 +13,7 @@ import time
 
 import psutil
 
-from jaxnb import JaxCluster
-from jaxnb._startup import key_files
+from jaxnb import JaxCluster, _ipp
 
 cluster = JaxCluster(n=2).start()
 cluster.run("import jax, numpy as np")
@@ -29,5 +28,6 @@ cluster.view.execute(
 )
 time.sleep(1.0)
 family = [p.pid for p in psutil.Process().children(recursive=True)]
-print(json.dumps({"pids": family, "files": [*key_files(cluster._ipp), cluster._stacks_dir]}), flush=True)
+files = [*_ipp.key_files(cluster.group.ipp), cluster.group.stacks_dir]
+print(json.dumps({"pids": family, "files": files}), flush=True)
 time.sleep(600)

@@ -58,12 +58,12 @@ def real_shell():
 @pytest.fixture
 def shared_magics(ip, cluster):
     """The IPython shell, with the magics driving the shared cluster."""
-    from jaxnb.magics import JaxnbMagics
+    from jaxnb.magics import current_cluster, use_cluster
 
-    previous = JaxnbMagics.cluster
-    JaxnbMagics.cluster = cluster
+    previous = current_cluster(ip)
+    use_cluster(cluster, ip)
     yield ip
-    JaxnbMagics.cluster = previous
+    use_cluster(previous, ip)
 
 
 def ipyparallel_processes() -> list[psutil.Process]:

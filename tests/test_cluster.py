@@ -49,7 +49,7 @@ def test_error_on_one_process_names_it(cluster):
     assert err.processes == [1]
     assert "ValueError: bad shard" in str(err) and "[p1]" in str(err)
     assert len(err.tracebacks) == 1
-    cluster.suspect = None
+    cluster.group.suspect = None
 
 
 def test_same_error_everywhere_is_shown_once(cluster):

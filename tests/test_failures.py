@@ -23,28 +23,29 @@ import pytest
 from fault_cells import ASYNC_LOOP, EXPECTED, SETUP, SYNC_LOOP, VERIFY
 from IPython.utils.capture import capture_output
 
-from jaxnb import ClusterStateError, JaxCluster, ProcessFailure, RemoteError, StartError, _health
-from jaxnb._startup import key_files
-from jaxnb.magics import JaxnbMagics
+from jaxnb import ClusterStateError, JaxCluster, ProcessFailure, RemoteError, StartError, _ipp, _startup
+from jaxnb._failures import detect, stacks
+from jaxnb.magics import current_cluster, use_cluster
 
 
 @pytest.fixture(scope="module")
 def cluster(ip):
     """A 2-process cluster started by the magic with a cluster-wide cell timeout."""
-    previous, JaxnbMagics.cluster = JaxnbMagics.cluster, None
+    previous = current_cluster(ip)
+    use_cluster(None, ip)
     with capture_output():
         ip.run_line_magic("jax_cluster", "start -n 2 --timeout 30")
-    c = JaxnbMagics.cluster
+    c = current_cluster(ip)
     assert c is not None and c.options.timeout == 30
     c.run(SETUP)
     yield c
     c.stop()
-    JaxnbMagics.cluster = previous
+    use_cluster(previous, ip)
 
 
 def healthy(cluster: JaxCluster) -> JaxCluster:
     """Restart the cluster if a test left it broken; (re)define the helpers."""
-    if not cluster.running or _health.dead_processes(cluster):
+    if not cluster.running or detect.dead_processes(cluster.group):
         cluster.restart()
         cluster.run(SETUP)
     return cluster
@@ -154,32 +155,28 @@ def test_a_cell_past_its_timeout_shows_every_stack(cluster, capsys):
 def test_stack_dumps_are_recognised_once_complete(cluster):
     """A dump ends at the main thread's outermost frame, so reading it does not wait out
     its timeout (missing that once added a second to every timeout and interrupt)."""
-    from jaxnb import _stacks
-
     healthy(cluster)
-    paths = _stacks.request(cluster, cluster.process_indices)
+    paths = stacks.request(cluster.group, cluster.process_indices)
     assert sorted(paths) == cluster.process_indices
     time.sleep(0.5)  # the engines' signal handlers write at once
     for path in paths.values():
         with open(path) as f:
             text = f.read()
-        assert _stacks._complete(text), text
-        assert _stacks.where(text) == "idle"
+        assert stacks.is_complete(text), text
+        assert stacks.where(text) == "idle"
 
 
 def test_the_cluster_wide_timeout_and_stacks_magic(cluster, ip):
     healthy(cluster)
     options = cluster.options
     try:
-        cluster.options = dataclasses.replace(options, timeout=2)
+        cluster.group.options = dataclasses.replace(options, timeout=2)
         with pytest.raises(ProcessFailure, match="timeout of 2 s"):
             ip.run_cell_magic("jax_cluster", "", "import time\ntime.sleep(60)")
-        cluster.options = options
+        cluster.group.options = options
         # p0 blocked inside a collective (p1 never joins): stacks still work.
         blocked = "if jax.process_index() == 0:\n    print(float(total(1.0)))"
-        from jaxnb import _stacks
-
-        _stacks.remember_cell(blocked)
+        stacks.remember_cell(blocked)
         cluster.view.execute(blocked, block=False)
         time.sleep(1.0)
         with capture_output() as captured:
@@ -192,7 +189,7 @@ def test_the_cluster_wide_timeout_and_stacks_magic(cluster, ip):
         assert "repaired the jax.distributed group in place" in captured.stdout
         ip.run_cell_magic("jax_cluster", "", "mesh = make_mesh()")
     finally:
-        cluster.options = options
+        cluster.group.options = options
 
 
 # ---- 4 and 5. interrupts, then no silent wrong answers -------------------------------
@@ -250,10 +247,10 @@ def test_stop_is_fast_and_leaves_nothing(cluster):
     healthy(cluster)
     # This cluster's engines, nannies and controller (other tests' clusters may be running).
     roots = [psutil.Process(p.pid) for p in cluster.processes]
-    roots.append(cluster._ipp.controller.process)
+    roots.append(_ipp.controller_process(cluster.group.ipp))
     ours = [*roots, *(c for r in roots for c in r.children(recursive=True))]
-    keys = key_files(cluster._ipp)
-    stacks_dir = cluster._stacks_dir
+    keys = _ipp.key_files(cluster.group.ipp)
+    stacks_dir = cluster.group.stacks_dir
     start = time.monotonic()
     cluster.stop()
     assert time.monotonic() - start < 2
@@ -289,29 +286,14 @@ def test_every_process_exits_when_the_kernel_is_killed(tmp_path):
 # ---- 8. start failures ---------------------------------------------------------------
 
 
-class _BusyPort(JaxCluster):
-    """A cluster whose coordinator port is taken by another program."""
-
-    blocker: socket.socket
-
-    def _coordinator_address(self, first_engine: int) -> str:
-        return f"127.0.0.1:{self.blocker.getsockname()[1]}"
-
-
-class _DiesWhileJoining(JaxCluster):
-    """A cluster whose process 1 is killed as the group forms."""
-
-    def _wait_joined(self, pending: dict, pids: dict, coordinator: str) -> dict:
-        os.kill(pids[1], signal.SIGKILL)
-        return super()._wait_joined(pending, pids, coordinator)
-
-
-def test_start_fails_fast_on_a_busy_coordinator_port():
+def test_start_fails_fast_on_a_busy_coordinator_port(monkeypatch):
+    """The coordinator port is taken by another program."""
     blocker = socket.socket()
     blocker.bind(("127.0.0.1", 0))
     blocker.listen()
-    cluster = _BusyPort(n=2, init_timeout=20)
-    cluster.blocker = blocker
+    busy = f"127.0.0.1:{blocker.getsockname()[1]}"
+    monkeypatch.setattr(_startup, "coordinator_address", lambda group, first_engine: busy)
+    cluster = JaxCluster(n=2, init_timeout=20)
     start = time.monotonic()
     try:
         failed_to_join = r"process 0 \(pid \d+\) (could not join|was killed|exited while joining)"
@@ -323,9 +305,17 @@ def test_start_fails_fast_on_a_busy_coordinator_port():
     assert not cluster.running
 
 
-def test_start_fails_fast_when_a_process_dies_while_joining():
+def test_start_fails_fast_when_a_process_dies_while_joining(monkeypatch):
+    """Process 1 is killed as the group forms."""
+    wait_joined = _startup.wait_joined
+
+    def kill_then_wait(group, pending: dict, pids: dict, coordinator: str) -> dict:
+        os.kill(pids[1], signal.SIGKILL)
+        return wait_joined(group, pending, pids, coordinator)
+
+    monkeypatch.setattr(_startup, "wait_joined", kill_then_wait)
     before = {p.pid for p in psutil.Process().children(recursive=True)}
-    cluster = _DiesWhileJoining(n=2, init_timeout=30)
+    cluster = JaxCluster(n=2, init_timeout=30)
     start = time.monotonic()
     with pytest.raises(StartError) as caught:
         cluster.start()

@@ -12,9 +12,8 @@ from conftest import ipyparallel_processes
 from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 
-from jaxnb import RemoteError
-from jaxnb._startup import key_files
-from jaxnb.magics import JaxnbMagics
+from jaxnb import RemoteError, _ipp
+from jaxnb.magics import current_cluster, use_cluster
 
 
 @pytest.mark.parametrize(
@@ -38,14 +37,15 @@ def test_bad_input_is_a_one_line_usage_error(ip, line, message):
 
 
 def test_cell_before_start_says_to_start(ip):
-    previous, JaxnbMagics.cluster = JaxnbMagics.cluster, None
+    previous = current_cluster(ip)
+    use_cluster(None, ip)
     try:
         with pytest.raises(UsageError, match="%jax_cluster start"):
             ip.run_cell_magic("jax_cluster", "", "print(1)")
         with pytest.raises(UsageError, match="%jax_cluster start"):
             ip.run_line_magic("jax_pull", "x")
     finally:
-        JaxnbMagics.cluster = previous
+        use_cluster(previous, ip)
 
 
 def test_cell_output_is_ordinary_notebook_output(shared_magics):
@@ -75,7 +75,7 @@ def test_only_a_last_expression_shows_its_value(shared_magics):
     with pytest.raises(RemoteError) as info:
         shared_magics.run_cell_magic("jax_cluster", "", "y = 2\nz = y / 0")
     assert "z = y / 0" in "\n".join(info.value.tracebacks)
-    JaxnbMagics.cluster.suspect = None
+    current_cluster(shared_magics).group.suspect = None
 
 
 def test_status_shows_a_devices_table(shared_magics):
@@ -105,7 +105,7 @@ def test_remote_error_raises_in_the_notebook(shared_magics):
         shared_magics.run_cell_magic(
             "jax_cluster", "", "import jax\nif jax.process_index() == 0:\n    {}['missing']"
         )
-    JaxnbMagics.cluster.suspect = None
+    current_cluster(shared_magics).group.suspect = None
 
 
 KUBEFLOW_CELL = (
@@ -127,7 +127,7 @@ def test_kubeflow_code_on_an_initialised_cluster(shared_magics):
     with pytest.raises(RemoteError, match=r"already initialised by jaxnb.*--no-init"):
         shared_magics.run_cell_magic(
             "jax_cluster", "", "import jax\njax.distributed.initialize(num_processes=5)")
-    JaxnbMagics.cluster.suspect = None
+    current_cluster(shared_magics).group.suspect = None
     with capture_output() as captured:
         shared_magics.run_cell_magic("jax_cluster", "", "print(jax.process_count())")
     assert captured.stdout == "2\n"
@@ -135,7 +135,8 @@ def test_kubeflow_code_on_an_initialised_cluster(shared_magics):
 
 def test_lifecycle_no_init_restart_stop(ip):
     """Kubeflow-style code runs unchanged with --no-init; restart gives new processes; stop leaks nothing."""
-    previous, JaxnbMagics.cluster = JaxnbMagics.cluster, None
+    previous = current_cluster(ip)
+    use_cluster(None, ip)
     try:
         with capture_output():
             ip.run_line_magic("jax_cluster", "start -n 2 --no-init")
@@ -144,10 +145,10 @@ def test_lifecycle_no_init_restart_stop(ip):
         with capture_output() as captured:
             ip.run_cell_magic("jax_cluster", "", KUBEFLOW_CELL)
         assert captured.stdout == "2 2\n"
-        old_pids = {p.pid for p in JaxnbMagics.cluster.processes}
+        old_pids = {p.pid for p in current_cluster(ip).processes}
         with capture_output():
             ip.run_line_magic("jax_cluster", "restart")
-        new_pids = {p.pid for p in JaxnbMagics.cluster.processes}
+        new_pids = {p.pid for p in current_cluster(ip).processes}
         assert new_pids and not (old_pids & new_pids)
         assert not any(psutil.pid_exists(pid) for pid in old_pids)
         with capture_output() as captured:
@@ -157,20 +158,21 @@ def test_lifecycle_no_init_restart_stop(ip):
             ip.run_line_magic("jax_cluster", "stop")
         assert not any(psutil.pid_exists(pid) for pid in new_pids)
     finally:
-        if JaxnbMagics.cluster is not None:
-            JaxnbMagics.cluster.stop()
-        JaxnbMagics.cluster = previous
+        if current_cluster(ip) is not None:
+            current_cluster(ip).stop()
+        use_cluster(previous, ip)
 
 
 def test_default_start_fits_the_machine(ip):
-    previous, JaxnbMagics.cluster = JaxnbMagics.cluster, None
+    previous = current_cluster(ip)
+    use_cluster(None, ip)
     try:
         with capture_output() as captured:
             ip.run_line_magic("jax_cluster", "start")
         assert "2 processes, 2 global devices" in captured.outputs[0].data["text/html"]
     finally:
-        JaxnbMagics.cluster.stop()
-        JaxnbMagics.cluster = previous
+        current_cluster(ip).stop()
+        use_cluster(previous, ip)
     assert ipyparallel_processes() == [] or all(
         p.pid in {q.pid for q in _shared_cluster_pids()} for p in ipyparallel_processes()
     )
@@ -201,6 +203,66 @@ def _is_loopback(ip: str) -> bool:
 
 
 def test_key_files_are_private(cluster):
-    for path in key_files(cluster._ipp)[:2]:
+    for path in _ipp.key_files(cluster.group.ipp)[:2]:
         assert os.path.exists(path), path
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+
+
+@pytest.mark.parametrize(
+    ("magic", "line", "cell", "message"),
+    [
+        ("jax_cluster", "-n 4", "print(1)", "unrecognized arguments: -n 4"),
+        ("jax_cluster", "--platform gpu", "print(1)", "unrecognized arguments: --platform gpu"),
+        ("jax_cluster", "start", "print(1)", "unrecognized arguments: start"),
+        ("jax_cluster", "--all --process 1", "print(1)", "--all and --process I do not go together"),
+        ("jax_cluster", "--process -1", "print(1)", "--process takes a process index ≥ 0"),
+        ("jax_cluster", "stop --all", None, "unrecognized arguments: --all"),
+        ("jax_cluster", "status --process 1", None, "unrecognized arguments: --process 1"),
+        ("jax_cluster", "stop -n 2", None, "`%jax_cluster stop` takes no flags (got -n)"),
+        ("jax_cluster", "restart --platform gpu", None, "`%jax_cluster restart` takes no flags"),
+        ("jax_cluster", "reset --no-init", None, "`%jax_cluster reset` takes no flags (got --no-init)"),
+        ("jax_cluster", "stacks --timeout 3", None, "`%jax_cluster stacks` takes no flags"),
+        ("jax_train", "train --all", None, "unrecognized arguments: --all"),
+        ("jax_train", "train --steps ten", None, "--steps takes a positive whole number"),
+        ("jax_mesh", "mesh --all", None, "%jax_mesh takes no flags (got --all)"),
+        ("jax_pull", "x --process 0", None, "%jax_pull takes no flags (got --process)"),
+        ("jax_push", "x y-z", None, "'y-z' is not a Python name"),
+        ("jax_push", "", None, "%jax_push takes NAME"),
+    ],
+)
+def test_stray_flags_are_one_line_usage_errors(ip, magic, line, cell, message):
+    """A flag that a magic (or its mode) does not use is refused, never silently ignored."""
+    before = {p.pid for p in ipyparallel_processes()}
+    with pytest.raises(UsageError) as info:
+        if cell is None:
+            ip.run_line_magic(magic, line)
+        else:
+            ip.run_cell_magic(magic, line, cell)
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
+    assert {p.pid for p in ipyparallel_processes()} == before
+
+
+@pytest.mark.parametrize(
+    ("cell", "flags"),
+    [
+        ("%jax_cluster?", ["-n", "--devices-per-process", "--platform", "--engines", "--hosts",
+                           "--no-init", "--timeout", "--init-timeout", "start, status, stop"]),
+        ("%%jax_cluster?", ["--all", "--process", "--timeout", "SPMD"]),
+        ("%jax_train?", ["--config", "--name", "--storage", "-o", "--resume", "--background",
+                         "--steps"]),
+    ],
+)
+def test_help_lists_every_flag(ip, cell, flags):
+    with capture_output() as captured:
+        ip.run_cell(cell)
+    text = captured.stdout
+    assert all(flag in text for flag in flags), text
+    if cell == "%%jax_cluster?":
+        assert "--devices-per-process" not in text and "--platform" not in text
+
+
+def test_scripts_reach_the_magics_cluster(shared_magics, cluster):
+    import jaxnb
+
+    assert jaxnb.current_cluster() is cluster

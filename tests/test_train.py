@@ -12,7 +12,7 @@ from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 
 from jaxnb import ClusterStateError, JaxCluster, RemoteError, Result
-from jaxnb.magics import JaxnbMagics
+from jaxnb.magics import use_cluster
 
 
 @pytest.fixture(scope="module")
@@ -27,12 +27,12 @@ def ip(cluster):
 
     shell = real_shell()
     shell.run_line_magic("load_ext", "jaxnb")
-    JaxnbMagics.cluster = cluster
+    use_cluster(cluster, shell)
     types = shell.display_formatter.active_types
     shell.display_formatter.active_types = [*types, "text/html"]  # as in a notebook kernel
     yield shell
     shell.display_formatter.active_types = types
-    JaxnbMagics.cluster = None  # the module's cluster fixture stops it
+    use_cluster(None, shell)  # the module's cluster fixture stops it
 
 
 def _after_start(cluster: JaxCluster, delay: float, action) -> threading.Thread:
@@ -282,7 +282,7 @@ def test_error_on_one_process_names_it_and_keeps_history(cluster, tmp_path, who)
     if who == 0:
         assert [h["i"] for h in result.history] == list(range(6))
     assert len(result.history) >= 1
-    cluster.suspect = None
+    cluster.group.suspect = None
 
 
 def test_background_run_holds_the_engines_until_stopped(ip, cluster, tmp_path):

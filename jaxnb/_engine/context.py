@@ -6,13 +6,15 @@ import os
 import socket
 import sys
 
+from jaxnb._contract import ENV_LOCAL_RANK, ENV_LOCAL_WORLD_SIZE, ENV_NODE_RANK, ENV_PROCESS_ID
+
 
 def process_index() -> int:
     """This process's JAX process index (from JAX once initialised, else from jaxnb's setup)."""
     jax = sys.modules.get("jax")
     if jax is not None and _distributed_ready():
         return int(jax.process_index())
-    return int(os.environ.get("JAXNB_PROCESS_ID", os.environ.get("JAX_PROCESS_ID", "0")))
+    return int(os.environ.get(ENV_PROCESS_ID, os.environ.get("JAX_PROCESS_ID", "0")))
 
 
 def num_processes() -> int:
@@ -24,9 +26,9 @@ def num_processes() -> int:
 
 
 def _distributed_ready() -> bool:
-    from jax._src import distributed
+    from jaxnb._engine.jax_internals import distributed_client
 
-    return distributed.global_state.client is not None
+    return distributed_client() is not None
 
 
 class TrainContext:
@@ -52,15 +54,15 @@ class TrainContext:
 
     def get_local_rank(self) -> int:
         """Rank among the workers on this host."""
-        return int(os.environ.get("JAXNB_LOCAL_RANK", "0"))
+        return int(os.environ.get(ENV_LOCAL_RANK, "0"))
 
     def get_local_world_size(self) -> int:
         """Number of workers on this host."""
-        return int(os.environ.get("JAXNB_LOCAL_WORLD_SIZE", "1"))
+        return int(os.environ.get(ENV_LOCAL_WORLD_SIZE, "1"))
 
     def get_node_rank(self) -> int:
         """Index of this host among the hosts."""
-        return int(os.environ.get("JAXNB_NODE_RANK", "0"))
+        return int(os.environ.get(ENV_NODE_RANK, "0"))
 
     def get_hostname(self) -> str:
         """This host's name."""

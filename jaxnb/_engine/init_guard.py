@@ -33,9 +33,9 @@ def install() -> None:
 
     @functools.wraps(original)
     def initialize(*args: Any, **kwargs: Any) -> None:
-        from jax._src import distributed
+        from jaxnb._engine.jax_internals import distributed_state
 
-        state = distributed.global_state
+        state = distributed_state()
         if state.client is None:  # not initialised (or shut down): JAX's own call
             return original(*args, **kwargs)
         asked = signature.bind(*args, **kwargs).arguments

@@ -9,7 +9,6 @@ is in place before JAX is imported.
 from __future__ import annotations
 
 import gc
-import os
 import sys
 
 
@@ -21,10 +20,9 @@ def main() -> None:
     watchdog.start_from_env()
     # Engines take no debugger requests: keep ipykernel from loading debugpy (~50 ms).
     sys.modules.setdefault("debugpy", None)  # type: ignore[arg-type]
-    if os.environ.get("JAXNB_PREIMPORT_JAX", "1") == "1":
-        import jax
+    import jax  # before registering: the first cell does not pay for it
 
-        jax.config.update("jax_enable_preemption_service", False)
+    jax.config.update("jax_enable_preemption_service", False)
     from ipyparallel.engine.app import main as ipengine_main
 
     gc.freeze()  # what was imported stays: later collections need not scan it

@@ -10,8 +10,16 @@ import socket
 import time
 from typing import Any
 
-#: Set on every engine, as the Kubeflow JAX runtime does, so its code runs unchanged.
-KUBEFLOW_VARIABLES = ("JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "JAX_COORDINATOR_ADDRESS")
+from jaxnb._contract import (
+    ENV_LOCAL_RANK,
+    ENV_LOCAL_WORLD_SIZE,
+    ENV_NODE_RANK,
+    ENV_PLATFORM,
+    ENV_PROCESS_ID,
+    KUBEFLOW_VARIABLES,
+    JoinParams,
+)
+from jaxnb._engine import jax_internals
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -26,17 +34,6 @@ def identity() -> tuple[str, int]:
     return socket.gethostname(), os.getpid()
 
 
-def placements(hosts: list[str]) -> list[tuple[int, int, int]]:
-    """(local rank, local world size, node rank) of each process, given its host."""
-    order = list(dict.fromkeys(hosts))
-    seen: dict[str, int] = {}
-    result = []
-    for host in hosts:
-        result.append((seen.get(host, 0), hosts.count(host), order.index(host)))
-        seen[host] = seen.get(host, 0) + 1
-    return result
-
-
 def host_address() -> str:
     """An address other hosts can reach this one on."""
     try:
@@ -45,79 +42,58 @@ def host_address() -> str:
         return socket.gethostname()
 
 
-def set_identity(
-    process_id: int, num_processes: int, coordinator: str, placement: tuple[int, int, int]
-) -> None:
+def set_identity(params: JoinParams) -> None:
     """Export this process's place in the group (Kubeflow-style variables, local rank)."""
-    local_rank, local_size, node_rank = placement
-    os.environ["JAXNB_LOCAL_RANK"] = str(local_rank)
-    os.environ["JAXNB_LOCAL_WORLD_SIZE"] = str(local_size)
-    os.environ["JAXNB_NODE_RANK"] = str(node_rank)
-    os.environ["JAX_NUM_PROCESSES"] = str(num_processes)
-    os.environ["JAX_PROCESS_ID"] = str(process_id)
-    os.environ["JAX_COORDINATOR_ADDRESS"] = coordinator
-    os.environ["JAXNB_PROCESS_ID"] = str(process_id)
+    local_rank, local_size, node_rank = params.placement
+    os.environ[ENV_LOCAL_RANK] = str(local_rank)
+    os.environ[ENV_LOCAL_WORLD_SIZE] = str(local_size)
+    os.environ[ENV_NODE_RANK] = str(node_rank)
+    num, pid, address = KUBEFLOW_VARIABLES
+    os.environ[num] = str(params.num_processes)
+    os.environ[pid] = str(params.process_id)
+    os.environ[address] = params.coordinator
+    os.environ[ENV_PROCESS_ID] = str(params.process_id)
 
 
-def initialize(
-    process_id: int,
-    num_processes: int,
-    coordinator: str,
-    bind_address: str | None,
-    init: bool = True,
-    local_device_ids: list[int] | None = None,
-    heartbeat_timeout: int = 10,
-    init_timeout: int = 60,
-    placement: tuple[int, int, int] = (0, 1, 0),
-) -> dict[str, Any]:
-    """Set this engine's identity, join ``jax.distributed`` (unless ``init`` is off), describe."""
-    set_identity(process_id, num_processes, coordinator, placement)
-    if init:
+def initialize(params: JoinParams) -> dict[str, Any]:
+    """Set this engine's identity, join ``jax.distributed`` (unless ``--no-init``), describe."""
+    set_identity(params)
+    if params.init:
         import jax
 
         jax.config.update("jax_enable_preemption_service", False)
-        if os.environ.get("JAXNB_PLATFORM") == "tpu":
+        if os.environ.get(ENV_PLATFORM) == "tpu":
             # On a TPU VM slice JAX finds the coordinator and the process ids itself.
             jax.distributed.initialize(
-                heartbeat_timeout_seconds=heartbeat_timeout, initialization_timeout=init_timeout
+                heartbeat_timeout_seconds=params.heartbeat_timeout,
+                initialization_timeout=params.init_timeout,
             )
-        elif num_processes > 1 or os.environ.get("JAXNB_FORCE_DISTRIBUTED"):
-            join_group(
-                process_id, num_processes, coordinator, bind_address,
-                local_device_ids, heartbeat_timeout, init_timeout,
-            )
-    if init and num_processes > 1:
+        elif params.num_processes > 1:
+            join_group(params)
+    if params.init and params.num_processes > 1:
         _first_collective()
-    if init:
+    if params.init:
         from jaxnb._engine import init_guard
 
         init_guard.install()  # Kubeflow-style code may call initialize() again
-    return describe(process_id, touch_backend=init)
+    return describe(params.process_id, touch_backend=params.init)
 
 
-def join_group(
-    process_id: int,
-    num_processes: int,
-    coordinator: str,
-    bind_address: str | None,
-    local_device_ids: list[int] | None,
-    heartbeat_timeout: int,
-    init_timeout: int,
-) -> None:
+def join_group(params: JoinParams) -> None:
     """``jax.distributed.initialize`` with jaxnb's bounded timeouts (start and repair)."""
     import jax
 
-    if process_id > 0:
-        _wait_for_coordinator(coordinator, init_timeout)
-
+    if params.process_id > 0:
+        _wait_for_coordinator(params.coordinator, params.init_timeout)
+    ids = list(params.local_device_ids) if params.local_device_ids is not None else None
     jax.distributed.initialize(
-        coordinator_address=coordinator,
-        num_processes=num_processes,
-        process_id=process_id,
-        local_device_ids=local_device_ids,
-        coordinator_bind_address=bind_address,
-        heartbeat_timeout_seconds=heartbeat_timeout,
-        initialization_timeout=init_timeout,
+        coordinator_address=params.coordinator,
+        num_processes=params.num_processes,
+        process_id=params.process_id,
+        local_device_ids=ids,
+        coordinator_bind_address=params.bind_address,
+        heartbeat_timeout_seconds=params.heartbeat_timeout,
+        initialization_timeout=params.init_timeout,
     )
 
 
@@ -168,9 +144,8 @@ def describe(process_id: int | None = None, *, touch_backend: bool = True) -> di
     if not touch_backend and not backend_ready():
         return info
     import jax
-    from jax._src import distributed
 
-    info["distributed"] = distributed.global_state.client is not None
+    info["distributed"] = jax_internals.distributed_client() is not None
     info["process_index"] = jax.process_index()
     info["platform"] = jax.default_backend()
     info["local_devices"] = [
@@ -184,11 +159,7 @@ def backend_ready() -> bool:
     """True once JAX has created its backends in this process."""
     import sys
 
-    if "jax" not in sys.modules:
-        return False
-    from jax._src import xla_bridge
-
-    return bool(getattr(xla_bridge, "_backends", None))
+    return "jax" in sys.modules and jax_internals.backends_created()
 
 
 def shutdown() -> None:

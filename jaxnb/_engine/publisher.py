@@ -14,10 +14,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from jaxnb._contract import REPORT_KEY as KEY
+
 #: How often the flusher thread sends what has been reported (seconds).
 FLUSH_SECONDS = 0.02
-#: Key prefix of published batches; the notebook reads ``f"{KEY}{n}"`` for n = 0, 1, ...
-KEY = "jaxnb/"
 
 Send = Callable[[dict[str, Any]], None]
 

@@ -13,6 +13,9 @@ import os
 import time
 from typing import Any
 
+from jaxnb._contract import JoinParams
+from jaxnb._engine import jax_internals, process
+
 #: Checks passed since this process (re)joined the group.
 _passed = 0
 
@@ -50,16 +53,9 @@ def _same(x: Any) -> Any:
     return x
 
 
-def reinitialize(
-    process_id: int,
-    num_processes: int,
-    coordinator: str,
-    bind_address: str | None,
-    heartbeat_timeout: int,
-    init_timeout: int,
-    local_device_ids: list[int] | None = None,
-) -> float:
-    """Leave the group, drop JAX's backends, join a new group at ``coordinator``; seconds taken.
+def reinitialize(params: JoinParams) -> float:
+    """Leave the group, drop JAX's backends, join a new group at ``params.coordinator``;
+    seconds taken.
 
     Python state is kept. JAX objects made before (meshes, arrays) still belong
     to the old backend and must be made again.
@@ -72,27 +68,9 @@ def reinitialize(
     with contextlib.suppress(Exception):  # a broken group may not shut down cleanly
         jax.distributed.shutdown()
     jax.extend.backend.clear_backends()
-    _forget_meshes()
-    os.environ["JAX_COORDINATOR_ADDRESS"] = coordinator
-    from jaxnb._engine.process import join_group
-
-    join_group(
-        process_id, num_processes, coordinator, bind_address,
-        local_device_ids, heartbeat_timeout, init_timeout,
-    )
+    jax_internals.forget_meshes()  # a jit under an old mesh would refuse the new devices
+    os.environ["JAX_COORDINATOR_ADDRESS"] = params.coordinator
+    process.join_group(params)
     jax.devices()  # create the new backend now, not in the user's next cell
     _passed = 0
     return time.monotonic() - start
-
-
-def _forget_meshes() -> None:
-    """Drop meshes left in context (e.g. by a ``jax.set_mesh`` an interrupt cut short).
-
-    They hold the old backend's devices, and a jit under them would refuse the new ones.
-    """
-    import jax
-    from jax._src import mesh as mesh_lib
-
-    jax.set_mesh(None)
-    mesh_lib.thread_resources.stack = [mesh_lib.EMPTY_ENV]
-    mesh_lib.thread_resources.env = mesh_lib.EMPTY_ENV

@@ -19,6 +19,7 @@ from typing import Any
 
 from jaxnb._engine import stopping
 from jaxnb._engine.publisher import BatchPublisher, datapub_sender
+from jaxnb._run_folder import Checkpoint
 
 #: Reports whose JAX values may still be computing; ``report()`` waits on the value
 #: reported this many reports ago, so dispatch never runs unboundedly ahead.
@@ -43,7 +44,7 @@ class _Run:
     process: int
     fn: Callable[..., Any]
     args: tuple[Any, ...]
-    resume: Any  # Checkpoint | None
+    resume: Checkpoint | None
     stop: stopping.StopAgreement
     publisher: BatchPublisher | None = None
     count: int = 0
@@ -261,7 +262,7 @@ def _int_or_none(value: Any) -> int | None:
 
 
 def _save(run: _Run, step: int, checkpoint: Any) -> Any:
-    from jaxnb._engine.checkpoint import Checkpoint, CheckpointStore
+    from jaxnb._engine.checkpoint import CheckpointStore
 
     if isinstance(checkpoint, Checkpoint):  # Ray style: Checkpoint.from_directory(path)
         checkpoint = checkpoint.path

@@ -9,20 +9,19 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import os
-import signal
 import sys
 import tempfile
 from typing import IO
 
-STACK_SIGNAL = signal.SIGUSR1
+from jaxnb._contract import ENV_STACKS_DIR, STACK_SIGNAL, stack_file
+
 _stack_file: IO[str] | None = None
 _crash_file: IO[str] | None = None
 
 
 def stack_path(pid: int | None = None) -> str:
     """The file where engine ``pid`` writes its stacks when signalled."""
-    folder = os.environ.get("JAXNB_STACKS_DIR") or tempfile.gettempdir()
-    return os.path.join(folder, f"jaxnb-stacks-{pid or os.getpid()}.txt")
+    return stack_file(os.environ.get(ENV_STACKS_DIR) or tempfile.gettempdir(), pid or os.getpid())
 
 
 def arm() -> None:

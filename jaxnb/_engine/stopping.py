@@ -16,7 +16,8 @@ import signal
 import time
 from typing import Any
 
-STOP_SIGNAL = signal.SIGUSR2
+from jaxnb._contract import STOP_SIGNAL
+
 #: Aim for one agreement about this often (seconds of process 0's time).
 CHECK_SECONDS = 0.1
 #: Never more than this many calls between two agreements.
@@ -51,11 +52,9 @@ def requested() -> bool:
 
 def kv_client() -> Any | None:
     """The ``jax.distributed`` coordination client, or None without one."""
-    try:
-        from jax._src import distributed
-    except ImportError:
-        return None
-    return distributed.global_state.client
+    from jaxnb._engine.jax_internals import distributed_client
+
+    return distributed_client()
 
 
 def clear_keys() -> None:

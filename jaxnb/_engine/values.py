@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-MISSING = "__jaxnb_missing__"
-ELSEWHERE = "__jaxnb_on_process_0__"
+from jaxnb._contract import ELSEWHERE, MISSING
 
 
 def user_namespace() -> dict[str, Any]:
@@ -46,19 +45,3 @@ def fetch(name: str) -> Any:
     from jaxnb._engine import context
 
     return value if context.process_index() == 0 else ELSEWHERE
-
-
-def choose(name: str, replies: list[Any]) -> Any:
-    """Pick process 0's reply, or explain why there is none (runs in the notebook)."""
-    missing = [i for i, r in enumerate(replies) if isinstance(r, str) and r == MISSING]
-    if len(missing) == len(replies):
-        raise NameError(
-            f"name {name!r} is not defined on any process; define it in a %%jax_cluster cell first"
-        )
-    if missing and missing[0] == 0:
-        have = [i for i in range(len(replies)) if i not in missing]
-        raise NameError(
-            f"name {name!r} is not defined on process 0 (only on processes {have}); "
-            "define it on every process or pull it with `%%jax_cluster --process I`"
-        )
-    return replies[0]

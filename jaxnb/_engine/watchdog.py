@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from jaxnb._contract import ENV_CLEANUP_FILES, ENV_CONTROLLER_PID, ENV_PARENT_PID
+
 POLL_SECONDS = 1.0
 #: Exit status of an engine that stopped because its kernel is gone.
 ORPHAN_EXIT_STATUS = 70
@@ -82,10 +84,10 @@ def _watch(parent_pid: int, original_ppid: int, on_orphan: Callable[..., None], 
 
 
 def _settings() -> tuple[int, list[str]] | None:
-    parent = os.environ.get("JAXNB_PARENT_PID")
+    parent = os.environ.get(ENV_PARENT_PID)
     if not parent:
         return None
-    paths = [f for f in os.environ.get("JAXNB_CLEANUP_FILES", "").split(os.pathsep) if f]
+    paths = [f for f in os.environ.get(ENV_CLEANUP_FILES, "").split(os.pathsep) if f]
     return int(parent), paths
 
 
@@ -105,7 +107,7 @@ def start_from_env() -> None:
     if settings is None:
         return
     parent, paths = settings
-    controller = os.environ.get("JAXNB_CONTROLLER_PID")
+    controller = os.environ.get(ENV_CONTROLLER_PID)
     controller_pid = int(controller) if controller else None
     _start(parent, _engine_exit, controller_pid, paths)
 

@@ -8,17 +8,22 @@ import sys
 import threading
 import uuid
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from jaxnb._engine import reporting
-from jaxnb._errors import ClusterStateError
+from jaxnb import _ipp
+from jaxnb._contract import EngineCall
+from jaxnb._errors import ClusterStateError, remote_error
+from jaxnb._messages import BUSY, RESET, RESTART
+from jaxnb._run_folder import check_fresh_run
+from jaxnb._state import Group
 from jaxnb._train import function
 from jaxnb._train.interrupts import InterruptCounter
 from jaxnb._train.monitor import Monitor
 from jaxnb._train.result import Result
+from jaxnb._widgets.dashboard import Dashboard
 
-if TYPE_CHECKING:
-    from jaxnb._cluster import JaxCluster
+_PREPARE = EngineCall("jaxnb._engine.reporting:prepare")
+_EXECUTE = EngineCall("jaxnb._engine.reporting:execute")
 
 #: Where runs live unless ``storage`` / ``--storage`` says otherwise.
 DEFAULT_STORAGE = "jaxnb_runs"
@@ -27,13 +32,9 @@ STEP_COUNT_KEYS = ("total_steps", "num_steps", "max_steps")
 #: How long setting a run up on the engines may take (seconds).
 PREPARE_TIMEOUT_SECONDS = 60.0
 
-BUSY = (
-    "the engines are busy with the background training run {name!r}; wait for it to end "
-    "(its Result's `.wait()`) or press Stop on its dashboard (or call `.stop()`) first"
-)
 NOT_ANSWERING = (
     "the engines did not take the training run within {timeout:g} s (are they still busy "
-    "with an earlier cell?); run `%jax_cluster reset` or `%jax_cluster restart`"
+    "with an earlier cell?); " + RESET + " or " + RESTART
 )
 FIRST_INTERRUPT = (
     "jaxnb: stopping run {name!r}: every process stops at its next `jaxnb.should_stop()`. "
@@ -44,7 +45,7 @@ NO_CHECKPOINT_YET = "jaxnb: run {name!r} has no checkpoint yet; starting it from
 
 
 def train(
-    cluster: JaxCluster,
+    group: Group,
     fn: Callable[..., Any] | str,
     config: Any = None,
     *,
@@ -66,30 +67,28 @@ def train(
     any process raises :class:`jaxnb.RemoteError` (its ``.result`` holds the
     history so far).
     """
-    if cluster.busy_with:
-        raise ClusterStateError(BUSY.format(name=cluster.busy_with))
+    if group.busy_with:
+        raise ClusterStateError(BUSY.format(name=group.busy_with))
     run = function.run_name(fn, name)
     spec = function.package(fn, config)
     run_dir = os.path.abspath(os.path.join(os.fspath(storage or DEFAULT_STORAGE), run))
-    from jaxnb._engine.checkpoint import check_fresh_run
-
     resume_from = check_fresh_run(run_dir, resume)
     if resume and resume_from is None:
         print(NO_CHECKPOINT_YET.format(name=run))
     os.makedirs(run_dir, exist_ok=True)
     spec.update(run_dir=run_dir, run_id=uuid.uuid4().hex, resume=resume_from)
-    _prepare(cluster, spec)
+    _prepare(group, spec)
 
     result = Result(run, run_dir)
     total = expected_steps(config, total_steps)
     if background:
-        monitor = _launch(cluster, result, total, background=True)
+        monitor = _launch(group, result, total, background=True)
         follow = contextvars.copy_context().run  # output goes to the cell that started the run
         threading.Thread(target=follow, args=(_follow_background, monitor, on_result),
                          name=f"jaxnb-train-{run}", daemon=True).start()
         return result
     with InterruptCounter() as ctrl_c:  # from before the run starts: no interrupt is lost
-        monitor = _launch(cluster, result, total, background=False)
+        monitor = _launch(group, result, total, background=False)
         error = _follow_blocking(monitor, on_result, ctrl_c)
     if error is not None:
         raise error
@@ -110,34 +109,30 @@ def expected_steps(config: Any, total_steps: int | None) -> int | None:
     return None
 
 
-def _launch(cluster: JaxCluster, result: Result, total: int | None, background: bool) -> Monitor:
+def _launch(group: Group, result: Result, total: int | None, background: bool) -> Monitor:
     """Show the dashboard, start the function on every process, and follow it."""
-    from jaxnb._widgets.dashboard import Dashboard
-
     following: list[Monitor] = []
     on_stop = (lambda: following[0].request_stop()) if background else None
-    dashboard = Dashboard(result.name, cluster.num_processes, total_steps=total, on_stop=on_stop)
+    dashboard = Dashboard(result.name, group.size, total_steps=total, on_stop=on_stop)
     dashboard.show()
-    ar = cluster.view.apply_async(reporting.execute)
-    cluster.busy_with = result.name
+    ar = group.view.apply_async(_EXECUTE)
+    group.busy_with = result.name
     try:
-        monitor = Monitor(cluster, ar, result, dashboard)
+        monitor = Monitor(group, ar, result, dashboard)
     except BaseException:
-        cluster.busy_with = None
+        group.busy_with = None
         raise
     following.append(monitor)
-    result._stop = monitor.request_stop
+    result.set_stopper(monitor.request_stop)
     return monitor
 
 
-def _prepare(cluster: JaxCluster, spec: dict[str, Any]) -> None:
+def _prepare(group: Group, spec: dict[str, Any]) -> None:
     """Find the function on every process; raise here if it does not fit."""
-    from jaxnb._spmd import remote_error
-
-    ar = cluster.view.apply_async(reporting.prepare, spec)
+    ar = group.view.apply_async(_PREPARE, spec)
     if not ar.wait(PREPARE_TIMEOUT_SECONDS):
         raise ClusterStateError(NOT_ANSWERING.format(timeout=PREPARE_TIMEOUT_SECONDS))
-    replies = dict(zip(cluster.process_indices, (f.result() for f in ar._children), strict=True))
+    replies = dict(zip(group.indices, (f.result() for f in _ipp.futures(ar)), strict=True))
     errors = {p: r for p, r in replies.items() if isinstance(r, BaseException)}
     if errors:
         raise remote_error(errors)
@@ -161,7 +156,7 @@ def _follow_blocking(
                 monitor.interrupt()
     except BaseException as exc:  # third interrupt, or jaxnb itself failed: record, re-raise
         monitor.gave_up = exc
-        monitor.cluster.suspect = "the notebook stopped following a training run"
+        monitor.group.suspect = "the notebook stopped following a training run"
         _conclude(monitor, on_result)
         raise
     return _conclude(monitor, on_result)
@@ -183,16 +178,14 @@ def _conclude(
     monitor: Monitor, on_result: Callable[[Result], None] | None
 ) -> BaseException | None:
     """Fill in the Result, finish the dashboard, free the engines; the error to raise."""
-    from jaxnb._spmd import remote_error
-
-    result, cluster = monitor.result, monitor.cluster
+    result, group = monitor.result, monitor.group
     try:
         errors = monitor.finish()
     finally:
-        cluster.busy_with = None
+        group.busy_with = None
     error = monitor.gave_up or (remote_error(errors) if errors else None)
     if errors and monitor.gave_up is None:
-        cluster._mark_suspect_after_error(errors, monitor.processes)
+        group.mark_suspect_after_errors(len(errors), len(monitor.processes))
     summaries = [f.result() for f in monitor.futures.values() if f.done()]
     result.stopped = error is None and any(
         isinstance(s, dict) and s.get("stopped") for s in summaries)
@@ -203,7 +196,7 @@ def _conclude(
     try:
         monitor.dashboard.finish(status, message)
     finally:
-        result._done.set()
+        result.set_done()
         if on_result is not None:
             on_result(result)
     return error

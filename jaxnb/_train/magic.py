@@ -1,11 +1,10 @@
-"""``%jax_train FUNC [--config EXPR] [--name RUN] [--storage DIR] [-o VAR] [--resume] [--background]``.
-
-Also ``--steps N``: how many steps the run reports (the dashboard's progress bar and ETA).
-"""
+"""``%jax_train FUNC [--config EXPR] [--name RUN] [--storage DIR] [-o VAR] [--resume] [--background]
+[--steps N]``: parse the line, resolve FUNC and the config in the notebook, train."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -19,21 +18,28 @@ _NEXT_FLAG = re.compile(
 )
 
 
-@magic_arguments()
-@argument("func", help="the function: defined in the notebook, or on the engines (%%jax_cluster)")
-@argument("--name", default=None, help="run name (folder under DIR); default: FUNC's name")
-@argument("--storage", default=None, help="folder that holds runs; default: ./jaxnb_runs")
+@magic_arguments(name="jax_train")
+@argument("--config", metavar="EXPR", help="Python expression evaluated in the notebook: FUNC's argument "
+          "(the rest of the line up to the next flag)")
+@argument("func", help="the function: defined in the notebook, or on the engines (%%%%jax_cluster)")
+@argument("--name", default=None, metavar="RUN", help="run name (folder under DIR); default: FUNC's name")
+@argument("--storage", default=None, metavar="DIR", help="folder that holds runs; default: ./jaxnb_runs")
 @argument("-o", "--output", default=None, metavar="VAR", help="store the Result in VAR")
 @argument("--resume", action="store_true", help="continue run RUN from its latest checkpoint")
 @argument("--background", action="store_true", help="return at once; VAR holds the live Result")
 @argument("--steps", default=None, metavar="N", help="steps the run will report (progress and ETA)")
-def _arguments(line: str) -> None:
-    """%jax_train FUNC [--config EXPR] [--name RUN] [--storage DIR] [-o VAR] [--resume] [--background] ...
+def jax_train(line: str) -> None:
+    """%jax_train FUNC [--config EXPR] [--name RUN] [--storage DIR] [-o VAR] [--resume]
+    [--background] [--steps N]
 
     Run FUNC (no argument, or the config) on every JAX process with a live
     dashboard. --config EXPR is evaluated in the notebook (the rest of the
     line up to the next flag).
     """
+
+
+#: ``%jax_train?``: the usage line and every flag.
+HELP = jax_train.__doc__
 
 
 def split_config(line: str) -> tuple[str, str | None]:
@@ -50,15 +56,17 @@ def split_config(line: str) -> tuple[str, str | None]:
     return line[: match.start()] + " " + line[end:], expr
 
 
-def run(magics: Any, line: str, local_ns: dict | None) -> Any:
-    """Parse, resolve FUNC and the config in the notebook, and call ``JaxCluster.train``."""
+def run(cluster_of: Callable[[], Any], shell: Any, line: str, local_ns: dict | None) -> Any:
+    """Parse, resolve FUNC and the config in the notebook, and call ``JaxCluster.train``.
+
+    ``cluster_of()`` gives the running cluster (or raises ``UsageError``), once the line parsed.
+    """
     rest, config_expr = split_config(line)
-    args = parse_argstring(_arguments, rest)
+    args = parse_argstring(jax_train, rest)
     if args.output is not None and not args.output.isidentifier():
         raise UsageError(f"-o takes a Python name, got {args.output!r}; e.g. -o result")
     steps = _step_count(args.steps)
-    cluster = magics._require()
-    shell = magics.shell
+    cluster = cluster_of()
     fn = _function(args.func, shell.user_ns, local_ns or {})
     config = _evaluate(config_expr, shell.user_ns, local_ns or {})
 

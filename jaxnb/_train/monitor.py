@@ -7,17 +7,20 @@ import signal
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from jaxnb._errors import ProcessFailure, RemoteError
-from jaxnb._outputs import StreamMerger, label, labels
-from jaxnb._signals import signal_processes
+from jaxnb import _ipp
+from jaxnb._contract import STOP_SIGNAL
+from jaxnb._errors import RemoteError, remote_error
+from jaxnb._failures import detect, free, stacks
+from jaxnb._failures.watch import died
+from jaxnb._messages import RESET, RESTART, label, labels
+from jaxnb._outputs import StreamMerger
+from jaxnb._run_folder import Checkpoint, remember_user_checkpoint
+from jaxnb._state import Group
 from jaxnb._train.receive import Receiver
-
-if TYPE_CHECKING:
-    from jaxnb._cluster import JaxCluster
-    from jaxnb._train.result import Result
-    from jaxnb._widgets.dashboard import Dashboard
+from jaxnb._train.result import Result
+from jaxnb._widgets.dashboard import Dashboard
 
 #: How long the notebook waits for news between two looks (seconds).
 POLL_SECONDS = 0.02
@@ -31,8 +34,8 @@ OUTPUT_WAIT_SECONDS = 10.0
 
 STUCK = (
     "{who} still running {grace:g} s after the failure (probably waiting in a collective "
-    "for the failed process); jaxnb interrupted them. If the next cell hangs, run "
-    "`%jax_cluster reset` (or `%jax_cluster restart`)"
+    "for the failed process); jaxnb interrupted them. If the next cell hangs, "
+    + RESET + " (or " + RESTART + ")"
 )
 
 
@@ -43,10 +46,10 @@ class Monitor:
     booking of reports.
     """
 
-    def __init__(self, cluster: JaxCluster, ar: Any, result: Result, dashboard: Dashboard) -> None:
-        self.cluster, self.ar, self.result, self.dashboard = cluster, ar, result, dashboard
-        self.processes = cluster.process_indices
-        self.futures = dict(zip(self.processes, ar._children, strict=True))
+    def __init__(self, group: Group, ar: Any, result: Result, dashboard: Dashboard) -> None:
+        self.group, self.ar, self.result, self.dashboard = group, ar, result, dashboard
+        self.processes = group.indices
+        self.futures = dict(zip(self.processes, _ipp.futures(ar), strict=True))
         self.md = {p: f.output.metadata for p, f in self.futures.items()}
         self.receivers = {p: Receiver(self.md[p]["data"]) for p in self.processes}
         self.out = StreamMerger(self.processes, sys.stdout.write)
@@ -70,18 +73,18 @@ class Monitor:
             return
         self.stop_requested = True
         self.dashboard.set_status("stopping", "asked every process to stop at the same step")
-        self._signal(signal.SIGUSR2)
+        self._signal(STOP_SIGNAL)
 
     def interrupt(self) -> None:
         """Interrupt every running process (SIGINT), like an interrupt of a cell."""
         self.interrupted = True
-        self.cluster.suspect = "a training run was interrupted"
+        self.group.suspect = "a training run was interrupted"
         self._signal(signal.SIGINT)
 
     def _signal(self, signum: int) -> None:
         running = [p for p, f in self.futures.items() if not f.done()]
         try:
-            signal_processes(self.cluster, running, signum)
+            free.signal_processes(self.group, running, signum)
         except Exception as exc:  # the run goes on; say why the request did not get through
             print(f"jaxnb: could not signal the engines: {exc}", file=sys.stderr)
 
@@ -154,40 +157,33 @@ class Monitor:
         now = time.monotonic()
         if now >= self._next_liveness:
             self._next_liveness = now + LIVENESS_SECONDS
-            from jaxnb import _health
-
-            dead = _health.dead_processes(self.cluster)
-            if dead:
-                self.cluster.suspect = "a process died"
-                message = _health.describe_dead(self.cluster, dead)
-                self.gave_up = ProcessFailure(message, sorted(dead), [])
+            dead = detect.dead_processes(self.group)
+            if dead:  # as in a cell: named first, survivors stopped, their stacks shown
+                running = [p for p, f in self.futures.items() if not f.done() and p not in dead]
+                self.gave_up = died(self.group, dead, running)
                 return
         if self._first_error_at is None:
             if self.errors():
                 self._first_error_at = now
-                self._signal(signal.SIGUSR2)  # the others may stop cleanly at should_stop()
+                self._signal(STOP_SIGNAL)  # the others may stop cleanly at should_stop()
         elif now - self._first_error_at > FAILURE_GRACE_SECONDS:
             self.gave_up = self._stuck()
 
     def _stuck(self) -> RemoteError:
-        from jaxnb._spmd import remote_error
-
         running = [p for p, f in self.futures.items() if not f.done()]
         error = remote_error(self.errors())
         who = labels(running)
         note = STUCK.format(who=f"process {who} was" if len(running) == 1 else f"processes {who} were",
                             grace=FAILURE_GRACE_SECONDS)
-        error.tracebacks.append(_stacks(self.cluster, running, note))
+        error.tracebacks.append(_stacks(self.group, running, note))
         self.interrupt()
-        self.cluster.suspect = "processes were left running after a failure"
+        self.group.suspect = "processes were left running after a failure"
         error.summary += f"; {note}"
         error.args = (error.summary,)
         return error
 
 
-def _checkpoint(record: dict[str, Any], run_dir: str) -> Any:
-    from jaxnb._engine.checkpoint import Checkpoint, remember_user_checkpoint
-
+def _checkpoint(record: dict[str, Any], run_dir: str) -> Checkpoint:
     checkpoint = Checkpoint(int(record["step"]), record["checkpoint"],
                             user_managed=bool(record.get("checkpoint_user")))
     if checkpoint.user_managed:  # jaxnb's own saves are found on disk; the user's are noted
@@ -195,10 +191,8 @@ def _checkpoint(record: dict[str, Any], run_dir: str) -> Any:
     return checkpoint
 
 
-def _stacks(cluster: JaxCluster, running: list[int], note: str) -> str:
+def _stacks(group: Group, running: list[int], note: str) -> str:
     try:
-        from jaxnb import _stacks
-
-        return f"{note}.\n{_stacks.collect(cluster, running)}"
+        return f"{note}.\n{stacks.collect(group, running)}"
     except Exception:  # stacks are a help, not a requirement
         return note + "."

@@ -7,6 +7,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from jaxnb._run_folder import Checkpoint
+
 
 @dataclasses.dataclass(eq=False)
 class Result:
@@ -24,7 +26,7 @@ class Result:
     path: str
     metrics: dict[str, Any] | None = None
     history: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    checkpoint: Any = None  # jaxnb._engine.checkpoint.Checkpoint | None
+    checkpoint: Checkpoint | None = None
     error: BaseException | None = None
     stopped: bool = False
     reports: dict[int, int] = dataclasses.field(default_factory=dict)
@@ -46,6 +48,14 @@ class Result:
         """Ask every process to stop at the same step (``jaxnb.should_stop()`` turns True)."""
         if self.running and self._stop is not None:
             self._stop()
+
+    def set_stopper(self, stop: Callable[[], None]) -> None:
+        """(jaxnb) What :meth:`stop` calls while the run goes on."""
+        self._stop = stop
+
+    def set_done(self) -> None:
+        """(jaxnb) The run has ended: :meth:`wait` returns and ``running`` turns False."""
+        self._done.set()
 
     def __repr__(self) -> str:
         state = "running" if self.running else ("failed" if self.error else "finished")

@@ -1,27 +1,25 @@
-"""Watch a running cell: dead processes, divergence, timeouts, interrupts.
+"""Watch a running cell or training run: dead processes, divergence, timeouts, interrupts.
 
 Each becomes a :class:`~jaxnb._errors.ProcessFailure` within seconds (or, for
 an interrupt, a note before the ``KeyboardInterrupt``), naming the processes
 and where the still-running ones wait. Processes left running are interrupted
-and, if blocked in a collective, freed (:mod:`jaxnb._release`); the cluster is
-then marked suspect so that the next cell first checks the group
-(:mod:`jaxnb._repair`).
+and, if blocked in a collective, freed (:mod:`.free`); the group is then
+marked suspect so that the next cell first checks it (:mod:`.repair`). A death
+is handled the same way in a cell and in a training run (:func:`died`).
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psutil
 
-from jaxnb import _health, _release, _stacks
-from jaxnb._errors import ProcessFailure
-from jaxnb._outputs import label, labels
-
-if TYPE_CHECKING:
-    from jaxnb._cluster import JaxCluster
+from jaxnb._errors import ProcessFailure, traceback_text
+from jaxnb._failures import detect, explain, free, stacks
+from jaxnb._messages import RESET, RESTART, first_line, label, labels
+from jaxnb._state import Group
 
 #: After the first process finishes, how long the others may still run before
 #: jaxnb looks at where they are (they may be waiting in a collective).
@@ -30,16 +28,34 @@ DIVERGENCE_GRACE_SECONDS = 3.0
 LIVENESS_PERIOD_SECONDS = 0.25
 #: A process using less CPU than this (in cores) counts as waiting, not computing.
 WAITING_CPU = 0.25
-AFTER = "the next cell first checks that the processes agree (or run `%jax_cluster reset`)"
-AFTER_CUT = "the next cell first repairs the group (or run `%jax_cluster reset`)"
+AFTER = f"the next cell first checks that the processes agree (or {RESET})"
+AFTER_CUT = f"the next cell first repairs the group (or {RESET})"
 DISPATCHED = "work already dispatched to XLA is not cancelled"
+
+
+def died(group: Group, dead: dict[int, str], running: list[int], code: str = "") -> ProcessFailure:
+    """The error for a death: who died and how first, then where the others were; the
+    survivors are stopped (without a peer they could only wait for JAX's heartbeat)."""
+    where = stacks.collect(group, running, code) if running else ""
+    details = explain.describe_dead(group, dead, code)
+    survivors = free.stop_survivors(group, dead)
+    group.suspect = "a process died"
+    notes = [details]
+    if where:
+        notes.append("Where the other processes were:\n" + where)
+    if survivors:
+        notes.append(
+            f"jaxnb stopped {labels(survivors)}: without {labels(list(dead))} they could "
+            "only wait for JAX's heartbeat timeout."
+        )
+    return ProcessFailure(explain.died_summary(group, dead), sorted(dead), notes)
 
 
 class CellWatch:
     """Checks one running cell; :meth:`check` raises when it must not be waited on."""
 
-    def __init__(self, cluster: JaxCluster, code: str, timeout: float | None):
-        self.cluster = cluster
+    def __init__(self, group: Group, code: str, timeout: float | None):
+        self.group = group
         self.code = code
         self.timeout = timeout
         self.started = time.monotonic()
@@ -47,16 +63,17 @@ class CellWatch:
         self._next_liveness = self.started + LIVENESS_PERIOD_SECONDS
         self._next_look = 0.0
         self._cpu: dict[int, float] = {}
-        _stacks.remember_cell(code)
+        stacks.remember_cell(code)
 
     def check(self, done: set[int], by_process: dict[int, dict]) -> None:
         """Raise :class:`ProcessFailure` on a dead process, divergence or a timeout."""
         now = time.monotonic()
         if now >= self._next_liveness:
             self._next_liveness = now + LIVENESS_PERIOD_SECONDS
-            dead = _health.dead_processes(self.cluster)
+            dead = detect.dead_processes(self.group)
             if dead:
-                self._fail_dead(dead, [p for p in by_process if p not in done and p not in dead])
+                running = [p for p in by_process if p not in done and p not in dead]
+                raise died(self.group, dead, running, self.code)
         running = [p for p in by_process if p not in done]
         if done and running:
             if self.first_done is None:
@@ -67,7 +84,7 @@ class CellWatch:
                 self._look_for_divergence(done, running, by_process)
         if self.timeout is not None and now - self.started > self.timeout:
             running = running or list(by_process)
-            dumps = _stacks.read(self.cluster, _stacks.request(self.cluster, running))
+            dumps = stacks.read(stacks.request(self.group, running))
             self._fail(
                 f"the cell ran past its timeout of {self.timeout:g} s ({self._at(running, dumps)})",
                 "a cell timed out",
@@ -76,29 +93,10 @@ class CellWatch:
                 dumps,
             )
 
-    # ---- the three failures ----------------------------------------------------------
-
-    def _fail_dead(self, dead: dict[int, str], running: list[int]) -> None:
-        stacks = _stacks.collect(self.cluster, running, self.code) if running else ""
-        details = _health.describe_dead(self.cluster, dead, self.code)
-        survivors = _health.stop_survivors(self.cluster, dead)
-        self.cluster.suspect = "a process died"
-        notes = [details]
-        if stacks:
-            notes.append("Where the other processes were:\n" + stacks)
-        if survivors:
-            notes.append(
-                f"jaxnb stopped {labels(survivors)}: without {labels(list(dead))} they could "
-                "only wait for JAX's heartbeat timeout."
-            )
-        summary = (
-            f"{_health.one_line(self.cluster, dead)}; the jax.distributed group is broken: "
-            "run `%jax_cluster restart`"
-        )
-        raise ProcessFailure(summary, sorted(dead), notes)
+    # ---- divergence and timeouts -------------------------------------------------------
 
     def _look_for_divergence(self, done: set[int], running: list[int], by_process: dict) -> None:
-        dumps = _stacks.read(self.cluster, _stacks.request(self.cluster, running))
+        dumps = stacks.read(stacks.request(self.group, running))
         errors = [p for p in done if by_process[p].get("error") is not None]
         if not errors and not all(self._waiting(p, dumps.get(p)) for p in running):
             # Everyone else finished cleanly and these are busy with their own work.
@@ -108,7 +106,7 @@ class CellWatch:
         finished = []
         for p in sorted(done):
             error = by_process[p].get("error")
-            how = f"raised {_one_line(error)}" if error is not None else "finished"
+            how = f"raised {first_line(error, 120)}" if error is not None else "finished"
             finished.append(f"{label(p)} {how}")
         self._fail(
             f"processes diverged: {'; '.join(finished)}; {self._at(running, dumps)}",
@@ -125,7 +123,7 @@ class CellWatch:
         """``[p0], [p1] at cell line 3: …; [p2] not in the cell yet`` (from the stack dumps)."""
         places: dict[str, list[int]] = {}
         for p in processes:
-            where = _stacks.where(dumps.get(p), self.code)
+            where = stacks.where(dumps.get(p), self.code)
             places.setdefault("not in the cell yet" if where == "idle" else f"at {where}", []).append(p)
         return "; ".join(f"{labels(ps)} {where}" for where, ps in places.items())
 
@@ -136,12 +134,12 @@ class CellWatch:
         ``time.sleep`` or socket reads do not) and the process used little CPU
         since the last look. Remote engines: the innermost frame is in JAX.
         """
-        if not self.cluster.options.is_local:
-            return _stacks.waiting_in_jax(dump)
-        wchan = _wchan(self.cluster.processes[p].pid)
+        if not self.group.options.is_local:
+            return stacks.waiting_in_jax(dump)
+        wchan = _wchan(self.group.processes[p].pid)
         if wchan.strip("0\n") and "futex" not in wchan:
             return False
-        if not wchan.strip("0\n") and not _stacks.waiting_in_jax(dump):
+        if not wchan.strip("0\n") and not stacks.waiting_in_jax(dump):
             return False
         before = self._cpu.get(p)
         after = self._cpu_seconds([p]).get(p)
@@ -151,12 +149,12 @@ class CellWatch:
         return (after - before) / elapsed < WAITING_CPU
 
     def _cpu_seconds(self, processes: list[int]) -> dict[int, float]:
-        if not self.cluster.options.is_local:
+        if not self.group.options.is_local:
             return {}
         found = {}
         for p in processes:
             try:
-                times = psutil.Process(self.cluster.processes[p].pid).cpu_times()
+                times = psutil.Process(self.group.processes[p].pid).cpu_times()
             except psutil.Error:
                 continue
             found[p] = times.user + times.system
@@ -170,15 +168,15 @@ class CellWatch:
         by_process: dict,
         dumps: dict[int, str],
     ) -> None:
-        stacks = "\n".join(_stacks.section(self.cluster, p, dumps.get(p), self.code) for p in running)
-        released = _release.release(self.cluster, running)
-        self.cluster.suspect = reason
+        where = "\n".join(stacks.section(self.group, p, dumps.get(p), self.code) for p in running)
+        released = free.release(self.group, running)
+        self.group.suspect = reason
         notes = [
             _traceback(p, by_process[p]["error"])
             for p in sorted(by_process)
             if p not in running and by_process[p].get("error") is not None
         ]
-        notes.append("Where each still-running process was:\n" + stacks)
+        notes.append("Where each still-running process was:\n" + where)
         notes.append(_release_note(running, released))
         then = AFTER_CUT if released.cut else AFTER
         raise ProcessFailure(f"{what}. jaxnb interrupted {labels(running)}; {then}", running, notes)
@@ -190,23 +188,17 @@ class CellWatch:
         running = [p for p, md in by_process.items() if md.get("completed") is None]
         if not running:
             return
-        self.cluster.suspect = "a cell was interrupted"
-        paths = _stacks.request(self.cluster, running)
-        released = _release.release(self.cluster, running)
-        dumps = _stacks.read(self.cluster, paths, timeout=0.2)
+        self.group.suspect = "a cell was interrupted"
+        paths = stacks.request(self.group, running)
+        released = free.release(self.group, running)
+        dumps = stacks.read(paths, timeout=0.2)
         lines = [f"jaxnb: interrupted {labels(running)} ({self._where(running, dumps)}); {DISPATCHED}."]
         lines.append(_release_note(running, released))
         if released.left:
-            lines.append("\n".join(_stacks.section(self.cluster, p, dumps.get(p), self.code)
+            lines.append("\n".join(stacks.section(self.group, p, dumps.get(p), self.code)
                                    for p in released.left))
         lines.append(f"jaxnb: {AFTER_CUT if released.cut else AFTER}.")
         print("\n".join(line for line in lines if line), file=sys.stderr)
-
-
-def _one_line(error: Any, width: int = 120) -> str:
-    value = (str(getattr(error, "evalue", error)).strip().splitlines() or [""])[0]
-    text = f"{getattr(error, 'ename', type(error).__name__)}: {value}"
-    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def _wchan(pid: int) -> str:
@@ -218,7 +210,7 @@ def _wchan(pid: int) -> str:
         return ""
 
 
-def _release_note(running: list[int], released: _release.Released) -> str:
+def _release_note(running: list[int], released: free.Released) -> str:
     stopped = [p for p in running if p not in released.left]
     parts = []
     if released.cut:
@@ -232,12 +224,10 @@ def _release_note(running: list[int], released: _release.Released) -> str:
     if released.left:
         parts.append(
             f"{labels(released.left)} still running (computing, or blocked in a collective that "
-            "jaxnb cannot free); the next cell waits for it, or run `%jax_cluster restart`."
+            f"jaxnb cannot free); the next cell waits for it, or {RESTART}."
         )
     return " ".join(parts)
 
 
 def _traceback(p: int, error: Any) -> str:
-    from jaxnb._spmd import _traceback_text
-
-    return f"---- {label(p)} ----\n{_traceback_text(error)}"
+    return f"---- {label(p)} ----\n{traceback_text(error)}"

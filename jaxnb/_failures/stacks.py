@@ -15,13 +15,10 @@ import functools
 import os
 import re
 import time
-from typing import TYPE_CHECKING
 
-from jaxnb._engine.stacks import STACK_SIGNAL
-from jaxnb._outputs import label
-
-if TYPE_CHECKING:
-    from jaxnb._cluster import JaxCluster
+from jaxnb._contract import STACK_SIGNAL, stack_file
+from jaxnb._messages import label
+from jaxnb._state import Group
 
 #: How long to wait for the engines to write their dumps.
 DUMP_TIMEOUT_SECONDS = 1.0
@@ -69,27 +66,27 @@ def _cell_name(code: str) -> str:
     return str(murmur2_x86(code, get_tmp_hash_seed()))
 
 
-def collect(cluster: JaxCluster, processes: list[int] | None = None, cell_code: str = "") -> str:
+def collect(group: Group, processes: list[int] | None = None, cell_code: str = "") -> str:
     """Dump the processes' stacks and return them as one text, one section per process."""
-    chosen = cluster.process_indices if processes is None else list(processes)
-    dumps = read(cluster, request(cluster, chosen))
-    return "\n".join(section(cluster, p, dumps.get(p), cell_code) for p in chosen)
+    chosen = group.indices if processes is None else list(processes)
+    dumps = read(request(group, chosen))
+    return "\n".join(section(group, p, dumps.get(p), cell_code) for p in chosen)
 
 
-def section(cluster: JaxCluster, p: int, dump: str | None, cell_code: str = "") -> str:
+def section(group: Group, p: int, dump: str | None, cell_code: str = "") -> str:
     """``[pI] pid … on host`` and the trimmed main-thread stack of one process."""
-    info = cluster.processes[p]
+    info = group.processes[p]
     body = format_stack(dump, cell_code) if dump else NO_DUMP
     return f"{label(p)} pid {info.pid} on {info.host}:\n{body}"
 
 
-def request(cluster: JaxCluster, processes: list[int]) -> dict[int, str]:
+def request(group: Group, processes: list[int]) -> dict[int, str]:
     """Ask the processes to dump their stacks now; their dump files by process."""
     paths = {}
     for p in processes:
-        info = cluster.processes[p]
-        path = os.path.join(cluster._stacks_dir or "", f"jaxnb-stacks-{info.pid}.txt")
-        if not cluster.options.is_local or not os.path.exists(path):
+        info = group.processes[p]
+        path = stack_file(group.stacks_dir or "", info.pid)
+        if not group.options.is_local or not os.path.exists(path):
             continue
         _truncate(path)
         if _signal_main_thread(info.pid, STACK_SIGNAL):
@@ -97,7 +94,7 @@ def request(cluster: JaxCluster, processes: list[int]) -> dict[int, str]:
     return paths
 
 
-def read(cluster: JaxCluster, paths: dict[int, str], timeout: float = DUMP_TIMEOUT_SECONDS) -> dict:
+def read(paths: dict[int, str], timeout: float = DUMP_TIMEOUT_SECONDS) -> dict:
     """The dumps asked for by :func:`request`, once written (or what is there at ``timeout``)."""
     deadline = time.monotonic() + timeout
     texts: dict[int, str] = {}
@@ -105,7 +102,7 @@ def read(cluster: JaxCluster, paths: dict[int, str], timeout: float = DUMP_TIMEO
     while True:
         for p, path in paths.items():
             text = _read(path)
-            if text and len(text) == sizes.get(p) and _complete(text):
+            if text and len(text) == sizes.get(p) and is_complete(text):
                 texts[p] = text
             sizes[p] = len(text)
         if len(texts) == len(paths) or time.monotonic() > deadline:
@@ -116,7 +113,7 @@ def read(cluster: JaxCluster, paths: dict[int, str], timeout: float = DUMP_TIMEO
     return {p: t for p, t in texts.items() if t}
 
 
-def _complete(text: str) -> bool:
+def is_complete(text: str) -> bool:
     """A dump is complete once it reaches the main thread's outermost frame."""
     lines = text.rstrip().splitlines()
     frame = _FRAME.match(lines[-1]) if lines else None

@@ -1,0 +1,98 @@
+"""The contract between the notebook and its engines, written down in one place.
+
+Both sides import this module and nothing else of each other: the names of the
+environment variables an engine is started with, the signals the notebook
+sends, where an engine writes its stack dumps, the key its reports are
+published under, the parameters of joining ``jax.distributed`` (one picklable
+record), and :class:`EngineCall`, which names an engine function by its import
+path so that the notebook never imports engine code (nor, through it, JAX).
+Pure Python: no JAX, no IPython, no ipyparallel.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+import signal
+from typing import Any
+
+# ---- environment variables set on every engine before it starts ------------------------
+
+#: Folder where each engine writes its stack dumps (see :func:`stack_file`).
+ENV_STACKS_DIR = "JAXNB_STACKS_DIR"
+#: ``cpu``, ``gpu`` or ``tpu``: the platform the cluster was started for.
+ENV_PLATFORM = "JAXNB_PLATFORM"
+#: The notebook kernel's pid: engines and controller exit when it is gone (watchdog).
+ENV_PARENT_PID = "JAXNB_PARENT_PID"
+#: Files (``os.pathsep``-separated) the watchdog removes when the kernel is gone.
+ENV_CLEANUP_FILES = "JAXNB_CLEANUP_FILES"
+#: The controller's pid, which a local engine's watchdog stops with it.
+ENV_CONTROLLER_PID = "JAXNB_CONTROLLER_PID"
+
+# ---- set on every engine when it joins the group ---------------------------------------
+
+ENV_PROCESS_ID = "JAXNB_PROCESS_ID"
+ENV_LOCAL_RANK = "JAXNB_LOCAL_RANK"
+ENV_LOCAL_WORLD_SIZE = "JAXNB_LOCAL_WORLD_SIZE"
+ENV_NODE_RANK = "JAXNB_NODE_RANK"
+#: What the Kubeflow JAX runtime injects, so code written for it runs unchanged.
+KUBEFLOW_VARIABLES = ("JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "JAX_COORDINATOR_ADDRESS")
+
+# ---- signals the notebook sends to engines ----------------------------------------------
+
+#: Dump the main thread's Python stack to :func:`stack_file` (faulthandler, works in C code).
+STACK_SIGNAL = signal.SIGUSR1
+#: Ask a training run to stop: ``jaxnb.should_stop()`` turns True on every process together.
+STOP_SIGNAL = signal.SIGUSR2
+
+# ---- data sent back -----------------------------------------------------------------------
+
+#: Report batches are published as ``f"{REPORT_KEY}{n}"``, n = 0, 1, … (ipyparallel datapub).
+REPORT_KEY = "jaxnb/"
+#: ``%jax_pull``: what a process answers when the name is not defined there.
+MISSING = "__jaxnb_missing__"
+#: ``%jax_pull``: what processes other than 0 answer (process 0 sends the value).
+ELSEWHERE = "__jaxnb_on_process_0__"
+
+
+def stack_file(folder: str, pid: int) -> str:
+    """The file where engine ``pid`` writes its stack when sent :data:`STACK_SIGNAL`."""
+    return os.path.join(folder, f"jaxnb-stacks-{pid}.txt")
+
+
+@dataclasses.dataclass(frozen=True)
+class JoinParams:
+    """How one process joins the ``jax.distributed`` group (at start and at repair)."""
+
+    process_id: int
+    num_processes: int
+    coordinator: str
+    #: Where process 0's coordination service listens (``None``: JAX's default).
+    bind_address: str | None
+    heartbeat_timeout: int
+    init_timeout: int
+    #: ``False`` for ``--no-init``: jaxnb sets the variables but leaves initialising to you.
+    init: bool = True
+    #: One GPU per process: the local rank picks it. ``None``: every local device.
+    local_device_ids: tuple[int, ...] | None = None
+    #: (local rank, local world size, node rank).
+    placement: tuple[int, int, int] = (0, 1, 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineCall:
+    """A function of the engine code named by ``"module:function"``, imported where it runs.
+
+    ipyparallel pickles this small record instead of the function, so the
+    notebook sends engine code without importing it.
+    """
+
+    target: str
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        module, _, name = self.target.partition(":")
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<engine function {self.target}>"

@@ -1,0 +1,82 @@
+"""Say who died, how, and what it last printed (from ipyparallel's engine logs)."""
+
+from __future__ import annotations
+
+import re
+
+from jaxnb import _ipp
+from jaxnb._failures import detect, stacks
+from jaxnb._messages import GROUP_BROKEN, label, labels
+from jaxnb._state import Group
+
+STDERR_TAIL_LINES = 12
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_FATAL = "Fatal Python error:"
+
+
+def engine_log(group: Group, p: int) -> str:
+    """What process ``p``'s engine wrote to its log (stderr and stdout), colours removed."""
+    launcher = detect.launcher_of(group, group.processes[p].pid)
+    return "" if launcher is None else launcher_log(launcher)
+
+
+def launcher_log(launcher: object) -> str:
+    """What the engine an ipyparallel launcher started wrote, colours removed."""
+    return _ANSI.sub("", _ipp.launcher_output(launcher))
+
+
+def stderr_tail(group: Group, p: int, lines: int = STDERR_TAIL_LINES) -> list[str]:
+    """The last lines process ``p``'s engine wrote to its log."""
+    return log_tail(engine_log(group, p), lines)
+
+
+def log_tail(log: str, lines: int = STDERR_TAIL_LINES) -> list[str]:
+    """The last non-empty lines of an engine log, or the lines that led to a crash."""
+    kept = [ln.rstrip() for ln in log.splitlines()]
+    kept = [ln for ln in kept if ln.strip() and not ln.startswith("[Gloo]")]
+    fatal = next((i for i in range(len(kept) - 1, -1, -1) if kept[i].startswith(_FATAL)), None)
+    if fatal is not None:  # a crash: its faulthandler dump ends the log; show what led to it
+        return kept[max(0, fatal - lines) : fatal + 1]
+    return kept[-lines:]
+
+
+def indented_tail(log: str) -> str:
+    """:func:`log_tail` of ``log``, indented for a message."""
+    return "\n".join("    " + ln for ln in log_tail(log))
+
+
+def crash_stack(group: Group, p: int, cell_code: str = "") -> str:
+    """Where the main thread was when process ``p`` crashed (from faulthandler), or ""."""
+    log = engine_log(group, p)
+    start = log.rfind(_FATAL)
+    if start < 0:
+        return ""
+    return stacks.format_stack(log[start:], cell_code)
+
+
+def one_line(group: Group, dead: dict[int, str]) -> str:
+    """``[p1] (pid 123 on host) was killed by SIGKILL; …`` in one line."""
+    return "; ".join(
+        f"{label(p)} (pid {group.processes[p].pid} on {group.processes[p].host}) {how}"
+        for p, how in sorted(dead.items())
+    )
+
+
+def died_summary(group: Group, dead: dict[int, str]) -> str:
+    """The one-line summary of a death: who, how, and that the group needs a restart."""
+    return f"{one_line(group, dead)}; {GROUP_BROKEN}"
+
+
+def describe_dead(group: Group, dead: dict[int, str], cell_code: str = "") -> str:
+    """Each dead process with its host, pid, end, last log lines and crash stack."""
+    parts = [f"process {labels(dead)} died; {GROUP_BROKEN}"]
+    for p, how in sorted(dead.items()):
+        info = group.processes[p]
+        parts.append(f"{label(p)} (JAX process {p}, pid {info.pid} on {info.host}) {how}.")
+        tail = stderr_tail(group, p)
+        if tail:
+            parts.append("  last lines of its stderr:\n" + "\n".join("    " + ln for ln in tail))
+        crash = crash_stack(group, p, cell_code)
+        if crash:
+            parts.append("  its main thread when it crashed:\n" + crash)
+    return "\n".join(parts)

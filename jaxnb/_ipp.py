@@ -1,0 +1,78 @@
+"""Every use of ipyparallel's internals, in one place (written against ipyparallel 9.2).
+
+jaxnb drives ipyparallel through its public API, except for these few reads
+of its objects' insides: the per-engine futures of an ``AsyncResult``, the
+launchers of an engine set and their processes and log files, the
+controller's process, and the controller's connection files. If an
+ipyparallel release moves one of them, this is the module to change.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import psutil
+
+#: The ipyparallel version these reads were written against.
+WRITTEN_FOR = "9.2"
+
+
+def futures(ar: Any) -> list[Any]:
+    """One future per engine of a multi-engine ``AsyncResult``, in the view's order.
+
+    Each future's ``output.metadata`` fills in (stdout, stderr, outputs, data,
+    error) as the engine's messages arrive.
+    """
+    return list(ar._children)  # noqa: SLF001 - no public accessor in ipyparallel 9.2
+
+
+def engine_launchers(ipp_cluster: Any) -> list[Any]:
+    """The launcher of every engine started by ``ipp_cluster`` (local sets: one per engine)."""
+    if ipp_cluster is None:
+        return []
+    found = []
+    for engine_set in ipp_cluster.engines.values():
+        found.extend(getattr(engine_set, "launchers", {}).values())
+    return found
+
+
+def launcher_process(launcher: Any) -> psutil.Process | None:
+    """The process an engine launcher started on this machine (``None`` for remote ones)."""
+    return getattr(launcher, "process", None)
+
+
+def launched_engines(ipp_cluster: Any) -> dict[int, Any]:
+    """pid → launcher, for every engine process ``ipp_cluster`` started on this machine."""
+    found = {}
+    for launcher in engine_launchers(ipp_cluster):
+        process = launcher_process(launcher)
+        if process is not None:
+            found[process.pid] = launcher
+    return found
+
+
+def launcher_output(launcher: Any) -> str:
+    """What the process a launcher started wrote (stderr and stdout together)."""
+    try:
+        with open(launcher.output_file, errors="replace") as f:
+            return f.read()
+    except (OSError, AttributeError):
+        return launcher.get_output() or ""
+
+
+def controller_process(ipp_cluster: Any) -> psutil.Process | None:
+    """The controller's process, when it runs on this machine."""
+    controller = getattr(ipp_cluster, "controller", None)
+    return getattr(controller, "process", None) if controller is not None else None
+
+
+def key_files(ipp_cluster: Any) -> list[str]:
+    """The controller's connection files (0600, holding the message key) and the cluster file."""
+    security = os.path.join(ipp_cluster.profile_dir, "security")
+    cid = ipp_cluster.cluster_id
+    return [
+        os.path.join(security, f"ipcontroller-{cid}-engine.json"),
+        os.path.join(security, f"ipcontroller-{cid}-client.json"),
+        ipp_cluster.cluster_file,
+    ]

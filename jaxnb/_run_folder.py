@@ -1,0 +1,120 @@
+"""A training run's folder: where its checkpoints are, which exist, and refusing to mix runs.
+
+Pure file-system logic, used by the notebook (``--resume``, the refusal to
+overwrite) and by the engines (where to save). No JAX, no Orbax.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from jaxnb._contract import EngineCall
+
+_USER_RECORD = "user_checkpoint.json"  # the last directory checkpoint the user reported
+
+
+_RESTORE = EngineCall("jaxnb._engine.checkpoint:restore")
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+    """One saved step of a run (``jaxnb.Checkpoint``, as Ray's): ``step``, ``path``, and
+    ``restore(target=None)`` on the engines.
+
+    ``Result.checkpoint`` and ``jaxnb.get_checkpoint()`` are such records;
+    ``user_managed`` marks a directory the user wrote and reported themselves.
+    The record itself needs no JAX, so the notebook can hold it, print it and
+    send it to the engines (``%jax_push``), where ``restore()`` runs.
+    """
+
+    step: int
+    path: str
+    user_managed: bool = False
+
+    @classmethod
+    def from_directory(cls, path: str | os.PathLike, step: int = 0) -> Checkpoint:
+        """Record a directory the user wrote themselves, as Ray's ``Checkpoint.from_directory``.
+
+        Passed to ``report(checkpoint=...)``, it takes the report's step.
+        """
+        return cls(int(step), os.path.abspath(os.fspath(path)), user_managed=True)
+
+    @contextlib.contextmanager
+    def as_directory(self) -> Iterator[str]:
+        """The checkpoint's directory, as Ray's ``Checkpoint.as_directory``."""
+        yield self.path
+
+    def restore(self, target: Any = None) -> Any:
+        """The saved pytree, laid out like ``target``'s shardings when given.
+
+        Engine code (it loads JAX and Orbax): call it in a ``%%jax_cluster`` cell or
+        a train function, on every process together. ``target`` is a pytree of
+        jax.Arrays or of ``jax.ShapeDtypeStruct`` with a sharding; with several
+        processes, each one reads only its own shards.
+        """
+        return _RESTORE(self, target)
+
+
+def checkpoint_dir(run_dir: str) -> str:
+    """Where a run keeps jaxnb's own checkpoints."""
+    return os.path.join(os.path.abspath(run_dir), "checkpoints")
+
+
+def saved_steps(run_dir: str) -> list[int]:
+    """Committed checkpoint steps of a run, read from disk."""
+    root = checkpoint_dir(run_dir)
+    if not os.path.isdir(root):
+        return []
+    names = os.listdir(root)  # Orbax renames `N.orbax-checkpoint-tmp-*` to `N` on commit
+    return sorted(int(n) for n in names if n.isdigit() and os.path.isdir(os.path.join(root, n)))
+
+
+def remember_user_checkpoint(run_dir: str, step: int, path: str) -> None:
+    """Note a directory checkpoint the user reported, so ``--resume`` finds it later.
+
+    The note sits in the run's folder, beside (not in) Orbax's ``checkpoints``.
+    """
+    os.makedirs(run_dir, exist_ok=True)
+    record = os.path.join(run_dir, _USER_RECORD)
+    with open(record + ".tmp", "w") as f:
+        json.dump({"step": int(step), "path": path}, f)
+    os.replace(record + ".tmp", record)
+
+
+def user_checkpoint(run_dir: str) -> Checkpoint | None:
+    """The last directory checkpoint the user reported in this run, if noted."""
+    try:
+        with open(os.path.join(run_dir, _USER_RECORD)) as f:
+            record = json.load(f)
+        return Checkpoint(int(record["step"]), str(record["path"]), user_managed=True)
+    except (OSError, ValueError, KeyError, TypeError):  # none yet, or not jaxnb's
+        return None
+
+
+def check_fresh_run(run_dir: str, resume: bool) -> Checkpoint | None:
+    """Refuse to overwrite a run that has checkpoints; with `resume`, its latest one.
+
+    The latest is the highest step among jaxnb's own saves and the last directory
+    the user reported themselves.
+    """
+    found = [Checkpoint(s, os.path.join(checkpoint_dir(run_dir), str(s)))
+             for s in saved_steps(run_dir)]
+    user = user_checkpoint(run_dir)
+    if user is not None:
+        found.append(user)
+    if not found:
+        return None
+    if resume:
+        return max(found, key=lambda c: c.step)
+    run_dir = os.path.abspath(run_dir)
+    shown = ", ".join(str(s) for s in sorted({c.step for c in found}))
+    raise FileExistsError(
+        f"run '{os.path.basename(run_dir)}' in {os.path.dirname(run_dir)} already has "
+        f"checkpoints (steps {shown}); pass --resume to continue it, or --name NEW / "
+        "delete the folder to start over"
+    )

@@ -1,0 +1,105 @@
+"""`Group`: the record of one running SPMD group of JAX processes.
+
+Every operation (start, cells, training, failure handling, repair, stop) takes
+the group and may read or write its fields; :class:`jaxnb.JaxCluster` is a
+thin front over it. Nothing here acts: this module only holds state and
+answers questions about it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from jaxnb._errors import ClusterStateError
+from jaxnb._messages import BUSY, NOT_STARTED
+from jaxnb._options import ClusterOptions
+
+
+@dataclasses.dataclass
+class ProcessInfo:
+    """One JAX process: its index, engine, host, pid, platform and local devices."""
+
+    process_index: int
+    engine_id: int
+    host: str
+    pid: int
+    platform: str | None
+    local_devices: list[dict]
+    global_device_count: int | None
+    state: str = "idle"
+
+
+@dataclasses.dataclass
+class Group:
+    """What jaxnb knows about the running group; empty (``client is None``) when stopped."""
+
+    options: ClusterOptions
+    processes: list[ProcessInfo] = dataclasses.field(default_factory=list)
+    #: ipyparallel's cluster (controller and engine launchers), client and view.
+    ipp: Any = None  # ipyparallel.Cluster
+    client: Any = None  # ipyparallel.Client
+    view: Any = None  # ipyparallel.DirectView on every engine, ordered by process index
+    #: pid → ipyparallel launcher of each engine started on this machine. A snapshot:
+    #: ipyparallel forgets a launcher as soon as its process exits, which is exactly
+    #: when jaxnb needs it (to read the exit status and the engine's last log lines).
+    launchers: dict[int, Any] = dataclasses.field(default_factory=dict)
+    #: ``host:port`` of the jax.distributed coordination service (on process 0's host).
+    coordinator: str | None = None
+    #: Folder of the engines' stack-dump files (local clusters) and other launched files.
+    stacks_dir: str | None = None
+    #: Why the processes may disagree (an error, a timeout, an interrupt); ``None`` when safe.
+    suspect: str | None = None
+    #: The gloo connections were closed: the group must be re-initialised before the next cell.
+    group_cut: bool = False
+    #: The background training run holding the engines, by name.
+    busy_with: str | None = None
+
+    @property
+    def running(self) -> bool:
+        """True between a successful start and stop."""
+        return self.client is not None
+
+    @property
+    def indices(self) -> list[int]:
+        """``[0, 1, …, N-1]``."""
+        return [p.process_index for p in self.processes]
+
+    @property
+    def size(self) -> int:
+        """How many JAX processes the group has."""
+        return len(self.processes)
+
+    def engine_for(self, process: int) -> int:
+        """The ipyparallel engine id that carries JAX process ``process``."""
+        return self.processes[process].engine_id
+
+    def engine(self, process: int) -> Any:
+        """A DirectView on the engine of JAX process ``process``."""
+        return self.client[self.engine_for(process)]
+
+    def require_running(self) -> None:
+        """Raise :class:`ClusterStateError` unless the group is running."""
+        if not self.running:
+            raise ClusterStateError(NOT_STARTED)
+
+    def require_idle(self) -> None:
+        """Raise unless running and not held by a background training run."""
+        self.require_running()
+        if self.busy_with:
+            raise ClusterStateError(BUSY.format(name=self.busy_with))
+
+    def mark_suspect_after_errors(self, failed: int, total: int) -> None:
+        """Some processes raised while others did not: they may be one collective apart."""
+        if 0 < failed < total:
+            self.suspect = "some processes raised while others did not"
+
+    def clear(self) -> None:
+        """Forget the processes and connections (after stop)."""
+        self.processes = []
+        self.ipp = self.client = self.view = None
+        self.launchers = {}
+        self.coordinator = None
+        self.suspect = None
+        self.group_cut = False
+        self.busy_with = None
