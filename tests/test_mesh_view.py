@@ -21,11 +21,11 @@ from jaxnb._widgets._display import widget_bundle
 from jaxnb._widgets.mesh_view import (
     mesh_html,
     mesh_widget,
-    process_colour,
     sharding_html,
     sharding_widget,
     show,
 )
+from jaxnb._widgets.palette import process_colour
 
 REPO = Path(__file__).resolve().parents[1]
 

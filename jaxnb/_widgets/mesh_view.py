@@ -11,13 +11,11 @@ from html import escape
 from itertools import product
 from typing import Any
 
-from jaxnb._widgets.palette import PALETTE, process_colour
+from jaxnb._widgets.palette import process_colour
 
 __all__ = [
-    "PALETTE",
     "mesh_html",
     "mesh_widget",
-    "process_colour",
     "sharding_html",
     "sharding_widget",
     "show",
