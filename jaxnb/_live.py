@@ -64,12 +64,14 @@ class LiveMerger:
         write: Callable[[str], None],
         *,
         save_log: Callable[[dict[int, str]], str] | None = None,
+        flush: Callable[[], None] | None = None,
         page_lines: int = PAGE_LINES,
         view_lines: int = VIEW_LINES,
     ):
         self.processes = list(processes)
         self.write = write
         self.save_log = save_log
+        self.flush = flush
         self.page_lines = page_lines
         self.view_lines = view_lines
         self._text = {p: "" for p in self.processes}  # everything printed so far
@@ -107,8 +109,11 @@ class LiveMerger:
             self._count[process] += skipped
             self.dropped += skipped
             lines = lines[skipped:]
+        released = self.released
         for line in lines:
             self._add(process, collapse(line))
+        if self.flush is not None and self.released != released:
+            self.flush()  # lines on the page now, not at the kernel's next flush
 
     def _add(self, process: int, text: str) -> None:
         position = self._count[process]
@@ -188,20 +193,22 @@ class LiveMerger:
         if not any(rest.values()):
             return
         first = rest[self.processes[0]]
-        if all(rest[p] == first for p in self.processes) and first:
-            out = first
-            labelled = False
-        else:
-            out = [f"{label(p)} {line}" for p in self.processes for line in rest[p]]
-            labelled = True
+        labelled = not (first and all(rest[p] == first for p in self.processes))
+        total = sum(len(lines) for lines in rest.values()) if labelled else len(first)
         room = max(self.page_lines - self.released, 0)
-        if len(out) > room:
-            left_out = len(out) - room
+        left_out = max(total - room, 0)
+        if left_out:
             where = self.save_log(dict(self._text)) if self.save_log else "not saved"
             self.write(
                 f"[jaxnb] {left_out:,} lines of output not shown; each process's full output: {where}\n"
             )
-            out = out[left_out:]
+        if not labelled:
+            out = first[left_out:]
+        else:  # only the lines that are shown get their label
+            out, skip = [], left_out
+            for p in self.processes:
+                out.extend(f"{label(p)} {line}" for line in rest[p][skip:])
+                skip = max(skip - len(rest[p]), 0)
         if not out:
             return
         text = "\n".join(out)

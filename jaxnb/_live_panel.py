@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -18,7 +19,7 @@ from typing import Protocol
 #: Seconds the view must have content before the panel appears.
 GRACE_SECONDS = 0.25
 #: Seconds between two updates of the panel, at least.
-INTERVAL_SECONDS = 0.1
+INTERVAL_SECONDS = 0.05
 
 
 class Screen(Protocol):
@@ -115,3 +116,8 @@ def save_outputs(stream: str) -> Callable[[dict[int, str]], str]:
         return f"{folder}{os.sep}p*.{stream}.txt"
 
     return save
+
+
+def live_options(stream: str) -> dict:
+    """The ``save_log`` and ``flush`` of the :class:`jaxnb._live.LiveMerger` of ``sys.<stream>``."""
+    return {"save_log": save_outputs(stream), "flush": getattr(sys, stream).flush}

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from jaxnb._errors import RemoteError
 from jaxnb._live import LiveMerger
-from jaxnb._live_panel import LivePanel, NotebookScreen, in_kernel, save_outputs
+from jaxnb._live_panel import LivePanel, NotebookScreen, in_kernel, live_options
 from jaxnb._outputs import label, labels, write_raw
 
 if TYPE_CHECKING:
@@ -71,8 +71,8 @@ def run_cell(
     # Per-process metadata dicts (stdout, stderr, outputs, error) filled as messages arrive.
     by_process = {p: f.output.metadata for p, f in futures.items()}
     merged = show.process is None and not show.all
-    out = LiveMerger(processes, sys.stdout.write, save_log=save_outputs("stdout")) if merged else None
-    err = LiveMerger(processes, sys.stderr.write, save_log=save_outputs("stderr")) if merged else None
+    out = LiveMerger(processes, sys.stdout.write, **live_options("stdout")) if merged else None
+    err = LiveMerger(processes, sys.stderr.write, **live_options("stderr")) if merged else None
     live = LivePanel([out.view, err.view], NotebookScreen()) if merged and in_kernel() else None
     shown_displays = 0
     watch = _watch.CellWatch(cluster, code, timeout)
