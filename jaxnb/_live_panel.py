@@ -42,18 +42,24 @@ class NotebookScreen:
         self._handle = display({"text/plain": text}, raw=True, display_id=True)
 
     def update(self, text: str) -> None:
+        # Emptied, the display has no data at all: nothing to render, nothing for nbval to compare.
         if self._handle is not None:
-            self._handle.update({"text/plain": text}, raw=True)
+            self._handle.update({"text/plain": text} if text else {}, raw=True)
 
 
 def in_kernel() -> bool:
-    """Whether this code runs in a Jupyter kernel (whose displays can be updated)."""
+    """Whether this code runs in a Jupyter kernel whose displays go to the notebook."""
     try:
         from IPython import get_ipython
     except ImportError:
         return False
+    from IPython.core.displaypub import CapturingDisplayPublisher
+
     shell = get_ipython()
-    return shell is not None and getattr(shell, "kernel", None) is not None
+    if shell is None or getattr(shell, "kernel", None) is None:
+        return False
+    # Under ``capture_output`` only the tidy text is wanted, not every state of a live view.
+    return not isinstance(shell.display_pub, CapturingDisplayPublisher)
 
 
 class LivePanel:
