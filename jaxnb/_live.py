@@ -76,6 +76,7 @@ class LiveMerger:
         self.view_lines = view_lines
         self._text = {p: "" for p in self.processes}  # everything printed so far
         self._done = {p: 0 for p in self.processes}  # characters of complete lines taken
+        self._rewritable = {p: False for p in self.processes}  # a taken line has a "\r"
         self._partial = {p: "" for p in self.processes}  # the unfinished line
         self._count = {p: 0 for p in self.processes}  # complete lines
         self._pending: dict[int, deque[str]] = {p: deque() for p in self.processes}
@@ -97,13 +98,16 @@ class LiveMerger:
         if text is old:
             return
         done = self._done[process]  # characters up to the last newline taken
-        if not text.startswith(old[:done]):
+        # Only lines with a carriage return can be rewritten: check the old ones only if they have one.
+        if self._rewritable[process] and not text.startswith(old[:done]):
             done = len(text) - len(text.split("\n", self._count[process])[-1])
         self._text[process] = text
         rest = text[done:]
         lines = rest.split("\n")
         self._partial[process] = lines.pop()
         self._done[process] = len(text) - len(self._partial[process])
+        if text.find("\r", done, self._done[process]) >= 0:
+            self._rewritable[process] = True
         if not self.streaming and len(lines) > self.view_lines:
             skipped = len(lines) - self.view_lines  # they would only scroll through the view
             self._count[process] += skipped
