@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import pathlib
 import re
+import shutil
 
 import pytest
 from kernel_client import Kernel, kernel, kernelspec
@@ -114,6 +115,7 @@ def test_flood_keeps_a_bounded_tail_and_the_full_logs(k: Kernel):
     for p in (0, 1):
         log = pathlib.Path(note[2].replace("p*", f"p{p}")).read_text().splitlines()
         assert len(log) == 100_000 and log[-1] == f"process {p} line 99999"
+    shutil.rmtree(pathlib.Path(note[2]).parent)
     for view in run.displays():
         assert len(view.text.splitlines()) <= VIEW_LINES + 3
 
