@@ -11,7 +11,9 @@ from jaxnb import _ipp
 from jaxnb._errors import remote_error
 from jaxnb._failures import stacks
 from jaxnb._failures.watch import CellWatch
-from jaxnb._outputs import StreamMerger, write_raw
+from jaxnb._live import LiveMerger
+from jaxnb._live_panel import LivePanel, NotebookScreen, in_kernel, live_options
+from jaxnb._outputs import write_raw
 from jaxnb._state import Group
 
 POLL_SECONDS = 0.02
@@ -56,33 +58,31 @@ def run_cell(
     # Per-process metadata dicts (stdout, stderr, outputs, error) filled as messages arrive.
     by_process = {p: f.output.metadata for p, f in futures.items()}
     merged = show.process is None and not show.all
-    out = StreamMerger(processes, sys.stdout.write) if merged else None
-    err = StreamMerger(processes, sys.stderr.write) if merged else None
+    out = LiveMerger(processes, sys.stdout.write, **live_options("stdout")) if merged else None
+    err = LiveMerger(processes, sys.stderr.write, **live_options("stderr")) if merged else None
+    live = LivePanel([out.view, err.view], NotebookScreen()) if merged and in_kernel() else None
     shown_displays = 0
     watch = CellWatch(group, code, timeout)
     try:
         while True:
             ar.wait(POLL_SECONDS)
             if merged:
-                for p, md in by_process.items():
-                    out.feed(p, md["stdout"] or "")
-                    err.feed(p, md["stderr"] or "")
+                _feed(out, err, live, by_process)
                 shown_displays = _show_displays(by_process[processes[0]], shown_displays)
             if ar.ready():
                 break
             done = {p for p, f in futures.items() if f.done()}
             watch.check(done, by_process)
-    except KeyboardInterrupt:
-        watch.interrupted(by_process)
+    except BaseException as e:
+        if isinstance(e, KeyboardInterrupt):
+            watch.interrupted(by_process)
+        if merged:  # what arrived so far, in tidy form, instead of a stale live view
+            _feed(out, err, live, by_process, final=True)
         raise
     ar.wait_for_output(timeout=2)
     outcome = _collect(by_process)
     if merged:
-        for p, md in by_process.items():
-            out.feed(p, md["stdout"] or "")
-            err.feed(p, md["stderr"] or "")
-        out.finish()
-        err.finish()
+        _feed(out, err, live, by_process, final=True)
         _show_displays(by_process[processes[0]], shown_displays)
         _show_result(outcome.results.get(processes[0]))
     else:
@@ -92,6 +92,22 @@ def run_cell(
         group.mark_suspect_after_errors(len(outcome.errors), len(processes))
         raise remote_error(outcome.errors)
     return outcome
+
+
+def _feed(
+    out: LiveMerger, err: LiveMerger, live: LivePanel | None, by_process: dict, final: bool = False
+) -> None:
+    """Give the merged streams what arrived; at the end, empty the live view and write the rest."""
+    for p, md in by_process.items():
+        out.feed(p, md["stdout"] or "")
+        err.feed(p, md["stderr"] or "")
+    if live is not None and not final:
+        live.tick()
+    if final:
+        if live is not None:
+            live.close()
+        out.finish()
+        err.finish()
 
 
 def _collect(by_process: dict[int, dict]) -> CellOutcome:

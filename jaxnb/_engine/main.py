@@ -14,8 +14,9 @@ import sys
 
 def main() -> None:
     """Prepare this process, then hand over to ``ipyparallel.engine``."""
-    from jaxnb._engine import stacks, watchdog
+    from jaxnb._engine import bars, stacks, watchdog
 
+    bars.install()
     stacks.arm()
     watchdog.start_from_env()
     # Engines take no debugger requests: keep ipykernel from loading debugpy (~50 ms).
