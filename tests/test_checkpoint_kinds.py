@@ -51,6 +51,7 @@ def every_kind_state(rank: int, step: int):
     return {
         "numpy": np.arange(4.0) * step,
         "numpy_scalar": np.int64(step),
+        "numpy_strings": np.array(["a", f"step {step}"]),
         "py": {"lr": 0.5 * step, "epoch": step, "name": f"run{step}", "flag": step % 2 == 0},
         "global_sharded": jax.make_array_from_callback(
             (n,), NamedSharding(mesh, P("x")), lambda i: np.arange(n, dtype=np.float32)[i] * step),

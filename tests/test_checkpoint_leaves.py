@@ -47,6 +47,9 @@ def test_kinds_in_one_process_and_several():
     assert scalar.kind == cl.NUMPY and scalar.record["scalar"]
     assert cl.as_saved(scalar.record, np.array([2.0], np.float32)) == np.float32(2)
     assert cl.prepare("v", 3, 2).kind == cl.VALUE
+    text = cl.prepare("t", np.array(["a", "bc"]), 2)
+    assert text.record["inline"]  # Orbax has no string dtype: kept in the manifest
+    np.testing.assert_array_equal(cl.from_bytes(text.record, bytes(text.raw())), ["a", "bc"])
 
 
 def test_local_layout_round_trip():

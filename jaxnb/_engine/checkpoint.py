@@ -10,6 +10,7 @@ compare fingerprints before writing.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import dataclasses
 import json
@@ -119,6 +120,8 @@ def _restore_jaxnb(path: str, target: Any) -> Any:
             value = leaves_.from_bytes(record, values[i])
         elif record["kind"] == leaves_.VALUE:
             value = leaves_.decode_value(manifest["values"][str(i)])
+        elif record.get("inline"):
+            value = leaves_.from_bytes(record, base64.b64decode(manifest["values"][str(i)]))
         else:
             value = restored[f"leaf_{i}"]
         out.append(leaves_.as_saved(record, value) if target is None
@@ -315,6 +318,10 @@ class CheckpointStore:
         try:
             saved = self._manager.save(step, args=ocp.args.Composite(**items))
             self._manager.wait_until_finished()
+        except Exception as exc:
+            reason = (str(exc).strip().splitlines() or [""])[0]
+            raise RuntimeError(f"Orbax could not save checkpoint step {step} in {self.directory} "
+                               f"({type(exc).__name__}: {reason})") from exc
         finally:
             self._gather.forget()  # every process is past Orbax's start barrier
         if not saved:
@@ -345,6 +352,8 @@ class CheckpointStore:
                 continue
             if leaf.kind == leaves_.VALUE:
                 values[str(i)] = leaf.data.decode()
+            elif leaf.record.get("inline"):
+                values[str(i)] = base64.b64encode(leaf.raw()).decode()
             else:
                 arrays[f"leaf_{i}"] = leaf.data
         if plan.width:

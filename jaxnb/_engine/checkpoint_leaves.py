@@ -184,6 +184,8 @@ def prepare(path: str, x: Any, num_processes: int) -> Leaf:
             raise _refuse(path, "a NumPy array of Python objects")
         record = {"kind": NUMPY, "dtype": dtype_name(arr.dtype), "shape": list(arr.shape),
                   "scalar": isinstance(x, np.generic)}
+        if arr.dtype.kind in "USV" and dtype_of(record["dtype"]).kind in "USV":
+            record["inline"] = True  # strings: kept in the manifest (Orbax has no such dtype)
         return Leaf(path, NUMPY, record, np.ascontiguousarray(arr))
     if isinstance(x, bool | int | float | complex | str | bytes):
         return Leaf(path, VALUE, {"kind": VALUE}, encode_value(x))
