@@ -4,15 +4,20 @@
 import os
 
 import pytest
-from conftest import two_processes
 
 from jaxnb import RemoteError
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    """This module's own cluster (one of its tests makes every process raise on purpose)."""
-    yield from two_processes()
+    """This module's own cluster: 2 processes x 2 CPU devices, so that ``pmap`` outputs and
+    host-local arrays span several local devices (``report`` keeps one step in flight there,
+    README "CPU collectives"). One of its tests makes every process raise on purpose."""
+    from jaxnb import JaxCluster
+
+    c = JaxCluster(n=2, devices_per_process=2).start()
+    yield c
+    c.stop()
 
 
 # ---- functions that run on the engines --------------------------------------------------
@@ -190,7 +195,7 @@ def pmap_ddp(config):
     for step in range(start + 1, start + 1 + config["steps"]):
         params, opt_state, loss = train_step(params, opt_state, *batch(step))
         saved = {"params": params, "opt": opt_state, "step": step} if step % 3 == 0 else None
-        jaxnb.report({"step": step, "loss": loss[0]}, checkpoint=saved)
+        jaxnb.report({"step": step, "loss": loss[0], "local_devices": n_local}, checkpoint=saved)
 
 
 def bad_leaf(config):
@@ -241,6 +246,7 @@ def test_pmap_ddp_loop_checkpoints_and_resumes_exactly(cluster, tmp_path):
     assert part.checkpoint.step == 6
     rest = cluster.train(pmap_ddp, {"steps": 3}, name="ddp", storage=tmp_path, resume=True)
     assert [h["step"] for h in rest.history] == [7, 8, 9]
+    assert {h["local_devices"] for h in whole.history} == {2}  # pmap over 2 devices per process
     losses = [float(h["loss"]) for h in whole.history]
     assert losses[-1] < 0.5 * losses[0]
     assert [float(h["loss"]) for h in rest.history] == losses[6:]  # Adam state came back exactly
