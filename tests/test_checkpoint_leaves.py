@@ -145,3 +145,12 @@ def test_like_target_casts_and_places():
     key = cl.like(key_record, np.array([0, 2], np.uint32), jax.random.key(0))
     assert jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
     np.testing.assert_array_equal(jax.random.key_data(key), jax.random.key_data(jax.random.key(2)))
+
+
+def test_equal_local_leaf_becomes_a_replicated_global_array_without_copy():
+    x = jnp.arange(6.0).reshape(2, 3)
+    leaf = cl.prepare("w", x, 2)
+    g = cl.across_processes(leaf.array, leaf.record["layout"], 1)
+    assert g.shape == x.shape and g.sharding.is_fully_replicated
+    assert g.addressable_shards[0].data.unsafe_buffer_pointer() == x.unsafe_buffer_pointer()
+    np.testing.assert_array_equal(g, x)

@@ -354,6 +354,9 @@ class CheckpointStore:
                 values[str(i)] = leaf.data.decode()
             elif leaf.record.get("inline"):
                 values[str(i)] = base64.b64encode(leaf.raw()).decode()
+            elif leaf.kind == leaves_.LOCAL and not any(plan.records_len):
+                # laid out alike everywhere: written once by Orbax from device, as a global array
+                arrays[f"leaf_{i}"] = leaves_.across_processes(leaf.array, leaf.record["layout"], n)
             else:
                 arrays[f"leaf_{i}"] = leaf.data
         if plan.width:

@@ -127,6 +127,7 @@ class Leaf:
     kind: str
     record: dict[str, Any]
     data: Any
+    array: Any = None  # a local leaf's jax.Array (its key data for PRNG keys)
 
     def raw(self) -> bytes | memoryview:
         """The bytes that identify (and, when saved per process, store) the value."""
@@ -207,7 +208,7 @@ def _prepare_array(path: str, x: jax.Array, num_processes: int) -> Leaf:
         record["kind"] = GLOBAL
         return Leaf(path, GLOBAL, record, x)
     record.update(kind=LOCAL, layout=layout(x))
-    return Leaf(path, LOCAL, record, np.asarray(x))
+    return Leaf(path, LOCAL, record, np.asarray(x), array=x)
 
 
 # ---- values (Python scalars, strings, bytes) -----------------------------------------
@@ -281,6 +282,27 @@ def sharding_of(lay: dict[str, Any]) -> jax.sharding.Sharding:
     position = lay.get("device", 0)
     device = devices[position] if position < len(devices) else devices[0]
     return jax.sharding.SingleDeviceSharding(device)
+
+
+def across_processes(x: jax.Array, lay: dict[str, Any], num_processes: int) -> jax.Array:
+    """Host-local ``x``, equal on every process and laid out alike, as one global array.
+
+    Replicated over the processes and built from each process's own buffers (no
+    copy), so that Orbax writes it once, as it writes a replicated global array.
+    """
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    if lay["type"] == "named":
+        shape, axes, positions = lay["mesh"], lay["axes"], lay["devices"]
+        spec = [tuple(e) if isinstance(e, list) else e for e in lay["spec"]]
+    else:
+        shape, axes, positions, spec = [1], ["local"], [lay["device"]], []
+    grid = [[jax.local_devices(process_index=q)[i] for i in positions] for q in range(num_processes)]
+    mesh = Mesh(np.array(grid, dtype=object).reshape([num_processes, *shape]),
+                ("jaxnb_process", *axes))
+    sharding = NamedSharding(mesh, PartitionSpec(*spec))
+    return jax.make_array_from_single_device_arrays(
+        x.shape, sharding, [s.data for s in x.addressable_shards])
 
 
 # ---- identical on every process? -----------------------------------------------------
