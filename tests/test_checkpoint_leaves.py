@@ -154,3 +154,14 @@ def test_equal_local_leaf_becomes_a_replicated_global_array_without_copy():
     assert g.shape == x.shape and g.sharding.is_fully_replicated
     assert g.addressable_shards[0].data.unsafe_buffer_pointer() == x.unsafe_buffer_pointer()
     np.testing.assert_array_equal(g, x)
+
+
+def test_fingerprints_in_pieces_on_threads_agree_with_one_thread(monkeypatch):
+    monkeypatch.setattr(cl, "CHUNK_BYTES", 1024)  # 10 pieces per leaf below
+    values = [np.arange(2560.0, dtype=np.float32), np.arange(5.0), 3, jnp.ones(2)]
+    leaves = [cl.prepare(f"[{i}]", v, 2) for i, v in enumerate(values)]
+    threaded = cl.fingerprints(leaves)
+    assert threaded == [cl.fingerprint(leaf) for leaf in leaves]
+    swapped = np.arange(2560.0, dtype=np.float32)
+    swapped[[0, 2000]] = swapped[[2000, 0]]  # the same sum, other pieces
+    assert cl.fingerprints([cl.prepare("[0]", swapped, 2)])[0] != threaded[0]
