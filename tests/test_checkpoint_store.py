@@ -83,10 +83,31 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _run_two_processes(tmp_path: Path, run_dir: Path, timeout: float = 90) -> list[dict]:
-    """Run WORKER as JAX processes 0 and 1; fail fast (killing both) if either fails."""
+GATHER_WORKER = r"""
+import json, os, sys
+import jax
+
+port, pid = sys.argv[1], int(sys.argv[2])
+jax.distributed.initialize(
+    coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=pid,
+    initialization_timeout=60,
+)
+from jaxnb._engine.gather import Gatherer
+
+g = Gatherer("test", pid, 2)
+through_kv = [g({"p": pid, "text": "x" * (5 * pid)}), g([pid])]
+g.client = None  # as without a coordination client: XLA's process_allgather
+print(json.dumps(through_kv + [g({"p": pid, "text": "y" * (3 * pid)})]))
+sys.stdout.flush()
+os._exit(0)
+"""
+
+
+def _run_two_processes(tmp_path: Path, run_dir: Path, timeout: float = 90,
+                       worker: str = WORKER) -> list[dict]:
+    """Run ``worker`` as JAX processes 0 and 1; fail fast (killing both) if either fails."""
     script = tmp_path / "worker.py"
-    script.write_text(WORKER)
+    script.write_text(worker)
     env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="1", PYTHONPATH=str(REPO))
     port, procs = _free_port(), []
     with contextlib.ExitStack() as files:
@@ -197,3 +218,9 @@ def test_user_directory_checkpoint(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="user-managed directory") as err:
         ck.restore()
     assert "\n" not in str(err.value)
+
+
+def test_gather_of_documents_of_any_size(tmp_path: Path) -> None:
+    want = [[{"p": 0, "text": ""}, {"p": 1, "text": "xxxxx"}], [[0], [1]],
+            [{"p": 0, "text": ""}, {"p": 1, "text": "yyy"}]]
+    assert _run_two_processes(tmp_path, tmp_path, worker=GATHER_WORKER) == [want, want]

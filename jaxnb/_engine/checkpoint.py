@@ -1,7 +1,16 @@
-"""Engine-side checkpoint storage: Orbax saves that all JAX processes make together."""
+"""Engine-side checkpoint storage: Orbax saves that all JAX processes make together.
+
+A step's folder holds two Orbax items: ``default`` (the arrays: global arrays as
+they are, host-local values that are the same on every process once, and one
+``per_process`` byte array with each process's own values in its own row) and
+``jaxnb`` (a JSON manifest: the pytree structure and how to give each leaf back).
+``checkpoint_leaves`` says what each leaf is; ``gather`` lets the processes
+compare fingerprints before writing.
+"""
 
 from __future__ import annotations
 
+import base64
 import os
 import pathlib
 from typing import Any
@@ -10,9 +19,14 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from jaxnb._engine import checkpoint_leaves as leaves_
+from jaxnb._engine.gather import Gatherer
 from jaxnb._run_folder import Checkpoint, checkpoint_dir
 
-_ITEM = "default"  # the sub-directory a single-item CheckpointManager writes
+_ITEM = "default"  # the arrays (the name a single-item CheckpointManager used)
+_MANIFEST = "jaxnb"  # the JSON manifest beside them
+_PER_PROCESS = "per_process"
+_FORMAT = "jaxnb-checkpoint/1"
 
 
 def _checkpointer() -> ocp.Checkpointer:
@@ -44,6 +58,99 @@ def _restore_numpy(item_dir: str) -> Any:
     return ocp.Checkpointer(handler).restore(item_dir, args=args)
 
 
+def _per_process_sharding(n: int) -> jax.sharding.NamedSharding:
+    """Row q of a (processes, width) array on process q's first device."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    firsts = [min(jax.local_devices(process_index=q), key=lambda d: d.id) for q in range(n)]
+    return NamedSharding(Mesh(np.array(firsts), ("process",)), PartitionSpec("process"))
+
+
+def _saved_sharding(meta: Any) -> Any:
+    """The sharding Orbax recorded for an array, or None when this cluster lacks its devices."""
+    try:
+        return meta.sharding.to_jax_sharding()
+    except Exception:
+        return None
+
+
+def _restore_jaxnb(path: str, target: Any) -> Any:
+    """Restore a checkpoint written by :class:`CheckpointStore` (see the module docstring)."""
+    manifest = ocp.JsonCheckpointHandler().restore(pathlib.Path(path, _MANIFEST))
+    if manifest.get("format") != _FORMAT:
+        raise ValueError(f"checkpoint {path} was written by another jaxnb version "
+                         f"({manifest.get('format')}); restore it with that version")
+    paths, records = manifest["paths"], manifest["records"]
+    plan = leaves_.Plan(**manifest["plan"])
+    saved_n, me = int(manifest["num_processes"]), jax.process_index()
+    targets: list[Any] = [None] * len(paths)
+    if target is not None:
+        tpaths, targets, treedef = leaves_.flatten(target)
+        if tpaths != paths:
+            diff = next((f"{a} vs {b}" for a, b in zip(paths, tpaths, strict=False) if a != b),
+                        f"{len(paths)} leaves vs {len(tpaths)}")
+            raise ValueError(f"restore target does not match checkpoint {path} (saved vs target: "
+                             f"{diff}); pass a target with the saved structure, or none")
+    else:
+        try:
+            treedef = leaves_.load_treedef(manifest["treedef"])
+        except Exception as exc:
+            raise ValueError(
+                f"the structure of checkpoint {path} cannot be rebuilt here ({type(exc).__name__}: "
+                f"{exc}); pass restore(target) with a pytree of the saved structure") from None
+    restored = _restore_arrays(os.path.join(path, _ITEM), records, targets, saved_n)
+    own_records, values = None, {}
+    if plan.width:
+        if me >= saved_n:
+            raise ValueError(f"checkpoint {path} holds per-process values for {saved_n} processes; "
+                             f"process {me} has none (restore on {saved_n} processes)")
+        blob = restored[_PER_PROCESS]
+        row = np.asarray(blob.addressable_shards[0].data)[0] if isinstance(blob, jax.Array) \
+            else np.asarray(blob)[me]
+        own_records, values = leaves_.unpack(plan, me, row.tobytes())
+    mine = own_records or records
+    out = []
+    for i, target_leaf in enumerate(targets):
+        record = mine[i]
+        if i in values:
+            value = leaves_.from_bytes(record, values[i])
+        elif record["kind"] == leaves_.VALUE:
+            value = leaves_.decode_value(manifest["values"][str(i)])
+        elif record.get("inline"):
+            value = leaves_.from_bytes(record, base64.b64decode(manifest["values"][str(i)]))
+        else:
+            value = restored[f"leaf_{i}"]
+        out.append(leaves_.as_saved(record, value) if target is None
+                   else leaves_.like(record, value, target_leaf))
+    return leaves_.unflatten(treedef, out)
+
+
+def _restore_arrays(item_dir: str, records: list[dict[str, Any]], targets: list[Any],
+                    saved_n: int) -> dict[str, Any]:
+    """The ``default`` item: global arrays laid out like their target (or as saved), the rest NumPy."""
+    if not os.path.isdir(item_dir):
+        return {}
+    handler = ocp.PyTreeCheckpointHandler()
+    metadata = handler.metadata(pathlib.Path(item_dir)).tree
+    numpy = ocp.RestoreArgs(restore_type=np.ndarray)
+    args: dict[str, Any] = {}
+    for name, meta in metadata.items():
+        if name == _PER_PROCESS:
+            args[name] = (ocp.ArrayRestoreArgs(sharding=_per_process_sharding(saved_n))
+                          if jax.process_count() == saved_n else numpy)
+            continue
+        i = int(name.removeprefix("leaf_"))
+        if records[i]["kind"] != leaves_.GLOBAL:
+            args[name] = numpy
+            continue
+        t = targets[i]
+        sharding = getattr(t, "sharding", None) if t is not None else _saved_sharding(meta)
+        if "key_impl" in records[i] and t is not None:
+            sharding = None  # the target's sharding is for the keys, not for their data
+        args[name] = ocp.ArrayRestoreArgs(sharding=sharding) if sharding is not None else numpy
+    return ocp.Checkpointer(handler).restore(item_dir, args=ocp.args.PyTreeRestore(restore_args=args))
+
+
 def _restore(item_dir: str, target: Any) -> Any:
     """Restore `item_dir` like `target`, or as saved (NumPy if the saved layout is gone)."""
     if target is not None:
@@ -55,7 +162,18 @@ def _restore(item_dir: str, target: Any) -> Any:
 
 
 def restore(checkpoint: Checkpoint, target: Any = None) -> Any:
-    """``Checkpoint.restore``: the saved pytree, laid out like `target`'s shardings when given."""
+    """``Checkpoint.restore``: the saved pytree, as saved or laid out like `target`.
+
+    As saved: each process gets the same kinds of values back (NumPy, Python
+    values, host-local arrays on the same local devices, global arrays with
+    their shardings when this cluster has those devices, else NumPy), and
+    its own value of any leaf that differed between processes. `target` is a
+    pytree of the same structure whose leaves are jax.Arrays,
+    `jax.ShapeDtypeStruct`s (with a sharding or not), NumPy or Python values;
+    with several processes, each one reads only its own shards.
+    """
+    if os.path.isdir(os.path.join(checkpoint.path, _MANIFEST)):
+        return _restore_jaxnb(checkpoint.path, target)
     if not checkpoint.user_managed:
         return _restore(os.path.join(checkpoint.path, _ITEM), target)
     item = os.path.join(checkpoint.path, _ITEM)
@@ -74,32 +192,107 @@ class CheckpointStore:
     """A run's checkpoints under `run_dir/checkpoints`, keeping the last `keep`.
 
     Every method that writes (and the constructor) is collective: all JAX
-    processes call it together, with the same arguments.
+    processes call it together, with the same arguments. `exchange_id` names
+    this run's fingerprint exchanges; it must differ from other runs' on the
+    same ``jax.distributed`` cluster (default: the directory).
     """
 
-    def __init__(self, run_dir: str, keep: int = 3) -> None:
+    def __init__(self, run_dir: str, keep: int = 3, exchange_id: str | None = None) -> None:
         self.directory = checkpoint_dir(run_dir)
         options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=False)
         self._manager = ocp.CheckpointManager(
-            self.directory, options=options, item_handlers=ocp.StandardCheckpointHandler()
+            self.directory,
+            options=options,
+            item_handlers={_ITEM: ocp.StandardCheckpointHandler(),
+                           _MANIFEST: ocp.JsonCheckpointHandler()},
         )
+        self._gather = Gatherer(f"ckpt/{exchange_id or self.directory}",
+                                jax.process_index(), jax.process_count())
 
     def _checkpoint(self, step: int) -> Checkpoint:
         return Checkpoint(step, os.path.join(self.directory, str(step)))
 
     def save(self, step: int, pytree: Any) -> Checkpoint:
-        """Save `pytree` (global jax.Arrays, NumPy or Python scalars) as `step`; blocks."""
+        """Save `pytree` as `step`; blocks until it is on disk.
+
+        Leaves may be global or host-local jax.Arrays (pmap outputs too), NumPy,
+        Python numbers and strings, PRNG keys, in dicts, lists, tuples,
+        dataclasses, NNX ``State`` or Optax state. Host-local leaves equal on
+        every process are written once; the others once per process. A leaf
+        that cannot be saved raises ``LeafError`` (a ValueError) on every process.
+        """
         latest = self._manager.latest_step()
         if latest is not None and step <= latest:
             raise ValueError(
                 f"checkpoint step {step} is not after the latest saved step {latest} "
                 f"in {self.directory}"
             )
-        saved = self._manager.save(step, args=ocp.args.StandardSave(pytree))
-        self._manager.wait_until_finished()
+        arrays, manifest = self._prepare(pytree)
+        items = {_MANIFEST: ocp.args.JsonSave(manifest)}
+        if arrays:
+            items[_ITEM] = ocp.args.StandardSave(arrays)
+        try:
+            saved = self._manager.save(step, args=ocp.args.Composite(**items))
+            self._manager.wait_until_finished()
+        except Exception as exc:
+            reason = (str(exc).strip().splitlines() or [""])[0]
+            raise RuntimeError(f"Orbax could not save checkpoint step {step} in {self.directory} "
+                               f"({type(exc).__name__}: {reason})") from exc
+        finally:
+            self._gather.forget()  # every process is past Orbax's start barrier
         if not saved:
             raise RuntimeError(f"Orbax declined to save step {step} in {self.directory}")
         return self._checkpoint(step)
+
+    def _prepare(self, pytree: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Agree with the other processes on what is written once; the arrays and the manifest."""
+        n, me = jax.process_count(), jax.process_index()
+        paths: list[str] = []
+        leaves: list[leaves_.Leaf] = []
+        treedef_text, failure, error = None, None, None
+        try:
+            paths, xs, treedef = leaves_.flatten(pytree)
+            leaves = [leaves_.prepare(p, x, n) for p, x in zip(paths, xs, strict=True)]
+            if me == 0:
+                treedef_text = leaves_.dump_treedef(treedef)
+        except Exception as exc:  # told to the others first, so that none waits for us
+            failure, error = exc, f"{type(exc).__name__}: {exc}"
+        summaries = self._gather(leaves_.summary(leaves, paths, error))
+        if failure is not None:
+            raise failure
+        plan = leaves_.plan(summaries, me)
+        arrays: dict[str, Any] = {}
+        values: dict[str, str] = {}
+        for i, leaf in enumerate(leaves):
+            if not plan.shared[i]:
+                continue
+            if leaf.kind == leaves_.VALUE:
+                values[str(i)] = leaf.data.decode()
+            elif leaf.record.get("inline"):
+                values[str(i)] = base64.b64encode(leaf.raw()).decode()
+            elif leaf.kind == leaves_.LOCAL and not any(plan.records_len):
+                # laid out alike everywhere: written once by Orbax from device, as a global array
+                arrays[f"leaf_{i}"] = leaves_.across_processes(leaf.array, leaf.record["layout"], n)
+            else:
+                arrays[f"leaf_{i}"] = leaf.data
+        if plan.width:
+            row = np.zeros((1, plan.width), np.uint8)
+            own = leaves_.pack(plan, me, leaves)
+            row[0, : len(own)] = np.frombuffer(own, np.uint8)
+            sharding = _per_process_sharding(n)
+            device = next(iter(sharding.addressable_devices))
+            arrays[_PER_PROCESS] = jax.make_array_from_single_device_arrays(
+                (n, plan.width), sharding, [jax.device_put(row, device)])
+        manifest = {
+            "format": _FORMAT,
+            "num_processes": n,
+            "treedef": treedef_text,
+            "paths": paths,
+            "records": [leaf.record for leaf in leaves],
+            "values": values,
+            "plan": plan.to_json(),
+        }
+        return arrays, manifest
 
     def steps(self) -> list[int]:
         """Steps still kept, oldest first."""

@@ -46,6 +46,7 @@ class _Run:
     args: tuple[Any, ...]
     resume: Checkpoint | None
     stop: stopping.StopAgreement
+    run_id: str = ""
     publisher: BatchPublisher | None = None
     count: int = 0
     base_step: int = 0
@@ -64,7 +65,8 @@ def report(metrics: dict[str, Any], checkpoint: Any = None) -> None:
     """Send ``metrics`` (Python or JAX scalars) to the notebook, like ``ray.train.report``.
 
     ``checkpoint`` is a pytree that all processes save together (Orbax, the
-    last 3 kept under the run's ``checkpoints`` folder), or the path of a
+    last 3 kept under the run's ``checkpoints`` folder; host-local leaves equal
+    on every process are written once, the others once per process), or the path of a
     directory you saved yourself (recorded as is; ``jaxnb.Checkpoint.from_directory``
     works too). The step is
     ``metrics["step"]`` when it is a Python int, else the number of reports
@@ -129,6 +131,9 @@ def prepare(spec: dict[str, Any]) -> dict[str, Any]:
     process, n = context.process_index(), context.num_processes()
     if process == 0:
         stopping.clear_keys()
+        from jaxnb._engine import gather
+
+        gather.clear_keys()
     stopping.arm()
     resume = spec.get("resume")
     _run = _Run(
@@ -138,6 +143,7 @@ def prepare(spec: dict[str, Any]) -> dict[str, Any]:
         args=args,
         resume=resume,
         stop=stopping.StopAgreement(spec["run_id"], process, n),
+        run_id=str(spec["run_id"]),
         base_step=resume.step if resume is not None else 0,
     )
     return {"error": None, "process": process}
@@ -269,7 +275,7 @@ def _save(run: _Run, step: int, checkpoint: Any) -> Any:
     if isinstance(checkpoint, (str, os.PathLike)):
         return Checkpoint.from_directory(checkpoint, step)
     if run.store is None:
-        run.store = CheckpointStore(run.run_dir, keep=KEEP_CHECKPOINTS)
+        run.store = CheckpointStore(run.run_dir, keep=KEEP_CHECKPOINTS, exchange_id=run.run_id)
     return run.store.save(step, checkpoint)
 
 
