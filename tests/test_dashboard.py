@@ -108,7 +108,8 @@ def test_families_share_a_panel() -> None:
     assert png.startswith(PNG)
     axes = fig._fig.axes
     assert [ax.get_title() for ax in axes] == ["loss", "lr"]
-    assert [t.get_text() for t in axes[0].get_legend().get_texts()] == ["loss", "val_loss"]
+    assert [t.get_text().split()[0] for t in axes[0].get_legend().get_texts()] == ["loss", "val_loss"]
+    assert axes[0].get_legend().get_texts()[0].get_text() == "loss  99"  # the last value
 
 
 def test_downsample_keeps_spikes() -> None:

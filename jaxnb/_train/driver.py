@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from jaxnb._engine import reporting
 from jaxnb._errors import ClusterStateError
-from jaxnb._train import function
+from jaxnb._train import function, handover
 from jaxnb._train.interrupts import InterruptCounter
 from jaxnb._train.monitor import Monitor
 from jaxnb._train.result import Result
@@ -66,6 +66,7 @@ def train(
     any process raises :class:`jaxnb.RemoteError` (its ``.result`` holds the
     history so far).
     """
+    handover.wait_if_stopping(cluster)  # a run asked to stop may take a moment to end
     if cluster.busy_with:
         raise ClusterStateError(BUSY.format(name=cluster.busy_with))
     run = function.run_name(fn, name)
@@ -126,6 +127,7 @@ def _launch(cluster: JaxCluster, result: Result, total: int | None, background: 
         cluster.busy_with = None
         raise
     following.append(monitor)
+    handover.track(cluster, monitor)
     result._stop = monitor.request_stop
     return monitor
 

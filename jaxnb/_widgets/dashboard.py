@@ -12,7 +12,7 @@ from typing import Any
 import ipywidgets as w
 from IPython.display import HTML, Image, display
 
-from ._display import display_widget
+from ._display import display_widget, png_img, widget_bundle
 from .plots import MetricsFigure
 from .run_stats import ProcessReports, process_stats
 from .run_text import duration_text, mean_rates_text, process_table, rate_text, steps_text, summary_table
@@ -25,6 +25,11 @@ _STYLE = {"running": ("#1f77b4", ""), "stopping": ("#e67e00", "warning"),
 _MIN_INTERVAL_S = 0.25
 _PLOT_SHARE = 20  # redraw the plot at most every 20x the time one drawing takes
 _MAX_FAINT = 7  # processes after the first drawn faintly in the plot
+
+
+def history_text(lead: ProcessReports) -> str:
+    """What the plot holds: ``process 0: 120 reports, steps 1–120``."""
+    return f"plotted: {lead.count} reports, steps {lead.first[1]}–{lead.step}"
 
 
 class Dashboard:
@@ -47,17 +52,32 @@ class Dashboard:
         self._start, self._end, self._end_wall = time.monotonic(), 0.0, 0.0
         self._last_refresh, self._last_plot = -math.inf, -math.inf
         self._plot_interval = _MIN_INTERVAL_S
-        self._dirty, self._png, self._shown = True, b"", False
+        self._dirty, self._png, self._handle = True, b"", None
         self._title, self._speed, self._table, self._ckpt = w.HTML(), w.HTML(), w.HTML(), w.HTML()
+        self._history = w.HTML()
         self._bar = w.IntProgress(min=0, max=1, layout=w.Layout(width="40%"))
-        self._image = w.Image(format="png", layout=w.Layout(display="none", max_width="100%"))
+        self._image = w.Image(format="png", layout=w.Layout(display="none", max_width="100%",
+                                                            height="auto", object_fit="contain"))
+        self._smoothing = w.FloatSlider(value=0.0, min=0.0, max=0.99, step=0.01, description="smoothing",
+                                        readout_format=".2f", continuous_update=False,
+                                        layout=w.Layout(width="300px"))
+        self._scale = w.ToggleButtons(options=["auto", "linear", "log"], value="auto",
+                                      description="y scale", tooltips=[
+                                          "log for loss-like metrics spanning 1000x, else linear",
+                                          "linear y axis", "log y axis"],
+                                      style={"button_width": "56px"})
+        for control in (self._smoothing, self._scale):
+            control.observe(self._replot, names="value")
         self._stop = w.Button(description="Stop", icon="stop", button_style="danger",
                               tooltip="Ask every process to stop at the same step")
         self._stop.on_click(self._clicked)
         if on_stop is None:
             self._stop.disabled, self._stop.layout.display = True, "none"
         self._box = w.VBox([w.HBox([self._title, self._stop]), w.HBox([self._bar, self._speed]),
-                            self._image, self._table, self._ckpt])
+                            w.HBox([self._smoothing, self._scale]), self._image, self._history,
+                            self._table,
+                            self._ckpt])
+        self._box.add_class("jaxnb-dashboard")
         self._update()
 
     @property
@@ -97,8 +117,7 @@ class Dashboard:
         due = force or start - self._last_plot >= self._plot_interval
         if (self._dirty or not self._png) and due:
             self._last_plot = start
-            self._image.value = self._render()
-            self._image.layout.display = None
+            self._show_plot(self._render())
             self._plot_interval = max(_MIN_INTERVAL_S, _PLOT_SHARE * (time.monotonic() - start))
         return True
 
@@ -142,19 +161,26 @@ class Dashboard:
 
     def show(self) -> None:
         """Display the live dashboard (with a one-line static fallback)."""
-        display_widget(self.widget, f"<p>jaxnb run <code>{html.escape(self.run_name)}</code>: "
-                       "live dashboard; the final plot and summary follow when it ends.</p>")
-        self._shown = True
+        self._handle = display_widget(
+            self.widget, f"<p>jaxnb run <code>{html.escape(self.run_name)}</code>: "
+            "live dashboard; the final plot and summary replace this line when it ends.</p>",
+            updatable=True)
 
     def finish(self, status: str = "finished", message: str = "") -> None:
-        """Set the final status, redraw, and display the plot (PNG) and summary (HTML)."""
+        """Set the final status and redraw; the live view keeps its plot and per-process table.
+
+        A shown dashboard's static fallback (what papermill, nbconvert and GitHub
+        show) becomes the summary table and the plot; an unshown one displays them.
+        """
         self.set_status(status, message)
         self.refresh(force=True)
-        if self._shown:  # the static copy below replaces the live plot and table
-            for part in (self._image, self._table, self._ckpt):
-                part.layout.display = "none"
-        display(HTML(self.summary_html()))
-        display(Image(data=self.final_png(), format="png"))
+        png, summary = self.final_png(), self.summary_html()
+        if self._handle is not None:
+            static = summary + png_img(png, self._figure.css_size[0])
+            self._handle.update(widget_bundle(self.widget, static, png), raw=True)
+        else:
+            display(HTML(summary))
+            display(Image(data=png, format="png"))
 
     def _clicked(self, _button: w.Button) -> None:
         if self._on_stop is None or self.status != "running":
@@ -165,6 +191,16 @@ class Dashboard:
         except Exception as exc:
             self.set_status("running", f"stop failed: {exc}")
             raise
+
+    def _replot(self, _change: Any = None) -> None:
+        """Redraw now with the chosen smoothing and y scale (a control changed)."""
+        self._show_plot(self._render())
+
+    def _show_plot(self, png: bytes) -> None:
+        width, _ = self._figure.css_size
+        self._image.value = png
+        self._image.layout.width = f"{width}px"
+        self._image.layout.display = None
 
     def _lead(self) -> ProcessReports | None:
         """Process 0 (whose history is the Result's), else the first one that reported."""
@@ -179,7 +215,9 @@ class Dashboard:
                 main = procs[0].curves() if procs else {}
                 others = [p.curves() for p in procs[1 : 1 + _MAX_FAINT]]
             empty = "no metrics were reported" if self.status in TERMINAL and not main else ""
-            self._png = self._figure.render(main, others, skip=STEP_NAMES, message=empty)
+            log = {"auto": None, "linear": False, "log": True}[self._scale.value]
+            self._png = self._figure.render(main, others, skip=STEP_NAMES, message=empty,
+                                            smoothing=self._smoothing.value, log=log)
             return self._png
 
     def _steps_text(self, lead: ProcessReports | None) -> str:
@@ -199,5 +237,7 @@ class Dashboard:
             parts.append(f"ETA {duration_text(max(total - step, 0) / rate)}")
         self._speed.value = " · ".join(parts)
         self._table.value = process_table(self.process_stats())
+        self._history.value = ("<small class='jaxnb-history'>" + history_text(lead) + "</small>"
+                               if lead else "")
         self._ckpt.value = f"last checkpoint: <code>{html.escape(self.checkpoint or '—')}</code>"
 

@@ -1,0 +1,145 @@
+"""Driving a notebook page as a user would: run cells with Shift+Enter, read what the page shows.
+
+JupyterLab and Notebook 7 share the notebook widgets, so these work in both.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from playwright.sync_api import Locator, Page, expect
+
+#: Set to regenerate the README's screenshots under docs/ from the browser tests.
+SCREENSHOTS_ENV = "JAXNB_SCREENSHOTS"
+DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
+#: What a broken widget shows instead of itself.
+WIDGET_ERRORS = ("Error displaying widget", "model not found", "Failed to load model")
+#: Console noise that is not jaxnb's: the server's optional endpoints, and Chromium dropping
+#: requests when the machine's network interfaces change (other test runs create namespaces).
+IGNORED_CONSOLE = (re.compile(r"Failed to load resource: the server responded with a status of 404"),
+                   re.compile(r"net::ERR_NETWORK_CHANGED"))
+PROMPT_DONE = re.compile(r"\[\d+\]")
+
+
+@dataclass
+class Watched:
+    """A page and the JavaScript errors it logged."""
+
+    page: Page
+    errors: list[str] = field(default_factory=list)
+
+    def check_clean(self) -> None:
+        """No JS error in the console and no widget that failed to render."""
+        text = self.page.locator("body").inner_text()
+        broken = [e for e in WIDGET_ERRORS if e in text]
+        assert not broken, f"the page shows {broken}"
+        assert not self.errors, "JavaScript errors in the console:\n" + "\n".join(self.errors)
+
+
+def open_notebook(context: Any, url: str) -> Watched:
+    """A new tab on ``url``; returns once the notebook's kernel is idle."""
+    page = context.new_page()
+    watched = Watched(page)
+
+    def console(msg: Any) -> None:
+        if msg.type == "error" and not any(p.search(msg.text) for p in IGNORED_CONSOLE):
+            watched.errors.append(msg.text)
+
+    page.on("console", console)
+    page.on("pageerror", lambda exc: watched.errors.append(f"uncaught: {exc}"))
+    page.goto(url)
+    page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=60_000)
+    wait_idle(page)
+    return watched
+
+
+def wait_idle(page: Page, timeout_s: float = 60) -> None:
+    """Wait until the kernel is connected and idle (the status bar says so; the toolbar
+    indicator says idle before the kernel has even connected)."""
+    status = page.locator(".jp-StatusBar-TextItem", has_text="| Idle").first
+    status.wait_for(timeout=timeout_s * 1000)
+
+
+def cell(page: Page, index: int) -> Locator:
+    return page.locator(".jp-Notebook .jp-Cell").nth(index)
+
+
+def run_cell(page: Page, index: int) -> None:
+    """Select cell ``index`` (click its prompt) and press Shift+Enter."""
+    target = cell(page, index)
+    target.scroll_into_view_if_needed()
+    target.locator(".jp-InputPrompt").first.click()
+    page.keyboard.press("Shift+Enter")
+
+
+def wait_done(page: Page, index: int, timeout_s: float = 120) -> Locator:
+    """Wait until cell ``index`` has run (its prompt shows a number); its output area."""
+    target = cell(page, index)
+    expect(target.locator(".jp-InputPrompt").first).to_have_text(PROMPT_DONE, timeout=timeout_s * 1000)
+    return target.locator(".jp-OutputArea")
+
+
+def run_and_wait(page: Page, index: int, timeout_s: float = 120) -> Locator:
+    run_cell(page, index)
+    return wait_done(page, index, timeout_s)
+
+
+def save(page: Page) -> None:
+    """Ctrl+S, then wait for the document to be clean."""
+    page.keyboard.press("Control+s")
+    time.sleep(0.5)
+
+
+def dashboard(output: Locator) -> Locator:
+    return output.locator(".jaxnb-dashboard").first
+
+
+def plot_state(dash: Locator) -> dict[str, Any]:
+    """What the dashboard shows: plot image (source length, size), history line, table rows, text."""
+    dash.scroll_into_view_if_needed()
+    return dash.evaluate("""el => {
+        const img = el.querySelector('img');
+        const rows = [...el.querySelectorAll('table tr')].slice(1)
+            .map(tr => [...tr.querySelectorAll('td,th')].map(c => c.innerText.trim()));
+        const box = img ? img.getBoundingClientRect() : null;
+        return {
+            src: img ? img.src.length : 0,
+            srcHash: img ? img.src.slice(-200) : '',
+            visible: !!(img && box.width > 0 && box.height > 0 && getComputedStyle(img).display !== 'none'),
+            width: box ? box.width : 0, height: box ? box.height : 0,
+            natural: img ? [img.naturalWidth, img.naturalHeight] : [0, 0],
+            history: (el.querySelector('.jaxnb-history') || {}).innerText || '',
+            rows, text: el.innerText,
+            progress: el.querySelector('.progress-bar')?.style.width || '',
+        };
+    }""")
+
+
+def history(dash: Locator) -> tuple[int, int, int]:
+    """(reports, first step, last step) from the dashboard's ``plotted: …`` line; zeros before one."""
+    match = re.search(r"plotted: (\d+) reports, steps (\d+)–(\d+)", plot_state(dash)["history"])
+    return (int(match[1]), int(match[2]), int(match[3])) if match else (0, 0, 0)
+
+
+def wait_for(predicate: Any, timeout_s: float = 60, what: str = "condition") -> Any:
+    """Poll ``predicate()`` until truthy; its value."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(0.25)
+
+
+def screenshot(target: Locator, name: str) -> None:
+    """Write ``docs/<name>.png`` when regenerating screenshots (``JAXNB_SCREENSHOTS=1``)."""
+    if os.environ.get(SCREENSHOTS_ENV):
+        DOCS.mkdir(exist_ok=True)
+        target.screenshot(path=str(DOCS / f"{name}.png"))
