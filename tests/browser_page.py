@@ -23,6 +23,10 @@ WIDGET_ERRORS = ("Error displaying widget", "model not found", "Failed to load m
 #: requests when the machine's network interfaces change (other test runs create namespaces).
 IGNORED_CONSOLE = (re.compile(r"Failed to load resource: the server responded with a status of 404"),
                    re.compile(r"net::ERR_NETWORK_CHANGED"))
+#: Notebook 7.6's own uncaught errors on the first click into any cell, with or without jaxnb
+#: (seen on a notebook holding only ``print(1+1)``): not a widget's.
+NOTEBOOK7_OWN = (re.compile(r"Cannot read properties of undefined \(reading 'schema'\)"),
+                 re.compile(r"Command 'filebrowser:open-path' not registered"))
 PROMPT_DONE = re.compile(r"\[\d+\]")
 
 
@@ -32,26 +36,35 @@ class Watched:
 
     page: Page
     errors: list[str] = field(default_factory=list)
+    responses: list[str] = field(default_factory=list)  # failed requests, to explain errors
 
     def check_clean(self) -> None:
         """No JS error in the console and no widget that failed to render."""
         text = self.page.locator("body").inner_text()
         broken = [e for e in WIDGET_ERRORS if e in text]
         assert not broken, f"the page shows {broken}"
-        assert not self.errors, "JavaScript errors in the console:\n" + "\n".join(self.errors)
+        errors = self.errors
+        if self.responses and all(r.endswith((".woff", ".woff2")) for r in self.responses):
+            # Notebook 7 sometimes answers 403 for one of its own icon fonts (the file is there);
+            # a missing glyph, not a widget that failed: the failed requests are listed here.
+            errors = [e for e in errors if not e.startswith("Failed to load resource")]
+        assert not errors, "JavaScript errors in the console:\n" + "\n".join(
+            [*errors, "failed requests:", *self.responses])
 
 
 def open_notebook(context: Any, url: str) -> Watched:
     """A new tab on ``url``; returns once the notebook's kernel is idle."""
     page = context.new_page()
     watched = Watched(page)
+    ignored = IGNORED_CONSOLE + (() if "/lab/" in url else NOTEBOOK7_OWN)
 
-    def console(msg: Any) -> None:
-        if msg.type == "error" and not any(p.search(msg.text) for p in IGNORED_CONSOLE):
-            watched.errors.append(msg.text)
+    def note(text: str) -> None:
+        if not any(p.search(text) for p in ignored):
+            watched.errors.append(text)
 
-    page.on("console", console)
-    page.on("pageerror", lambda exc: watched.errors.append(f"uncaught: {exc}"))
+    page.on("console", lambda msg: msg.type == "error" and note(msg.text))
+    page.on("pageerror", lambda exc: note(f"uncaught: {exc}"))
+    page.on("response", lambda r: r.status >= 400 and watched.responses.append(f"{r.status} {r.url}"))
     page.goto(url)
     page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=60_000)
     wait_idle(page)
@@ -59,10 +72,20 @@ def open_notebook(context: Any, url: str) -> Watched:
 
 
 def wait_idle(page: Page, timeout_s: float = 60) -> None:
-    """Wait until the kernel is connected and idle (the status bar says so; the toolbar
-    indicator says idle before the kernel has even connected)."""
-    status = page.locator(".jp-StatusBar-TextItem", has_text="| Idle").first
-    status.wait_for(timeout=timeout_s * 1000)
+    """Wait until the kernel is connected and idle.
+
+    JupyterLab: its status bar says "| Idle" (the toolbar indicator says idle before
+    the kernel has even connected). Notebook 7 has no status bar: its toolbar
+    indicator goes from "connecting" to "idle".
+    """
+    if "/lab/" in page.url:
+        status = page.locator(".jp-StatusBar-TextItem", has_text="| Idle").first
+        status.wait_for(timeout=timeout_s * 1000)
+        return
+    indicator = page.locator(".jp-Notebook-ExecutionIndicator").first
+    expect(indicator).to_have_attribute("data-status", "idle", timeout=timeout_s * 1000)
+    expect(page.locator(".jp-NotebookKernelStatus", has_text="Connecting")).to_have_count(0)
+    time.sleep(1)
 
 
 def cell(page: Page, index: int) -> Locator:
@@ -142,4 +165,18 @@ def screenshot(target: Locator, name: str) -> None:
     """Write ``docs/<name>.png`` when regenerating screenshots (``JAXNB_SCREENSHOTS=1``)."""
     if os.environ.get(SCREENSHOTS_ENV):
         DOCS.mkdir(exist_ok=True)
-        target.screenshot(path=str(DOCS / f"{name}.png"))
+        target.scroll_into_view_if_needed()
+        box = target.evaluate("""el => {  // the element, cropped to its content's right edge
+            const r = el.getBoundingClientRect();
+            const rights = [...el.querySelectorAll('table, img, button, input, .widget-slider')]
+                .map(c => c.getBoundingClientRect().right);
+            const walk = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+            const range = document.createRange();
+            while (walk.nextNode()) {
+                range.selectNodeContents(walk.currentNode);
+                rights.push(range.getBoundingClientRect().right);
+            }
+            const right = Math.max(r.left + 100, ...rights);
+            return {x: r.left, y: r.top, width: Math.min(r.width, right - r.left + 12), height: r.height};
+        }""")
+        target.page.screenshot(path=str(DOCS / f"{name}.png"), clip=box)

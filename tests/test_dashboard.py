@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import io
 import math
 import subprocess
 import sys
@@ -205,3 +206,59 @@ def test_failed_run_without_metrics_still_renders(shell: InteractiveShell) -> No
 def test_kernel_side_does_not_import_jax() -> None:
     code = "import sys, jaxnb._widgets.dashboard; assert 'jax' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_smoothing_is_a_debiased_moving_average() -> None:
+    from jaxnb._widgets.plots import smooth
+
+    y = np.array([1.0, 1.0, 1.0, 5.0])
+    assert smooth(y, 0.0) is y
+    assert np.allclose(smooth(y, 0.6)[:3], 1.0)  # debiased: no pull towards 0 at the start
+    assert 1.0 < smooth(y, 0.6)[3] < 5.0
+
+
+def test_controls_redraw_with_smoothing_and_log_scale() -> None:
+    dash = Dashboard("controls", 1)
+    dash.add(next(batches(400, processes=1, size=400)))
+    dash.refresh(force=True)
+    before = bytes(find(dash.widget, w.Image)[0].value)
+    (scale,) = find(dash.widget, w.ToggleButtons)
+    scale.value = "log"
+    axes = dash._figure._fig.axes
+    assert axes[0].get_yscale() == "log"
+    (slider,) = find(dash.widget, w.FloatSlider)
+    slider.value = 0.9
+    after = bytes(find(dash.widget, w.Image)[0].value)
+    axes = dash._figure._fig.axes  # smoothing adds lines: the figure was rebuilt
+    assert axes[0].get_yscale() == "log"
+    assert after != before and len(axes[0].lines) > 2  # raw curves drawn faintly under smoothed ones
+    assert "plotted: 400 reports, steps 1–400" in dash._history.value
+
+
+def test_plot_is_drawn_at_twice_its_css_size() -> None:
+    from PIL import Image as PILImage
+
+    dash = Dashboard("sharp", 1)
+    dash.add(next(batches(50, processes=1)))
+    dash.refresh(force=True)
+    (image,) = find(dash.widget, w.Image)
+    css_w, css_h = dash._figure.css_size
+    with PILImage.open(io.BytesIO(bytes(image.value))) as png:
+        assert png.size == (2 * css_w, 2 * css_h)
+    assert image.layout.width == f"{css_w}px"
+
+
+def test_finish_keeps_the_live_plot_and_table(shell: InteractiveShell) -> None:
+    dash = Dashboard("kept", 2, on_stop=lambda: None)
+    with capture_output():
+        dash.show()
+    for batch in batches(100):
+        dash.add(batch)
+    with capture_output() as cap:
+        dash.finish("finished", "stopped on request after 100 reports")
+    (image,) = find(dash.widget, w.Image)
+    assert image.layout.display is None and bytes(image.value).startswith(PNG)
+    assert dash._table.layout.display != "none" and dash._table.value.count("<tr>") == 3
+    (update,) = cap.outputs  # the static fallback of the one shown output is updated in place
+    assert "application/vnd.jupyter.widget-view+json" in update.data
+    assert "jaxnb-summary" in update.data["text/html"] and "data:image/png" in update.data["text/html"]

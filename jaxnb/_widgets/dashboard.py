@@ -65,7 +65,7 @@ class Dashboard:
                                       description="y scale", tooltips=[
                                           "log for loss-like metrics spanning 1000x, else linear",
                                           "linear y axis", "log y axis"],
-                                      style={"button_width": "56px"})
+                                      style={"button_width": "64px", "description_width": "auto"})
         for control in (self._smoothing, self._scale):
             control.observe(self._replot, names="value")
         self._stop = w.Button(description="Stop", icon="stop", button_style="danger",
