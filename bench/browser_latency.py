@@ -40,14 +40,17 @@ def paced(config):
     "%jax_train paced --config dict(out=SENT) --background -o run --name paced",
     "run.wait(120)\nprint(len(run.history))",
 ]
-OBSERVE = """el => {
+OBSERVE = """el => {  // a new plot (the .jaxnb-plot element is replaced): note the time and last step
     window.__frames = [];
-    const img = el.querySelector('img');
+    let last = null;
     const note = () => {
+        const plot = el.querySelector('.jaxnb-plot');
+        if (!plot || plot === last) return;
+        last = plot;
         const m = /steps \\d+–(\\d+)/.exec((el.querySelector('.jaxnb-history') || {}).innerText || '');
         window.__frames.push([Date.now() / 1000, m ? +m[1] : 0]);
     };
-    new MutationObserver(note).observe(img, {attributes: true, attributeFilter: ['src']});
+    new MutationObserver(note).observe(el, {childList: true, subtree: true, characterData: true});
 }"""
 
 
@@ -71,7 +74,7 @@ def main() -> None:
             run_and_wait(page, 1)
             out = run_and_wait(page, 2)
             dash = dashboard(out)
-            dash.locator("img").wait_for(state="attached", timeout=60_000)
+            dash.locator(".jaxnb-plot").wait_for(state="attached", timeout=60_000)
             dash.evaluate(OBSERVE)
             run_and_wait(page, 3, timeout_s=SECONDS + 120)
             frames = page.evaluate("window.__frames")

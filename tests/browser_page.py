@@ -126,16 +126,19 @@ def plot_state(dash: Locator) -> dict[str, Any]:
     """What the dashboard shows: plot image (source length, size), history line, table rows, text."""
     dash.scroll_into_view_if_needed()
     return dash.evaluate("""el => {
-        const img = el.querySelector('img');
+        const plot = el.querySelector('.jaxnb-plot');
+        const svgs = plot ? [...plot.querySelectorAll('svg')] : [];
+        const box = svgs.length ? svgs[0].getBoundingClientRect() : null;
         const rows = [...el.querySelectorAll('table tr')].slice(1)
             .map(tr => [...tr.querySelectorAll('td,th')].map(c => c.innerText.trim()));
-        const box = img ? img.getBoundingClientRect() : null;
         return {
-            src: img ? img.src.length : 0,
-            srcHash: img ? img.src.slice(-200) : '',
-            visible: !!(img && box.width > 0 && box.height > 0 && getComputedStyle(img).display !== 'none'),
+            panels: svgs.length,
+            src: plot ? plot.innerHTML.length : 0,
+            srcHash: plot ? plot.innerHTML.length + ':' + plot.innerHTML.slice(-300) : '',
+            visible: !!(box && box.width > 0 && box.height > 0),
             width: box ? box.width : 0, height: box ? box.height : 0,
-            natural: img ? [img.naturalWidth, img.naturalHeight] : [0, 0],
+            natural: svgs.length ? [+svgs[0].getAttribute('width'), +svgs[0].getAttribute('height')] : [0, 0],
+            lines: plot ? plot.querySelectorAll('polyline').length : 0,
             history: (el.querySelector('.jaxnb-history') || {}).innerText || '',
             rows, text: el.innerText,
             progress: el.querySelector('.progress-bar')?.style.width || '',

@@ -13,16 +13,17 @@ import ipywidgets as w
 from IPython.display import HTML, Image, display
 
 from ._display import display_widget, png_img, widget_bundle
-from .plots import MetricsFigure
+from .plots import Curves, MetricsFigure, build_panels
 from .run_stats import ProcessReports, process_stats
 from .run_text import duration_text, mean_rates_text, process_table, rate_text, steps_text, summary_table
+from .svg_plot import render_svg
 
 STEP_NAMES = ("step", "epoch", "iteration")  # the x axis; not plotted as curves
 TERMINAL = ("finished", "failed", "interrupted")
 _STYLE = {"running": ("#1f77b4", ""), "stopping": ("#e67e00", "warning"),
           "finished": ("#2ca02c", "success"), "failed": ("#d62728", "danger"),
           "interrupted": ("#e67e00", "warning")}  # status -> (colour, progress bar style)
-_MIN_INTERVAL_S = 0.25
+MIN_INTERVAL_S = 0.1
 _PLOT_SHARE = 20  # redraw the plot at most every 20x the time one drawing takes
 _MAX_FAINT = 7  # processes after the first drawn faintly in the plot
 
@@ -51,13 +52,12 @@ class Dashboard:
         self._figure = MetricsFigure()
         self._start, self._end, self._end_wall = time.monotonic(), 0.0, 0.0
         self._last_refresh, self._last_plot = -math.inf, -math.inf
-        self._plot_interval = _MIN_INTERVAL_S
-        self._dirty, self._png, self._handle = True, b"", None
+        self._plot_interval = MIN_INTERVAL_S
+        self._dirty, self._drawn, self._handle = True, False, None
         self._title, self._speed, self._table, self._ckpt = w.HTML(), w.HTML(), w.HTML(), w.HTML()
         self._history = w.HTML()
         self._bar = w.IntProgress(min=0, max=1, layout=w.Layout(width="40%"))
-        self._image = w.Image(format="png", layout=w.Layout(display="none", max_width="100%",
-                                                            height="auto", object_fit="contain"))
+        self._plot = w.HTML(layout=w.Layout(display="none"))  # inline SVG: the page draws it
         self._smoothing = w.FloatSlider(value=0.0, min=0.0, max=0.99, step=0.01, description="smoothing",
                                         readout_format=".2f", continuous_update=False,
                                         layout=w.Layout(width="300px"))
@@ -74,7 +74,7 @@ class Dashboard:
         if on_stop is None:
             self._stop.disabled, self._stop.layout.display = True, "none"
         self._box = w.VBox([w.HBox([self._title, self._stop]), w.HBox([self._bar, self._speed]),
-                            w.HBox([self._smoothing, self._scale]), self._image, self._history,
+                            w.HBox([self._smoothing, self._scale]), self._plot, self._history,
                             self._table,
                             self._ckpt])
         self._box.add_class("jaxnb-dashboard")
@@ -110,15 +110,15 @@ class Dashboard:
         of one core (on a small machine that core is the training's).
         """
         start = time.monotonic()
-        if not force and start - self._last_refresh < _MIN_INTERVAL_S:
+        if not force and start - self._last_refresh < MIN_INTERVAL_S:
             return False
         self._last_refresh = start
         self._update()
         due = force or start - self._last_plot >= self._plot_interval
-        if (self._dirty or not self._png) and due:
+        if (self._dirty or not self._drawn) and due:
             self._last_plot = start
-            self._show_plot(self._render())
-            self._plot_interval = max(_MIN_INTERVAL_S, _PLOT_SHARE * (time.monotonic() - start))
+            self._show_plot(self._render_svg())
+            self._plot_interval = max(MIN_INTERVAL_S, _PLOT_SHARE * (time.monotonic() - start))
         return True
 
     def set_status(self, status: str, message: str = "") -> None:
@@ -138,8 +138,11 @@ class Dashboard:
         self._update()
 
     def final_png(self) -> bytes:
-        """PNG bytes of the metric curves as they are now."""
-        return self._render() if self._dirty or not self._png else self._png
+        """PNG bytes of the metric curves as they are now (matplotlib; for static viewers)."""
+        main, others, message = self._curves()
+        with self._render_lock:
+            return self._figure.render(main, others, skip=STEP_NAMES, message=message,
+                                       smoothing=self._smoothing.value, log=self._log())
 
     def process_stats(self) -> list[dict[str, Any]]:
         """Per process: last step, steps/s (recent and mean), last report age, flag."""
@@ -194,31 +197,35 @@ class Dashboard:
 
     def _replot(self, _change: Any = None) -> None:
         """Redraw now with the chosen smoothing and y scale (a control changed)."""
-        self._show_plot(self._render())
+        self._show_plot(self._render_svg())
 
-    def _show_plot(self, png: bytes) -> None:
-        width, _ = self._figure.css_size
-        self._image.value = png
-        self._image.layout.width = f"{width}px"
-        self._image.layout.display = None
+    def _show_plot(self, svg: str) -> None:
+        self._plot.value = svg
+        self._plot.layout.display = None
+        self._drawn = True
 
     def _lead(self) -> ProcessReports | None:
         """Process 0 (whose history is the Result's), else the first one that reported."""
         with self._lock:
             return self._procs[min(self._procs)] if self._procs else None
 
-    def _render(self) -> bytes:
-        with self._render_lock:
-            with self._lock:
-                self._dirty = False
-                procs = [self._procs[i] for i in sorted(self._procs)]
-                main = procs[0].curves() if procs else {}
-                others = [p.curves() for p in procs[1 : 1 + _MAX_FAINT]]
-            empty = "no metrics were reported" if self.status in TERMINAL and not main else ""
-            log = {"auto": None, "linear": False, "log": True}[self._scale.value]
-            self._png = self._figure.render(main, others, skip=STEP_NAMES, message=empty,
-                                            smoothing=self._smoothing.value, log=log)
-            return self._png
+    def _curves(self, drawing: bool = False) -> tuple[Curves, list[Curves], str]:
+        """Process 0's curves, the other processes' (drawn faintly), and a note when there are none."""
+        with self._lock:
+            self._dirty = self._dirty and not drawing
+            procs = [self._procs[i] for i in sorted(self._procs)]
+            main = procs[0].curves() if procs else {}
+            others = [p.curves() for p in procs[1 : 1 + _MAX_FAINT]]
+        empty = "no metrics were reported" if self.status in TERMINAL and not main else ""
+        return main, others, empty
+
+    def _log(self) -> bool | None:
+        return {"auto": None, "linear": False, "log": True}[self._scale.value]
+
+    def _render_svg(self) -> str:
+        main, others, message = self._curves(drawing=True)
+        panels = build_panels(main, others, set(STEP_NAMES), self._smoothing.value, self._log())
+        return render_svg(panels, message)
 
     def _steps_text(self, lead: ProcessReports | None) -> str:
         return steps_text(lead.step if lead else 0, self.total_steps)

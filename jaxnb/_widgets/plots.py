@@ -139,7 +139,7 @@ class MetricsFigure:
         (False); None picks it for loss-like metrics spanning 1000x. Legends
         give each curve's last value.
         """
-        panels = _panels(main, others, set(skip), smoothing, log)
+        panels = build_panels(main, others, set(skip), smoothing, log)
         key = (message, [(p.family, p.log, [s[:3] for s in p.series]) for p in panels])
         if key != self._key:
             self._build(panels, message)
@@ -160,7 +160,7 @@ class MetricsFigure:
         self._fig.savefig(buf, format="png")
         return buf.getvalue()
 
-    def _build(self, panels: list[_Panel], message: str) -> None:
+    def _build(self, panels: list[Panel], message: str) -> None:
         fig = self._fig
         fig.clear()
         shown = panels[:MAX_PANELS]
@@ -192,7 +192,7 @@ class MetricsFigure:
             ax.legend(fontsize=8, frameon=False, handlelength=1.2)
 
 
-class _Series(NamedTuple):
+class Series(NamedTuple):
     label: str | None  # None: another process's faint copy
     color: str
     marker: bool
@@ -201,16 +201,16 @@ class _Series(NamedTuple):
     last: float = math.nan  # the raw last value (labelled series only)
 
 
-class _Panel(NamedTuple):
+class Panel(NamedTuple):
     family: str
     log: bool
-    series: list[_Series]
+    series: list[Series]
 
 
-def _panels(
+def build_panels(
     main: Curves, others: Sequence[Curves], skip: set[str], smoothing: float = 0.0,
     log: bool | None = None,
-) -> list[_Panel]:
+) -> list[Panel]:
     """What to draw: one panel per family, each other process's copy before process 0's.
 
     With smoothing, process 0's raw curve is drawn faintly under its smoothed one.
@@ -222,16 +222,16 @@ def _panels(
             color = f"C{j % 10}"
             for extra in others:
                 if name in extra:
-                    series.append(_Series(None, color, False, *downsample(*extra[name])))
+                    series.append(Series(None, color, False, *downsample(*extra[name])))
             x, y = main[name]
             xs, ys = downsample(x, y)
             last = float(y[-1]) if len(y) else math.nan
             if smoothing > 0 and len(x) > 1:
-                series.append(_Series(None, color, False, xs, ys))
+                series.append(Series(None, color, False, xs, ys))
                 ys = smooth(ys, smoothing)
-            series.append(_Series(name, color, len(x) <= 50, xs, ys, last))
+            series.append(Series(name, color, len(x) <= 50, xs, ys, last))
         use_log = _use_log(fam, [main[n][1] for n in names]) if log is None else log
-        panels.append(_Panel(fam, use_log and _positive(main, names), series))
+        panels.append(Panel(fam, use_log and _positive(main, names), series))
     return panels
 
 
