@@ -16,6 +16,7 @@ from ._display import display_widget, png_img, widget_bundle
 from .plots import Curves, MetricsFigure, build_panels
 from .run_stats import ProcessReports, process_stats
 from .run_text import duration_text, mean_rates_text, process_table, rate_text, steps_text, summary_table
+from .svg_plot import MAX_POINTS as SVG_POINTS
 from .svg_plot import render_svg
 
 STEP_NAMES = ("step", "epoch", "iteration")  # the x axis; not plotted as curves
@@ -224,7 +225,8 @@ class Dashboard:
 
     def _render_svg(self) -> str:
         main, others, message = self._curves(drawing=True)
-        panels = build_panels(main, others, set(STEP_NAMES), self._smoothing.value, self._log())
+        panels = build_panels(main, others, set(STEP_NAMES), self._smoothing.value, self._log(),
+                              max_points=SVG_POINTS)
         return render_svg(panels, message)
 
     def _steps_text(self, lead: ProcessReports | None) -> str:

@@ -209,7 +209,7 @@ class Panel(NamedTuple):
 
 def build_panels(
     main: Curves, others: Sequence[Curves], skip: set[str], smoothing: float = 0.0,
-    log: bool | None = None,
+    log: bool | None = None, max_points: int = MAX_POINTS,
 ) -> list[Panel]:
     """What to draw: one panel per family, each other process's copy before process 0's.
 
@@ -222,9 +222,9 @@ def build_panels(
             color = f"C{j % 10}"
             for extra in others:
                 if name in extra:
-                    series.append(Series(None, color, False, *downsample(*extra[name])))
+                    series.append(Series(None, color, False, *downsample(*extra[name], max_points)))
             x, y = main[name]
-            xs, ys = downsample(x, y)
+            xs, ys = downsample(x, y, max_points)
             last = float(y[-1]) if len(y) else math.nan
             if smoothing > 0 and len(x) > 1:
                 series.append(Series(None, color, False, xs, ys))

@@ -16,6 +16,7 @@ from matplotlib.ticker import LogLocator, MaxNLocator
 from .plots import MAX_PANELS, Panel, last_text
 
 WIDTH, HEIGHT = 330, 220  # one panel, CSS pixels
+MAX_POINTS = 600  # per curve: two (min and max) per horizontal pixel of the plot area
 _LEFT, _RIGHT, _TOP, _BOTTOM = 52, 12, 24, 30
 COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
            "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")  # matplotlib's C0..C9
