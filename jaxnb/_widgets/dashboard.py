@@ -184,7 +184,7 @@ class Dashboard:
             self._handle.update(widget_bundle(self.widget, static, png), raw=True)
         else:
             display(HTML(summary))
-            display(Image(data=png, format="png"))
+            display(Image(data=png, format="png", width=self._figure.css_size[0]))
 
     def _clicked(self, _button: w.Button) -> None:
         if self._on_stop is None or self.status != "running":
