@@ -108,9 +108,11 @@ class Dashboard:
 
         Progress, rates and status update every time; the plot is redrawn less
         often when drawing it is slow, so that it takes at most 1/_PLOT_SHARE
-        of one core (on a small machine that core is the training's).
+        of one core (on a small machine that core is the training's). The cost
+        is this thread's CPU time, not wall time: on a busy machine waiting for
+        a core is not drawing.
         """
-        start = time.monotonic()
+        start, cpu = time.monotonic(), time.thread_time()
         if not force and start - self._last_refresh < MIN_INTERVAL_S:
             return False
         self._last_refresh = start
@@ -119,7 +121,7 @@ class Dashboard:
         if (self._dirty or not self._drawn) and due:
             self._last_plot = start
             self._show_plot(self._render_svg())
-            self._plot_interval = max(MIN_INTERVAL_S, _PLOT_SHARE * (time.monotonic() - start))
+            self._plot_interval = max(MIN_INTERVAL_S, _PLOT_SHARE * (time.thread_time() - cpu))
         return True
 
     def set_status(self, status: str, message: str = "") -> None:
