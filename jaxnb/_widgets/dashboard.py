@@ -52,7 +52,7 @@ class Dashboard:
         self._lock, self._render_lock = threading.RLock(), threading.Lock()
         self._figure = MetricsFigure()
         self._start, self._end, self._end_wall = time.monotonic(), 0.0, 0.0
-        self._last_refresh, self._last_plot = -math.inf, -math.inf
+        self._last_refresh = -math.inf
         self._plot_interval = MIN_INTERVAL_S
         self._dirty, self._drawn, self._handle = True, False, None
         self._title, self._speed, self._table, self._ckpt = w.HTML(), w.HTML(), w.HTML(), w.HTML()
@@ -104,24 +104,21 @@ class Dashboard:
             self._dirty = self._dirty or bool(records)
 
     def refresh(self, force: bool = False) -> bool:
-        """Update, at most a few times a second unless ``force``; True if it updated.
+        """Update text, table and plot, at most a few times a second unless ``force``; True if it did.
 
-        Progress, rates and status update every time; the plot is redrawn less
-        often when drawing it is slow, so that it takes at most 1/_PLOT_SHARE
-        of one core (on a small machine that core is the training's). The cost
-        is this thread's CPU time, not wall time: on a busy machine waiting for
-        a core is not drawing.
+        Updating takes at most 1/_PLOT_SHARE of one core (on a small machine
+        that core is the training's): after each update, the next waits 20x
+        the CPU time this one took (this thread's CPU time, not wall time: on a
+        busy machine, waiting for a core is not work).
         """
         start, cpu = time.monotonic(), time.thread_time()
-        if not force and start - self._last_refresh < MIN_INTERVAL_S:
+        if not force and start - self._last_refresh < self._plot_interval:
             return False
         self._last_refresh = start
         self._update()
-        due = force or start - self._last_plot >= self._plot_interval
-        if (self._dirty or not self._drawn) and due:
-            self._last_plot = start
+        if self._dirty or not self._drawn:
             self._show_plot(self._render_svg())
-            self._plot_interval = max(MIN_INTERVAL_S, _PLOT_SHARE * (time.thread_time() - cpu))
+        self._plot_interval = max(MIN_INTERVAL_S, _PLOT_SHARE * (time.thread_time() - cpu))
         return True
 
     def set_status(self, status: str, message: str = "") -> None:
