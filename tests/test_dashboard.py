@@ -263,3 +263,20 @@ def test_finish_keeps_the_live_plot_and_table(shell: InteractiveShell) -> None:
     (update,) = cap.outputs  # the static fallback of the one shown output is updated in place
     assert "application/vnd.jupyter.widget-view+json" in update.data
     assert "jaxnb-summary" in update.data["text/html"] and "data:image/png" in update.data["text/html"]
+
+
+def test_svg_panels_log_axis_hover_and_limits() -> None:
+    from jaxnb._widgets.plots import MAX_PANELS, build_panels
+    from jaxnb._widgets.svg_plot import render_svg
+
+    x = np.arange(1.0, 301.0)
+    main = {"loss": (x, 10.0 ** (-x / 50)), "val_loss": (x[::30], 10.0 ** (-x[::30] / 50))}
+    svg = render_svg(build_panels(main, [], set()))
+    assert "loss (log)" in svg  # spans 10^6: the auto scale picks log
+    assert svg.count("<polyline") == 2 and "<title>loss: " in svg and "at step 300</title>" in svg
+    assert ">1e-06<" in svg or ">1e-05<" in svg  # decade ticks
+    linear = render_svg(build_panels(main, [], set(), log=False))
+    assert "(log)" not in linear
+    many = {f"m{i}": (x, x) for i in range(MAX_PANELS + 2)}
+    assert "+2 more metric families" in render_svg(build_panels(many, [], set()))
+    assert "no metrics reported yet" in render_svg([])

@@ -92,8 +92,11 @@ def _panel_svg(panel: Panel) -> str:
         points = " ".join(f"{a:.1f},{b:.1f}" for a, b in zip(X.tolist(), Y.tolist(), strict=True))
         c = colour(s.color)
         faint = s.label is None
+        tip = "" if faint else (f"<title>{html.escape(s.label or '')}: {last_text(s.last)} "
+                                f"at step {float(s.x[-1]):g}</title>")  # shown on hover
         lines.append(f"<polyline points='{points}' fill='none' stroke='{c}' "
-                     f"stroke-width='{0.8 if faint else 1.5}' opacity='{0.3 if faint else 1}'/>")
+                     f"stroke-width='{0.8 if faint else 1.5}' opacity='{0.3 if faint else 1}'>"
+                     f"{tip}</polyline>")
         if s.marker and not faint:
             lines.append("".join(f"<circle cx='{a:.1f}' cy='{b:.1f}' r='2' fill='{c}'/>"
                                  for a, b in zip(X.tolist(), Y.tolist(), strict=True)))
