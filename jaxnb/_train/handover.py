@@ -10,12 +10,13 @@ from typing import Any
 STOP_WAIT_SECONDS = 15.0
 _POLL_SECONDS = 0.05
 
-_following: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+#: id(cluster or group) -> weak reference to its current run's monitor (works for slotted groups).
+_following: dict[int, weakref.ref[Any]] = {}
 
 
 def track(cluster: Any, monitor: Any) -> None:
     """Remember ``monitor`` (it has ``stop_requested``) as ``cluster``'s current run."""
-    _following[cluster] = monitor
+    _following[id(cluster)] = weakref.ref(monitor)
 
 
 def wait_if_stopping(cluster: Any, seconds: float = STOP_WAIT_SECONDS) -> None:
@@ -24,7 +25,8 @@ def wait_if_stopping(cluster: Any, seconds: float = STOP_WAIT_SECONDS) -> None:
     Returns at once when no run is under way or it was not asked to stop; the
     caller still refuses when ``cluster.busy_with`` is set afterwards.
     """
-    monitor = _following.get(cluster)
+    ref = _following.get(id(cluster))
+    monitor = ref() if ref is not None else None
     if monitor is None or not getattr(monitor, "stop_requested", False):
         return
     deadline = time.monotonic() + seconds
