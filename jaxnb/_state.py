@@ -54,6 +54,8 @@ class Group:
     group_cut: bool = False
     #: The background training run holding the engines, by name.
     busy_with: str | None = None
+    #: The current (or last) training run's monitor: a new run waits for one asked to stop.
+    current_run: Any = None
 
     @property
     def running(self) -> bool:
@@ -103,3 +105,4 @@ class Group:
         self.suspect = None
         self.group_cut = False
         self.busy_with = None
+        self.current_run = None

@@ -83,9 +83,14 @@ def test_many_records_fill_progress_and_process_table(loaded: Dashboard) -> None
     assert "ckpt_10000" in loaded._ckpt.value
 
 
-def test_plot_is_png_in_image_widget(loaded: Dashboard) -> None:
-    (image,) = find(loaded.widget, w.Image)
-    assert bytes(image.value).startswith(PNG)
+def plot_html(dash: Dashboard) -> str:
+    return dash._plot.value
+
+
+def test_live_plot_is_svg_and_final_plot_is_png(loaded: Dashboard) -> None:
+    svg = plot_html(loaded)
+    assert svg.count("<svg") == 2 and "<polyline" in svg  # panels "loss" and "lr"
+    assert ">loss<" in svg and ">lr<" in svg and f"val_loss  {loss(9999) + 0.1:.4g}" in svg
     assert loaded.final_png().startswith(PNG)
 
 
@@ -108,7 +113,8 @@ def test_families_share_a_panel() -> None:
     assert png.startswith(PNG)
     axes = fig._fig.axes
     assert [ax.get_title() for ax in axes] == ["loss", "lr"]
-    assert [t.get_text() for t in axes[0].get_legend().get_texts()] == ["loss", "val_loss"]
+    assert [t.get_text().split()[0] for t in axes[0].get_legend().get_texts()] == ["loss", "val_loss"]
+    assert axes[0].get_legend().get_texts()[0].get_text() == "loss  99"  # the last value
 
 
 def test_downsample_keeps_spikes() -> None:
@@ -132,6 +138,8 @@ def test_stop_button_calls_on_stop() -> None:
 
 
 def test_refresh_is_throttled() -> None:
+    from jaxnb._widgets.dashboard import MIN_INTERVAL_S
+
     dash = Dashboard("throttle", 1)
     dash.add(next(batches(10, processes=1)))
     assert dash.refresh(force=True)
@@ -141,7 +149,7 @@ def test_refresh_is_throttled() -> None:
     while not dash.refresh():
         assert time.monotonic() - first < 5
         time.sleep(0.02)
-    assert time.monotonic() - first >= 0.25
+    assert time.monotonic() - first >= MIN_INTERVAL_S
 
 
 def test_unknown_total_hides_bar_and_eta() -> None:
@@ -204,3 +212,71 @@ def test_failed_run_without_metrics_still_renders(shell: InteractiveShell) -> No
 def test_kernel_side_does_not_import_jax() -> None:
     code = "import sys, jaxnb._widgets.dashboard; assert 'jax' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_smoothing_is_a_debiased_moving_average() -> None:
+    from jaxnb._widgets.plots import smooth
+
+    y = np.array([1.0, 1.0, 1.0, 5.0])
+    assert smooth(y, 0.0) is y
+    assert np.allclose(smooth(y, 0.6)[:3], 1.0)  # debiased: no pull towards 0 at the start
+    assert 1.0 < smooth(y, 0.6)[3] < 5.0
+
+
+def test_controls_redraw_with_smoothing_and_log_scale() -> None:
+    dash = Dashboard("controls", 1)
+    dash.add(next(batches(400, processes=1, size=400)))
+    dash.refresh(force=True)
+    before = plot_html(dash)
+    assert "loss (log)" not in before and before.count("<polyline") == 3
+    (scale,) = find(dash.widget, w.ToggleButtons)
+    scale.value = "log"
+    assert "loss (log)" in plot_html(dash)
+    (slider,) = find(dash.widget, w.FloatSlider)
+    slider.value = 0.9
+    after = plot_html(dash)
+    assert after.count("<polyline") == 6  # each raw curve drawn faintly under its smoothed one
+    assert "plotted: 400 reports, steps 1–400" in dash._history.value
+
+
+def test_plot_is_drawn_by_the_page_at_its_own_size() -> None:
+    from jaxnb._widgets.svg_plot import HEIGHT, WIDTH
+
+    dash = Dashboard("sharp", 1)
+    dash.add(next(batches(50, processes=1)))
+    dash.refresh(force=True)
+    svg = plot_html(dash)
+    assert f"width='{WIDTH}' height='{HEIGHT}'" in svg and "<circle" in svg  # few points: markers
+    assert not find(dash.widget, w.Image)  # no bitmap to stretch or blur
+
+
+def test_finish_keeps_the_live_plot_and_table(shell: InteractiveShell) -> None:
+    dash = Dashboard("kept", 2, on_stop=lambda: None)
+    with capture_output():
+        dash.show()
+    for batch in batches(100):
+        dash.add(batch)
+    with capture_output() as cap:
+        dash.finish("finished", "stopped on request after 100 reports")
+    assert dash._plot.layout.display is None and "<polyline" in plot_html(dash)
+    assert dash._table.layout.display != "none" and dash._table.value.count("<tr>") == 3
+    (update,) = cap.outputs  # the static fallback of the one shown output is updated in place
+    assert "application/vnd.jupyter.widget-view+json" in update.data
+    assert "jaxnb-summary" in update.data["text/html"] and "data:image/png" in update.data["text/html"]
+
+
+def test_svg_panels_log_axis_hover_and_limits() -> None:
+    from jaxnb._widgets.plots import MAX_PANELS, build_panels
+    from jaxnb._widgets.svg_plot import render_svg
+
+    x = np.arange(1.0, 301.0)
+    main = {"loss": (x, 10.0 ** (-x / 50)), "val_loss": (x[::30], 10.0 ** (-x[::30] / 50))}
+    svg = render_svg(build_panels(main, [], set()))
+    assert "loss (log)" in svg  # spans 10^6: the auto scale picks log
+    assert svg.count("<polyline") == 2 and "<title>loss: " in svg and "at step 300</title>" in svg
+    assert ">1e-06<" in svg or ">1e-05<" in svg  # decade ticks
+    linear = render_svg(build_panels(main, [], set(), log=False))
+    assert "(log)" not in linear
+    many = {f"m{i}": (x, x) for i in range(MAX_PANELS + 2)}
+    assert "+2 more metric families" in render_svg(build_panels(many, [], set()))
+    assert "no metrics reported yet" in render_svg([])

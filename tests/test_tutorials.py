@@ -134,7 +134,7 @@ def _engine_pids(nb) -> set[int]:
     for _, out in _outputs(nb):
         page = _html(out)
         if "jaxnb-devices" in page:
-            for row in re.findall(r"<tr><td[^>]*>p\d+</td><td>[^<]*</td><td>(\d+)</td>", page):
+            for row in re.findall(r"<tr><td[^>]*>p\d+</td><td[^>]*>[^<]*</td><td[^>]*>(\d+)</td>", page):
                 pids.add(int(row))
     return pids
 

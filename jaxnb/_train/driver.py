@@ -16,7 +16,7 @@ from jaxnb._errors import ClusterStateError, remote_error
 from jaxnb._messages import BUSY, RESET, RESTART
 from jaxnb._run_folder import check_fresh_run
 from jaxnb._state import Group
-from jaxnb._train import function
+from jaxnb._train import function, handover
 from jaxnb._train.interrupts import InterruptCounter
 from jaxnb._train.monitor import Monitor
 from jaxnb._train.result import Result
@@ -67,6 +67,7 @@ def train(
     any process raises :class:`jaxnb.RemoteError` (its ``.result`` holds the
     history so far).
     """
+    handover.wait_if_stopping(group)  # a run asked to stop may take a moment to end
     if group.busy_with:
         raise ClusterStateError(BUSY.format(name=group.busy_with))
     run = function.run_name(fn, name)
@@ -123,6 +124,7 @@ def _launch(group: Group, result: Result, total: int | None, background: bool) -
         group.busy_with = None
         raise
     following.append(monitor)
+    handover.track(group, monitor)
     result.set_stopper(monitor.request_stop)
     return monitor
 

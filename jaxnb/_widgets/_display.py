@@ -26,11 +26,22 @@ def widget_bundle(widget: Any, html: str, png: bytes | None = None) -> dict[str,
     return bundle
 
 
-def display_widget(widget: Any, html: str, png: bytes | None = None) -> None:
-    """Display ``widget`` with ``html`` (and ``png``) as its static fallback."""
+def display_widget(widget: Any, html: str, png: bytes | None = None, updatable: bool = False) -> Any:
+    """Display ``widget`` with ``html`` (and ``png``) as its static fallback.
+
+    With ``updatable``, returns a ``DisplayHandle`` whose ``update`` replaces the
+    static fallback later (the live widget view stays the same).
+    """
     from IPython.display import display
 
-    display(widget_bundle(widget, html, png), raw=True)
+    return display(widget_bundle(widget, html, png), raw=True, display_id=True if updatable else None)
+
+
+def png_img(png: bytes, width: int | None = None) -> str:
+    """An ``<img>`` holding ``png`` inline, ``width`` CSS pixels wide (static HTML that keeps the plot)."""
+    size = f' width="{width}"' if width else ""
+    return f'<img src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}"{size}>'
+
 
 
 def html_to_text(html: str) -> str:

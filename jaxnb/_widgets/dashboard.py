@@ -12,19 +12,26 @@ from typing import Any
 import ipywidgets as w
 from IPython.display import HTML, Image, display
 
-from ._display import display_widget
-from .plots import MetricsFigure
+from ._display import display_widget, png_img, widget_bundle
+from .plots import Curves, MetricsFigure, build_panels
 from .run_stats import ProcessReports, process_stats
 from .run_text import duration_text, mean_rates_text, process_table, rate_text, steps_text, summary_table
+from .svg_plot import MAX_POINTS as SVG_POINTS
+from .svg_plot import render_svg
 
 STEP_NAMES = ("step", "epoch", "iteration")  # the x axis; not plotted as curves
 TERMINAL = ("finished", "failed", "interrupted")
 _STYLE = {"running": ("#1f77b4", ""), "stopping": ("#e67e00", "warning"),
           "finished": ("#2ca02c", "success"), "failed": ("#d62728", "danger"),
           "interrupted": ("#e67e00", "warning")}  # status -> (colour, progress bar style)
-_MIN_INTERVAL_S = 0.25
+MIN_INTERVAL_S = 0.1
 _PLOT_SHARE = 20  # redraw the plot at most every 20x the time one drawing takes
 _MAX_FAINT = 7  # processes after the first drawn faintly in the plot
+
+
+def history_text(lead: ProcessReports) -> str:
+    """What the plot holds: ``process 0: 120 reports, steps 1–120``."""
+    return f"plotted: {lead.count} reports, steps {lead.first[1]}–{lead.step}"
 
 
 class Dashboard:
@@ -45,19 +52,33 @@ class Dashboard:
         self._lock, self._render_lock = threading.RLock(), threading.Lock()
         self._figure = MetricsFigure()
         self._start, self._end, self._end_wall = time.monotonic(), 0.0, 0.0
-        self._last_refresh, self._last_plot = -math.inf, -math.inf
-        self._plot_interval = _MIN_INTERVAL_S
-        self._dirty, self._png, self._shown = True, b"", False
+        self._last_refresh = -math.inf
+        self._plot_interval = MIN_INTERVAL_S
+        self._dirty, self._drawn, self._handle = True, False, None
         self._title, self._speed, self._table, self._ckpt = w.HTML(), w.HTML(), w.HTML(), w.HTML()
+        self._history = w.HTML()
         self._bar = w.IntProgress(min=0, max=1, layout=w.Layout(width="40%"))
-        self._image = w.Image(format="png", layout=w.Layout(display="none", max_width="100%"))
+        self._plot = w.HTML(layout=w.Layout(display="none"))  # inline SVG: the page draws it
+        self._smoothing = w.FloatSlider(value=0.0, min=0.0, max=0.99, step=0.01, description="smoothing",
+                                        readout_format=".2f", continuous_update=False,
+                                        layout=w.Layout(width="300px"))
+        self._scale = w.ToggleButtons(options=["auto", "linear", "log"], value="auto",
+                                      description="y scale", tooltips=[
+                                          "log for loss-like metrics spanning 1000x, else linear",
+                                          "linear y axis", "log y axis"],
+                                      style={"button_width": "64px", "description_width": "auto"})
+        for control in (self._smoothing, self._scale):
+            control.observe(self._replot, names="value")
         self._stop = w.Button(description="Stop", icon="stop", button_style="danger",
                               tooltip="Ask every process to stop at the same step")
         self._stop.on_click(self._clicked)
         if on_stop is None:
             self._stop.disabled, self._stop.layout.display = True, "none"
         self._box = w.VBox([w.HBox([self._title, self._stop]), w.HBox([self._bar, self._speed]),
-                            self._image, self._table, self._ckpt])
+                            w.HBox([self._smoothing, self._scale]), self._plot, self._history,
+                            self._table,
+                            self._ckpt])
+        self._box.add_class("jaxnb-dashboard")
         self._update()
 
     @property
@@ -83,23 +104,21 @@ class Dashboard:
             self._dirty = self._dirty or bool(records)
 
     def refresh(self, force: bool = False) -> bool:
-        """Update, at most a few times a second unless ``force``; True if it updated.
+        """Update text, table and plot, at most a few times a second unless ``force``; True if it did.
 
-        Progress, rates and status update every time; the plot is redrawn less
-        often when drawing it is slow, so that it takes at most 1/_PLOT_SHARE
-        of one core (on a small machine that core is the training's).
+        Updating takes at most 1/_PLOT_SHARE of one core (on a small machine
+        that core is the training's): after each update, the next waits 20x
+        the CPU time this one took (this thread's CPU time, not wall time: on a
+        busy machine, waiting for a core is not work).
         """
-        start = time.monotonic()
-        if not force and start - self._last_refresh < _MIN_INTERVAL_S:
+        start, cpu = time.monotonic(), time.thread_time()
+        if not force and start - self._last_refresh < self._plot_interval:
             return False
         self._last_refresh = start
         self._update()
-        due = force or start - self._last_plot >= self._plot_interval
-        if (self._dirty or not self._png) and due:
-            self._last_plot = start
-            self._image.value = self._render()
-            self._image.layout.display = None
-            self._plot_interval = max(_MIN_INTERVAL_S, _PLOT_SHARE * (time.monotonic() - start))
+        if self._dirty or not self._drawn:
+            self._show_plot(self._render_svg())
+        self._plot_interval = max(MIN_INTERVAL_S, _PLOT_SHARE * (time.thread_time() - cpu))
         return True
 
     def set_status(self, status: str, message: str = "") -> None:
@@ -119,8 +138,11 @@ class Dashboard:
         self._update()
 
     def final_png(self) -> bytes:
-        """PNG bytes of the metric curves as they are now."""
-        return self._render() if self._dirty or not self._png else self._png
+        """PNG bytes of the metric curves as they are now (matplotlib; for static viewers)."""
+        main, others, message = self._curves()
+        with self._render_lock:
+            return self._figure.render(main, others, skip=STEP_NAMES, message=message,
+                                       smoothing=self._smoothing.value, log=self._log())
 
     def process_stats(self) -> list[dict[str, Any]]:
         """Per process: last step, steps/s (recent and mean), last report age, flag."""
@@ -142,19 +164,26 @@ class Dashboard:
 
     def show(self) -> None:
         """Display the live dashboard (with a one-line static fallback)."""
-        display_widget(self.widget, f"<p>jaxnb run <code>{html.escape(self.run_name)}</code>: "
-                       "live dashboard; the final plot and summary follow when it ends.</p>")
-        self._shown = True
+        self._handle = display_widget(
+            self.widget, f"<p>jaxnb run <code>{html.escape(self.run_name)}</code>: "
+            "live dashboard; the final plot and summary replace this line when it ends.</p>",
+            updatable=True)
 
     def finish(self, status: str = "finished", message: str = "") -> None:
-        """Set the final status, redraw, and display the plot (PNG) and summary (HTML)."""
+        """Set the final status and redraw; the live view keeps its plot and per-process table.
+
+        A shown dashboard's static fallback (what papermill, nbconvert and GitHub
+        show) becomes the summary table and the plot; an unshown one displays them.
+        """
         self.set_status(status, message)
         self.refresh(force=True)
-        if self._shown:  # the static copy below replaces the live plot and table
-            for part in (self._image, self._table, self._ckpt):
-                part.layout.display = "none"
-        display(HTML(self.summary_html()))
-        display(Image(data=self.final_png(), format="png"))
+        png, summary = self.final_png(), self.summary_html()
+        if self._handle is not None:
+            static = summary + png_img(png, self._figure.css_size[0])
+            self._handle.update(widget_bundle(self.widget, static, png), raw=True)
+        else:
+            display(HTML(summary))
+            display(Image(data=png, format="png", width=self._figure.css_size[0]))
 
     def _clicked(self, _button: w.Button) -> None:
         if self._on_stop is None or self.status != "running":
@@ -166,21 +195,38 @@ class Dashboard:
             self.set_status("running", f"stop failed: {exc}")
             raise
 
+    def _replot(self, _change: Any = None) -> None:
+        """Redraw now with the chosen smoothing and y scale (a control changed)."""
+        self._show_plot(self._render_svg())
+
+    def _show_plot(self, svg: str) -> None:
+        self._plot.value = svg
+        self._plot.layout.display = None
+        self._drawn = True
+
     def _lead(self) -> ProcessReports | None:
         """Process 0 (whose history is the Result's), else the first one that reported."""
         with self._lock:
             return self._procs[min(self._procs)] if self._procs else None
 
-    def _render(self) -> bytes:
-        with self._render_lock:
-            with self._lock:
-                self._dirty = False
-                procs = [self._procs[i] for i in sorted(self._procs)]
-                main = procs[0].curves() if procs else {}
-                others = [p.curves() for p in procs[1 : 1 + _MAX_FAINT]]
-            empty = "no metrics were reported" if self.status in TERMINAL and not main else ""
-            self._png = self._figure.render(main, others, skip=STEP_NAMES, message=empty)
-            return self._png
+    def _curves(self, drawing: bool = False) -> tuple[Curves, list[Curves], str]:
+        """Process 0's curves, the other processes' (drawn faintly), and a note when there are none."""
+        with self._lock:
+            self._dirty = self._dirty and not drawing
+            procs = [self._procs[i] for i in sorted(self._procs)]
+            main = procs[0].curves() if procs else {}
+            others = [p.curves() for p in procs[1 : 1 + _MAX_FAINT]]
+        empty = "no metrics were reported" if self.status in TERMINAL and not main else ""
+        return main, others, empty
+
+    def _log(self) -> bool | None:
+        return {"auto": None, "linear": False, "log": True}[self._scale.value]
+
+    def _render_svg(self) -> str:
+        main, others, message = self._curves(drawing=True)
+        panels = build_panels(main, others, set(STEP_NAMES), self._smoothing.value, self._log(),
+                              max_points=SVG_POINTS)
+        return render_svg(panels, message)
 
     def _steps_text(self, lead: ProcessReports | None) -> str:
         return steps_text(lead.step if lead else 0, self.total_steps)
@@ -199,5 +245,7 @@ class Dashboard:
             parts.append(f"ETA {duration_text(max(total - step, 0) / rate)}")
         self._speed.value = " · ".join(parts)
         self._table.value = process_table(self.process_stats())
+        self._history.value = ("<small class='jaxnb-history'>" + history_text(lead) + "</small>"
+                               if lead else "")
         self._ckpt.value = f"last checkpoint: <code>{html.escape(self.checkpoint or '—')}</code>"
 

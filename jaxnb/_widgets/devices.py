@@ -9,6 +9,10 @@ from typing import Any
 from jaxnb._widgets._display import display_widget
 from jaxnb._widgets.palette import process_colour
 
+_CELL = "padding:3px 12px;border-bottom:1px solid #e0e0e0;white-space:nowrap"
+_HEAD = ("process", "host", "pid", "platform", "local devices", "device ids (kind)", "state")
+_ALIGN = ("left", "right", "left", "right", "left", "left")  # numbers right-aligned
+
 
 def devices_html(processes: Sequence[Any], title: str = "jaxnb cluster") -> str:
     """Static HTML table of the processes (works in any notebook viewer)."""
@@ -17,13 +21,13 @@ def devices_html(processes: Sequence[Any], title: str = "jaxnb cluster") -> str:
     for p in processes:
         devices = ", ".join(f"{d['id']} ({d['kind']})" for d in p.local_devices) or "not initialised"
         colour = process_colour(p.process_index)
+        cells = [html.escape(p.host), str(p.pid), html.escape(str(p.platform or "-")),
+                 str(len(p.local_devices)), html.escape(devices), html.escape(p.state)]
         rows.append(
-            "<tr>"
-            f'<td style="background:{colour};color:black;padding:2px 6px">p{p.process_index}</td>'
-            f"<td>{html.escape(p.host)}</td><td>{p.pid}</td>"
-            f"<td>{html.escape(str(p.platform or '-'))}</td>"
-            f"<td>{len(p.local_devices)}</td><td>{html.escape(devices)}</td>"
-            f"<td>{html.escape(p.state)}</td></tr>"
+            f'<tr><td style="{_CELL};background:{colour};color:black">p{p.process_index}</td>'
+            + "".join(f'<td style="{_CELL};text-align:{a}">{c}</td>'
+                      for c, a in zip(cells, _ALIGN, strict=True))
+            + "</tr>"
         )
     summary = (
         f"{len(processes)} processes, {total} global devices"
@@ -32,9 +36,10 @@ def devices_html(processes: Sequence[Any], title: str = "jaxnb cluster") -> str:
     )
     return (
         f'<div class="jaxnb-devices"><b>{html.escape(title)}</b>: {summary}'
-        '<table style="border-collapse:collapse;text-align:left">'
-        "<tr><th>process</th><th>host</th><th>pid</th><th>platform</th>"
-        "<th>local devices</th><th>device ids (kind)</th><th>state</th></tr>"
+        '<table style="border-collapse:collapse;text-align:left;margin:4px 0;'
+        'font-variant-numeric:tabular-nums">'
+        "<tr>" + "".join(f'<th style="{_CELL};text-align:{a}">{h}</th>'
+                         for h, a in zip(_HEAD, ("left", *_ALIGN), strict=True)) + "</tr>"
         + "".join(rows)
         + "</table></div>"
     )

@@ -25,6 +25,7 @@ _SUFFIX = re.compile(rf"^(?P<base>.+?)[_\-/. ]+(?P<split>{_SPLIT})$", re.IGNOREC
 _LOG_HINTS = ("loss", "error", "perplexity", "ppl", "mse", "nll")
 MAX_POINTS = 2000
 MAX_PANELS = 16
+SCALE = 2  # pixels per CSS pixel: sharp on HiDPI screens, downscaled cleanly on others
 
 
 def split_name(name: str) -> tuple[str, str]:
@@ -67,6 +68,25 @@ def downsample(
     return np.repeat(xm, 2), np.column_stack([lo, hi]).ravel()
 
 
+def smooth(y: np.ndarray, weight: float) -> np.ndarray:
+    """TensorBoard's smoothing: a debiased exponential moving average (``weight`` in [0, 1))."""
+    if weight <= 0 or len(y) < 2:
+        return y
+    out = np.empty(len(y))
+    acc, debias = 0.0, 1.0
+    for i, v in enumerate(y.tolist()):  # 2000 points at most: a Python loop is ~0.3 ms
+        if math.isfinite(v):
+            acc = weight * acc + (1 - weight) * v
+            debias *= weight
+        out[i] = acc / (1 - debias) if debias < 1 else v
+    return out
+
+
+def last_text(value: float) -> str:
+    """A metric's last value, short: ``0.0123``, ``1.23e+04``."""
+    return f"{value:.4g}"
+
+
 def _use_log(name: str, values: Sequence[np.ndarray]) -> bool:
     if not any(hint in name.lower() for hint in _LOG_HINTS):
         return False
@@ -92,10 +112,16 @@ class MetricsFigure:
     """
 
     def __init__(self, panel_size: tuple[float, float] = (4.0, 2.6), dpi: int = 80) -> None:
-        self._fig = Figure(dpi=dpi)
+        self._fig = Figure(dpi=dpi * SCALE)
         FigureCanvasAgg(self._fig)
-        self._panel = panel_size
+        self._panel, self._dpi = panel_size, dpi
         self._key: Hashable = None
+
+    @property
+    def css_size(self) -> tuple[int, int]:
+        """The last PNG's size in CSS pixels (its pixel size / ``SCALE``): show it at this size."""
+        width, height = self._fig.get_size_inches()
+        return round(width * self._dpi), round(height * self._dpi)
 
     def render(
         self,
@@ -103,9 +129,17 @@ class MetricsFigure:
         others: Sequence[Curves] = (),
         skip: Iterable[str] = (),
         message: str = "",
+        smoothing: float = 0.0,
+        log: bool | None = None,
     ) -> bytes:
-        """PNG of ``main``'s curves (``others`` faintly), one panel per family."""
-        panels = _panels(main, others, set(skip))
+        """PNG of ``main``'s curves (``others`` faintly), one panel per family.
+
+        ``smoothing`` (0 to 0.99) draws an exponential moving average over the
+        raw curve (drawn faintly); ``log`` forces a log y axis on (True) or off
+        (False); None picks it for loss-like metrics spanning 1000x. Legends
+        give each curve's last value.
+        """
+        panels = build_panels(main, others, set(skip), smoothing, log)
         key = (message, [(p.family, p.log, [s[:3] for s in p.series]) for p in panels])
         if key != self._key:
             self._build(panels, message)
@@ -116,11 +150,17 @@ class MetricsFigure:
                     line.set_data(series.x, series.y)
                 ax.relim()
                 ax.autoscale_view()
+        for ax, panel in zip(self._fig.axes, panels, strict=False):
+            legend = ax.get_legend()
+            labelled = [s for s in panel.series if s.label is not None]
+            if legend is not None:
+                for text, series in zip(legend.get_texts(), labelled, strict=False):
+                    text.set_text(f"{series.label}  {last_text(series.last)}")
         buf = io.BytesIO()
         self._fig.savefig(buf, format="png")
         return buf.getvalue()
 
-    def _build(self, panels: list[_Panel], message: str) -> None:
+    def _build(self, panels: list[Panel], message: str) -> None:
         fig = self._fig
         fig.clear()
         shown = panels[:MAX_PANELS]
@@ -141,7 +181,7 @@ class MetricsFigure:
             for s in panel.series:
                 faint = s.label is None
                 ax.plot(s.x, s.y, color=s.color, alpha=0.25 if faint else 1.0,
-                        linewidth=0.8 if faint else 1.2, marker="o" if s.marker else None,
+                        linewidth=0.8 if faint else 1.4, marker="o" if s.marker else None,
                         markersize=3, label=s.label)
             if panel.log:
                 ax.set_yscale("log")
@@ -149,26 +189,32 @@ class MetricsFigure:
             ax.set_xlabel("step", fontsize=8)
             ax.tick_params(labelsize=8)
             ax.grid(True, alpha=0.3)
-            if sum(s.label is not None for s in panel.series) > 1:
-                ax.legend(fontsize=8, frameon=False)
+            ax.legend(fontsize=8, frameon=False, handlelength=1.2)
 
 
-class _Series(NamedTuple):
+class Series(NamedTuple):
     label: str | None  # None: another process's faint copy
     color: str
     marker: bool
     x: np.ndarray
     y: np.ndarray
+    last: float = math.nan  # the raw last value (labelled series only)
 
 
-class _Panel(NamedTuple):
+class Panel(NamedTuple):
     family: str
     log: bool
-    series: list[_Series]
+    series: list[Series]
 
 
-def _panels(main: Curves, others: Sequence[Curves], skip: set[str]) -> list[_Panel]:
-    """What to draw: one panel per family, each other process's copy before process 0's."""
+def build_panels(
+    main: Curves, others: Sequence[Curves], skip: set[str], smoothing: float = 0.0,
+    log: bool | None = None, max_points: int = MAX_POINTS,
+) -> list[Panel]:
+    """What to draw: one panel per family, each other process's copy before process 0's.
+
+    With smoothing, process 0's raw curve is drawn faintly under its smoothed one.
+    """
     panels = []
     for fam, names in group_families(n for n in main if n not in skip).items():
         series = []
@@ -176,8 +222,19 @@ def _panels(main: Curves, others: Sequence[Curves], skip: set[str]) -> list[_Pan
             color = f"C{j % 10}"
             for extra in others:
                 if name in extra:
-                    series.append(_Series(None, color, False, *downsample(*extra[name])))
+                    series.append(Series(None, color, False, *downsample(*extra[name], max_points)))
             x, y = main[name]
-            series.append(_Series(name, color, len(x) <= 50, *downsample(x, y)))
-        panels.append(_Panel(fam, _use_log(fam, [main[n][1] for n in names]), series))
+            xs, ys = downsample(x, y, max_points)
+            last = float(y[-1]) if len(y) else math.nan
+            if smoothing > 0 and len(x) > 1:
+                series.append(Series(None, color, False, xs, ys))
+                ys = smooth(ys, smoothing)
+            series.append(Series(name, color, len(x) <= 50, xs, ys, last))
+        use_log = _use_log(fam, [main[n][1] for n in names]) if log is None else log
+        panels.append(Panel(fam, use_log and _positive(main, names), series))
     return panels
+
+
+def _positive(main: Curves, names: Sequence[str]) -> bool:
+    """A log axis only makes sense when some values are positive."""
+    return any(np.any(np.asarray(main[n][1]) > 0) for n in names)

@@ -6,8 +6,10 @@ import html
 from typing import Any
 
 MAX_ROWS = 16  # the process table shows at most this many processes (the stragglers)
-TABLE = "<table style='border-collapse:collapse;font-size:12px'>{}</table>"
-CELL = "<{t} style='padding:1px 10px;text-align:{a}'>{v}</{t}>"
+TABLE = ("<table style='border-collapse:collapse;font-size:12px;margin:4px 0;"
+         "font-variant-numeric:tabular-nums'>{}</table>")
+CELL = ("<{t} style='padding:3px 12px;text-align:{a};border-bottom:1px solid #e0e0e0;"
+        "white-space:nowrap'>{v}</{t}>")
 
 
 def process_table(rows: list[dict[str, Any]]) -> str:
