@@ -6,10 +6,13 @@ import contextlib
 import re
 import signal
 import time
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import psutil
 
+from jaxnb import _cause
+from jaxnb._errors import ProcessFailure
 from jaxnb._outputs import label, labels
 from jaxnb._signals import signal_processes
 
@@ -127,6 +130,18 @@ def describe_dead(cluster: JaxCluster, dead: dict[int, str], cell_code: str = ""
         if crash:
             parts.append("  its main thread when it crashed:\n" + crash)
     return "\n".join(parts)
+
+
+def death_failure(
+    cluster: JaxCluster, dead: dict[int, str], errors: dict[int, Any], code: str = "",
+    notes: Iterable[str] = (),
+) -> ProcessFailure:
+    """The error for ``dead`` processes: the first deaths, then what followed (``errors``)."""
+    logs = {p: "\n".join(stderr_tail(cluster, p)) for p in dead}
+    return _cause.death_failure(
+        dead, errors, logs, lambda d: describe_dead(cluster, d, code),
+        lambda d: one_line(cluster, d), notes,
+    )
 
 
 def one_line(cluster: JaxCluster, dead: dict[int, str]) -> str:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import ipyparallel as ipp
 
-from jaxnb import _health, _launch
+from jaxnb import _health, _launch, _launchers
 from jaxnb._engine import process as engine_process
 from jaxnb._errors import StartError
 
@@ -42,6 +42,7 @@ def start_engines(cluster: JaxCluster) -> None:
         if controller is not None:
             env["JAXNB_CONTROLLER_PID"] = str(controller.pid)
     ipp_cluster.start_engines_sync(environment=env)
+    engine_launchers(ipp_cluster)  # seen now: in a kernel ipyparallel forgets an exited one
     cluster._client = client = ipp_cluster.connect_client_sync()
     deadline = time.monotonic() + options.init_timeout
     while len(client.ids) < n:
@@ -178,13 +179,8 @@ def raise_if_engines_exited(ipp_cluster: ipp.Cluster | None) -> None:
 
 
 def engine_launchers(ipp_cluster: ipp.Cluster | None) -> list[Any]:
-    """ipyparallel's launcher of every engine (one per engine for local engine sets)."""
-    if ipp_cluster is None:
-        return []
-    found = []
-    for engine_set in ipp_cluster.engines.values():
-        found.extend(getattr(engine_set, "launchers", {}).values())
-    return found
+    """ipyparallel's launcher of every engine started, including those that exited."""
+    return _launchers.engine_launchers(ipp_cluster)
 
 
 def key_files(ipp_cluster: ipp.Cluster) -> list[str]:

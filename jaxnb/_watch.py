@@ -56,7 +56,8 @@ class CellWatch:
             self._next_liveness = now + LIVENESS_PERIOD_SECONDS
             dead = _health.dead_processes(self.cluster)
             if dead:
-                self._fail_dead(dead, [p for p in by_process if p not in done and p not in dead])
+                running = [p for p in by_process if p not in done and p not in dead]
+                self._fail_dead(dead, running, by_process)
         running = [p for p in by_process if p not in done]
         if done and running:
             if self.first_done is None:
@@ -78,24 +79,24 @@ class CellWatch:
 
     # ---- the three failures ----------------------------------------------------------
 
-    def _fail_dead(self, dead: dict[int, str], running: list[int]) -> None:
+    def _fail_dead(self, dead: dict[int, str], running: list[int], by_process: dict) -> None:
         stacks = _stacks.collect(self.cluster, running, self.code) if running else ""
-        details = _health.describe_dead(self.cluster, dead, self.code)
         survivors = _health.stop_survivors(self.cluster, dead)
         self.cluster.suspect = "a process died"
-        notes = [details]
-        if stacks:
-            notes.append("Where the other processes were:\n" + stacks)
+        notes = ["Where the other processes were:\n" + stacks if stacks else ""]
         if survivors:
             notes.append(
                 f"jaxnb stopped {labels(survivors)}: without {labels(list(dead))} they could "
                 "only wait for JAX's heartbeat timeout."
             )
-        summary = (
-            f"{_health.one_line(self.cluster, dead)}; the jax.distributed group is broken: "
-            "run `%jax_cluster restart`"
-        )
-        raise ProcessFailure(summary, sorted(dead), notes)
+        errors = {p: md["error"] for p, md in by_process.items() if md.get("error") is not None}
+        raise _health.death_failure(self.cluster, dead, errors, self.code, notes)
+
+    def check_dead(self, by_process: dict[int, dict]) -> None:
+        """After the cell: raise if a process died, whatever the others returned."""
+        dead = _health.dead_processes(self.cluster)
+        if dead:
+            self._fail_dead(dead, [], by_process)
 
     def _look_for_divergence(self, done: set[int], running: list[int], by_process: dict) -> None:
         dumps = _stacks.read(self.cluster, _stacks.request(self.cluster, running))

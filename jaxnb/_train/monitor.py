@@ -9,7 +9,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from jaxnb._errors import ProcessFailure, RemoteError
+from jaxnb._errors import RemoteError
 from jaxnb._outputs import StreamMerger, label, labels
 from jaxnb._signals import signal_processes
 from jaxnb._train.receive import Receiver
@@ -92,6 +92,7 @@ class Monitor:
         self.ar.wait(POLL_SECONDS)
         self.drain()
         if self.ar.ready():
+            self._check_dead()  # a death is the error, whatever the others returned
             return True
         self._check()
         return self.gave_up is not None
@@ -154,13 +155,7 @@ class Monitor:
         now = time.monotonic()
         if now >= self._next_liveness:
             self._next_liveness = now + LIVENESS_SECONDS
-            from jaxnb import _health
-
-            dead = _health.dead_processes(self.cluster)
-            if dead:
-                self.cluster.suspect = "a process died"
-                message = _health.describe_dead(self.cluster, dead)
-                self.gave_up = ProcessFailure(message, sorted(dead), [])
+            if self._check_dead():
                 return
         if self._first_error_at is None:
             if self.errors():
@@ -168,6 +163,15 @@ class Monitor:
                 self._signal(signal.SIGUSR2)  # the others may stop cleanly at should_stop()
         elif now - self._first_error_at > FAILURE_GRACE_SECONDS:
             self.gave_up = self._stuck()
+
+    def _check_dead(self) -> bool:
+        """Give up with the death as the error if a process died; whether one did."""
+        from jaxnb import _health
+        dead = _health.dead_processes(self.cluster)
+        if dead:
+            self.cluster.suspect = "a process died"
+            self.gave_up = _health.death_failure(self.cluster, dead, self.errors())
+        return bool(dead)
 
     def _stuck(self) -> RemoteError:
         from jaxnb._spmd import remote_error
