@@ -47,6 +47,8 @@ class Output:
     error: dict[str, Any] | None = None  # ename, evalue, traceback (list of str)
     status: str = ""  # the execute_reply's status: ok, error, aborted
     seconds: float = 0.0  # from sending the request to the kernel going idle
+    error_at: float | None = None  # when the error message arrived (time.monotonic())
+    idle_at: float | None = None  # when the kernel went idle again (time.monotonic())
     messages: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     @property
@@ -140,8 +142,9 @@ class Kernel:
             elif kind == "execute_result":
                 out.result = content
             elif kind == "error":
-                out.error = content
+                out.error, out.error_at = content, time.monotonic()
             elif kind == "status" and content["execution_state"] == "idle":
+                out.idle_at = time.monotonic()
                 break
             if until is not None and until in out.stdout + out.stderr:
                 self._partial[msg_id] = out
