@@ -42,6 +42,18 @@ def dies_mid_run(config):
         if rank == config["victim"] and step == config["at"]:
             os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(config.get("pause", 0))
+
+def stops_when_asked(config):
+    import time
+    import jax.numpy as jnp
+    from jax.experimental import multihost_utils
+    import jaxnb
+    for step in range(1, 100_000):
+        multihost_utils.process_allgather(jnp.ones(1))
+        jaxnb.report({"step": step})
+        if jaxnb.should_stop():
+            return
+        time.sleep(0.02)
 """
 #: What every failure message ends with: something the user can run.
 WHAT_TO_DO = re.compile(r"(run|use) `%jax_cluster (restart|reset|status)`\)?\.?$")
@@ -127,6 +139,7 @@ def test_a_process_that_kills_itself_is_named_first(kernel, victim):
     assert other == -1 or cause < other, text
     assert "last lines of its stderr" in text
     assert kernel.value("_M.cluster.suspect") == "a process died"
+    assert victim in kernel.value("sorted(_health.dead_processes(_M.cluster))")
     restart(kernel)  # what the message says to do
     assert totals(kernel) == [EXPECTED, EXPECTED]
 
@@ -241,6 +254,21 @@ def test_interrupt_trials_through_the_kernel_manager(kernel):
         kernel.ok("%%jax_cluster --timeout 60\nmesh = make_mesh()")
         assert totals(kernel) == [EXPECTED, EXPECTED], f"trial {trial}"
     assert wrong == []
+
+
+def test_the_stop_button_stops_a_training_run_at_the_same_step(kernel, tmp_path):
+    healthy(kernel)
+    msg_id = kernel.send(f"%jax_train stops_when_asked --storage {tmp_path} -o run")
+    time.sleep(4.0)  # the run is under way (starting it takes about a second)
+    kernel.interrupt()
+    out = kernel.collect(msg_id, timeout=60)
+    assert out.error is None, out.shown
+    assert "jaxnb: stopping run 'stops_when_asked'" in out.stdout, out.shown
+    assert kernel.value("run.stopped and run.error is None")
+    steps = kernel.value("[h['step'] for h in run.history]")
+    assert steps == list(range(1, len(steps) + 1)) and steps
+    assert kernel.value("_M.cluster.suspect") is None
+    assert totals(kernel) == [EXPECTED, EXPECTED]
 
 
 # ---- restart from each state, and a killed kernel -------------------------------------
