@@ -94,7 +94,9 @@ class Kernel:
         self.client = self.manager.blocking_client()
         self.client.start_channels()
         self.client.wait_for_ready(timeout=60)
-        self.family: set[int] = set()  # every process seen below the kernel
+        # Every process seen below the kernel, by pid; a psutil.Process knows when its pid was
+        # reused (pids wrap around quickly on a busy machine), so no stranger is ever killed.
+        self.family: dict[int, psutil.Process] = {}
         self._partial: dict[str, Output] = {}  # outputs of cells still running
         self._started: dict[str, float] = {}
 
@@ -187,22 +189,16 @@ class Kernel:
 
     def note_family(self) -> None:
         """Remember every process below the kernel (to check they are gone later)."""
-        self.family.update(p.pid for p in self.descendants())
+        for proc in self.descendants():
+            self.family.setdefault(proc.pid, proc)
 
     def left_running(self, wait: float = 10.0) -> list[str]:
         """Processes seen below the kernel that still run after ``wait`` seconds."""
         deadline = time.monotonic() + wait
         while True:
-            left = []
-            for pid in self.family:
-                try:
-                    proc = psutil.Process(pid)
-                    if proc.status() != psutil.STATUS_ZOMBIE:
-                        left.append(f"{pid} {' '.join(proc.cmdline())[:120]}")
-                except psutil.Error:
-                    pass
+            left = [proc for proc in self.family.values() if _running(proc)]
             if not left or time.monotonic() > deadline:
-                return left
+                return [f"{proc.pid} {_command(proc)}" for proc in left]
             time.sleep(0.1)
 
     def kill(self) -> None:
@@ -217,15 +213,18 @@ class Kernel:
             self.client.stop_channels()
         finally:
             try:
-                if self.manager.is_alive():
-                    self.manager.shutdown_kernel(now=False)
+                # A dead kernel too: shutting it down closes the manager's control socket,
+                # without which ZeroMQ's clean-up blocks this process's exit for ever.
+                self.manager.shutdown_kernel(now=not self.manager.is_alive())
             finally:
                 if self.manager.is_alive():
                     self.manager.shutdown_kernel(now=True)
+                self.manager.cleanup_resources()
         left = self.left_running()
-        for line in left:  # never leave them running, even when the test fails
-            with contextlib.suppress(psutil.Error):
-                psutil.Process(int(line.split()[0])).kill()
+        for proc in self.family.values():  # never leave them running, even when a test fails
+            if _running(proc):
+                with contextlib.suppress(psutil.Error):
+                    proc.kill()  # psutil refuses if the pid now belongs to another process
         self._tmp.cleanup()
         return left
 
@@ -235,3 +234,18 @@ class Kernel:
     def __exit__(self, *exc: object) -> None:
         left = self.shutdown()
         assert not left, f"processes left running after the kernel stopped: {left}"
+
+
+def _running(proc: psutil.Process) -> bool:
+    """True while ``proc`` (this very process, not a later one with its pid) runs."""
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _command(proc: psutil.Process) -> str:
+    try:
+        return " ".join(proc.cmdline())[:120]
+    except psutil.Error:
+        return "?"

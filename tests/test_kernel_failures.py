@@ -278,6 +278,7 @@ def test_the_stop_button_stops_a_training_run_at_the_same_step(kernel, tmp_path)
 def test_restart_from_each_state(kernel, state):
     healthy(kernel)
     old = pids(kernel)
+    before = [psutil.Process(pid) for pid in old]  # knows if its pid is reused later
     if state == "wedged":
         kernel.ok("_M.cluster.view.execute('if jax.process_index() == 0:\\n    total(1.0)', "
                   "block=False)")
@@ -285,8 +286,7 @@ def test_restart_from_each_state(kernel, state):
     elif state == "dead":
         os.kill(old[0], signal.SIGKILL)
     restart(kernel)
-    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"
-                   for pid in old)
+    assert not [p for p in before if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert set(old).isdisjoint(pids(kernel))
     assert totals(kernel) == [EXPECTED, EXPECTED]
 
