@@ -15,7 +15,12 @@ One command prints every number (seconds unless noted), each the median of
 - kernel SIGKILL -> every launched process gone (engines busy)
 - start with a busy coordinator port -> StartError
 
-    python bench/failures.py [--repeats 3] [--trials 10]
+Every figure but the last is measured twice in the same run: with jaxnb driven
+from this process, and through a real Jupyter kernel (``jupyter_client``, the
+Stop button's interrupt, the error as the front end receives it); see
+``bench/_kernel_failures.py``.
+
+    python bench/failures.py [--repeats 3] [--trials 10] [--mode both|shell|kernel]
 
 This is a benchmark harness only; it is not part of the jaxnb package.
 """
@@ -43,6 +48,7 @@ from jaxnb._errors import ClusterStateError
 from jaxnb._failures import detect
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fault_cells import ASYNC_LOOP, EXPECTED, SETUP, SYNC_LOOP, VERIFY
 
 
@@ -240,21 +246,9 @@ def busy_port_start() -> float:
     return now() - t
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--trials", type=int, default=10)
-    args = parser.parse_args()
-    rows: list[tuple[str, str]] = []
-
-    def row(name: str, value: float | int | str) -> None:
-        text = f"{value:.2f}" if isinstance(value, float) else str(value)
-        rows.append((name, text))
-        print(f"{name:<48} {text}", flush=True)
-
+def measure_in_process(args: argparse.Namespace, row) -> None:
+    """Every figure with the magics' code driven from this process (no kernel)."""
     med = statistics.median
-    print(f"jaxnb failure benchmark: 2 processes x 1 CPU device, {os.cpu_count()} cores, "
-          f"load {os.getloadavg()[0]:.1f}", flush=True)
     c, start = started()
     row("start (s)", start)
     try:
@@ -285,6 +279,36 @@ def main() -> None:
     row("kernel SIGKILL -> all launched processes gone (s)", gone)
     row("processes left 30 s after kernel SIGKILL", left)
     row("start with a busy coordinator port -> StartError (s)", busy_port_start())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--trials", type=int, default=10)
+    parser.add_argument("--mode", choices=["both", "shell", "kernel"], default="both",
+                        help="in this process (shell), through a real Jupyter kernel, or both")
+    args = parser.parse_args()
+    figures: dict[str, dict[str, str]] = {"shell": {}, "kernel": {}}
+
+    def recorder(mode: str):
+        def row(name: str, value: float | int | str) -> None:
+            text = f"{value:.2f}" if isinstance(value, float) else str(value)
+            figures[mode][name] = text
+            print(f"{mode:<7} {name:<52} {text}", flush=True)
+        return row
+
+    print(f"jaxnb failure benchmark: 2 processes x 1 CPU device, {os.cpu_count()} cores, "
+          f"load {os.getloadavg()[0]:.1f}", flush=True)
+    if args.mode in ("both", "shell"):
+        measure_in_process(args, recorder("shell"))
+    if args.mode in ("both", "kernel"):
+        from _kernel_failures import measure
+
+        measure(args.repeats, args.trials, recorder("kernel"))
+    names = list(dict.fromkeys([*figures["shell"], *figures["kernel"]]))
+    print(f"\n{'figure':<52} {'in-process':>10} {'kernel':>10}")
+    for name in names:
+        print(f"{name:<52} {figures['shell'].get(name, '-'):>10} {figures['kernel'].get(name, '-'):>10}")
 
 
 if __name__ == "__main__":

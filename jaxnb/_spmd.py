@@ -79,8 +79,9 @@ def run_cell(
         if merged:  # what arrived so far, in tidy form, instead of a stale live view
             _feed(out, err, live, by_process, final=True)
         raise
+    watch.check_dead(by_process)  # a death is the error, whatever the others returned
     ar.wait_for_output(timeout=2)
-    outcome = _collect(by_process)
+    outcome = _collect(by_process, futures)
     if merged:
         _feed(out, err, live, by_process, final=True)
         _show_displays(by_process[processes[0]], shown_displays)
@@ -110,14 +111,31 @@ def _feed(
         err.finish()
 
 
-def _collect(by_process: dict[int, dict]) -> CellOutcome:
+def _collect(by_process: dict[int, dict], futures: dict[int, Any]) -> CellOutcome:
+    """Each process's error and value; a reply that never came, or came as
+    ipyparallel's ``EngineError`` (the engine unregistered), is an error too."""
     errors: dict[int, Any] = {}
     results: dict[int, dict | None] = {}
     for p, md in by_process.items():
         if md.get("error") is not None:
             errors[p] = md["error"]
+        else:
+            failed = _failed(futures[p])
+            if failed is not None:
+                errors[p] = failed
         results[p] = md.get("execute_result")
     return CellOutcome(errors=errors, results=results)
+
+
+def _failed(future: Any) -> BaseException | None:
+    """The exception a finished request ended in, or one saying no reply came."""
+    if not future.done():
+        return RuntimeError("no reply arrived from this process; run `%jax_cluster status`")
+    try:
+        value = future.result(timeout=0)  # ipyparallel returns a remote error as the value
+    except BaseException as exc:
+        return exc
+    return value if isinstance(value, BaseException) else None
 
 
 def _show_displays(md: dict, start: int) -> int:

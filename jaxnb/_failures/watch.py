@@ -17,7 +17,7 @@ from typing import Any
 import psutil
 
 from jaxnb._errors import ProcessFailure, traceback_text
-from jaxnb._failures import detect, explain, free, stacks
+from jaxnb._failures import cause, detect, explain, free, stacks
 from jaxnb._messages import RESET, RESTART, first_line, label, labels
 from jaxnb._state import Group
 
@@ -33,22 +33,30 @@ AFTER_CUT = f"the next cell first repairs the group (or {RESET})"
 DISPATCHED = "work already dispatched to XLA is not cancelled"
 
 
-def died(group: Group, dead: dict[int, str], running: list[int], code: str = "") -> ProcessFailure:
-    """The error for a death: who died and how first, then where the others were; the
-    survivors are stopped (without a peer they could only wait for JAX's heartbeat)."""
+def died(
+    group: Group, dead: dict[int, str], running: list[int], code: str = "",
+    errors: dict[int, Any] | None = None,
+) -> ProcessFailure:
+    """The error for a death, the same in a cell and in a training run: who died and how
+    first, then what the others raised as a consequence (``errors``), then where the
+    still-running ones were; those are stopped (without a peer they could only wait
+    for JAX's heartbeat)."""
     where = stacks.collect(group, running, code) if running else ""
-    details = explain.describe_dead(group, dead, code)
     survivors = free.stop_survivors(group, dead)
     group.suspect = "a process died"
-    notes = [details]
-    if where:
-        notes.append("Where the other processes were:\n" + where)
+    notes = ["Where the other processes were:\n" + where if where else ""]
     if survivors:
         notes.append(
             f"jaxnb stopped {labels(survivors)}: without {labels(list(dead))} they could "
             "only wait for JAX's heartbeat timeout."
         )
-    return ProcessFailure(explain.died_summary(group, dead), sorted(dead), notes)
+    logs = {p: "\n".join(explain.stderr_tail(group, p)) for p in dead}
+    return cause.death_failure(
+        dead, errors or {}, logs,
+        lambda d: explain.describe_dead(group, d, code),
+        lambda d: explain.one_line(group, d),
+        notes,
+    )
 
 
 class CellWatch:
@@ -73,7 +81,7 @@ class CellWatch:
             dead = detect.dead_processes(self.group)
             if dead:
                 running = [p for p in by_process if p not in done and p not in dead]
-                raise died(self.group, dead, running, self.code)
+                raise died(self.group, dead, running, self.code, _errors_of(by_process))
         running = [p for p in by_process if p not in done]
         if done and running:
             if self.first_done is None:
@@ -92,6 +100,12 @@ class CellWatch:
                 by_process,
                 dumps,
             )
+
+    def check_dead(self, by_process: dict[int, dict]) -> None:
+        """After the cell: raise if a process died, whatever the others returned."""
+        dead = detect.dead_processes(self.group)
+        if dead:
+            raise died(self.group, dead, [], self.code, _errors_of(by_process))
 
     # ---- divergence and timeouts -------------------------------------------------------
 
@@ -227,6 +241,10 @@ def _release_note(running: list[int], released: free.Released) -> str:
             f"jaxnb cannot free); the next cell waits for it, or {RESTART}."
         )
     return " ".join(parts)
+
+
+def _errors_of(by_process: dict[int, dict]) -> dict[int, Any]:
+    return {p: md["error"] for p, md in by_process.items() if md.get("error") is not None}
 
 
 def _traceback(p: int, error: Any) -> str:

@@ -95,6 +95,7 @@ class Monitor:
         self.ar.wait(POLL_SECONDS)
         self.drain()
         if self.ar.ready():
+            self._check_dead()  # a death is the error, whatever the others returned
             return True
         self._check()
         return self.gave_up is not None
@@ -157,10 +158,7 @@ class Monitor:
         now = time.monotonic()
         if now >= self._next_liveness:
             self._next_liveness = now + LIVENESS_SECONDS
-            dead = detect.dead_processes(self.group)
-            if dead:  # as in a cell: named first, survivors stopped, their stacks shown
-                running = [p for p, f in self.futures.items() if not f.done() and p not in dead]
-                self.gave_up = died(self.group, dead, running)
+            if self._check_dead():
                 return
         if self._first_error_at is None:
             if self.errors():
@@ -168,6 +166,15 @@ class Monitor:
                 self._signal(STOP_SIGNAL)  # the others may stop cleanly at should_stop()
         elif now - self._first_error_at > FAILURE_GRACE_SECONDS:
             self.gave_up = self._stuck()
+
+    def _check_dead(self) -> bool:
+        """Give up with the death as the error if a process died (as in a cell: named
+        first, the others' errors as consequences, survivors stopped); whether one did."""
+        dead = detect.dead_processes(self.group)
+        if dead:
+            running = [p for p, f in self.futures.items() if not f.done() and p not in dead]
+            self.gave_up = died(self.group, dead, running, errors=self.errors())
+        return bool(dead)
 
     def _stuck(self) -> RemoteError:
         running = [p for p, f in self.futures.items() if not f.done()]
