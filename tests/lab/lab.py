@@ -133,12 +133,12 @@ class Lab:
             host.run("ip", "link", "set", "lo", "up")
             host.run("ip", "addr", "add", f"{host.address}/24", "dev", "eth0")
             host.run("ip", "link", "set", "eth0", "up")
-            host.sshd = subprocess.Popen(
-                ["ip", "netns", "exec", host.netns, "unshare", "--uts", "sh", "-c",
-                 f"hostname {host.hostname} && exec {SSHD} -D -e -f {self._sshd_config(host)}"],
-                stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.directory, f"sshd{i}.log"), "w"),
-                start_new_session=True,
-            )
+            with open(os.path.join(self.directory, f"sshd{i}.log"), "w") as log:
+                host.sshd = subprocess.Popen(
+                    ["ip", "netns", "exec", host.netns, "unshare", "--uts", "sh", "-c",
+                     f"hostname {host.hostname} && exec {SSHD} -D -e -f {self._sshd_config(host)}"],
+                    stdout=subprocess.DEVNULL, stderr=log, start_new_session=True,
+                )
         for host in self.hosts:
             self._wait_ssh(host)
 
@@ -156,7 +156,8 @@ class Lab:
             if out.returncode == 0 and out.stdout.strip() == host.hostname:
                 return
             if time.monotonic() > deadline:
-                log = open(os.path.join(self.directory, f"sshd{host.index}.log")).read()
+                with open(os.path.join(self.directory, f"sshd{host.index}.log")) as f:
+                    log = f.read()
                 raise RuntimeError(f"lab host {host.address} did not answer ssh: {out.stderr}{log}")
             time.sleep(0.1)
 
