@@ -34,6 +34,8 @@ class ProcessInfo:
     local_devices: list[dict]
     global_device_count: int | None
     state: str = "idle"
+    #: The address its host is reached on (the interface that routes to the notebook's machine).
+    address: str = ""
 
 
 class JaxCluster:
@@ -51,6 +53,9 @@ class JaxCluster:
         platform: str = "cpu",
         engines: str = "local",
         hosts: list[str] | tuple[str, ...] | None = None,
+        hostfile: str | None = None,
+        python: str | None = None,
+        address: str | None = None,
         init: bool = True,
         timeout: float | None = None,
         init_timeout: float = 60.0,
@@ -58,6 +63,15 @@ class JaxCluster:
         env: dict[str, str] | None = None,
     ) -> None:
         extra = {} if collective_timeout is None else {"collective_timeout": collective_timeout}
+        if hostfile is not None:  # one [user@]host[:count] per line, after any --hosts
+            from jaxnb._hosts import HostError, read_hostfile
+
+            try:
+                hosts = [*(hosts or ()), *(str(e) for e in read_hostfile(hostfile))]
+            except HostError as exc:
+                from jaxnb._options import OptionError
+
+                raise OptionError(str(exc)) from None
         self.options = ClusterOptions(
             n=n,
             devices_per_process=devices_per_process,
@@ -68,6 +82,8 @@ class JaxCluster:
             timeout=timeout,
             init_timeout=init_timeout,
             env=tuple(sorted((env or {}).items())),
+            python=python,
+            address=address,
             **extra,
         )
         self.processes: list[ProcessInfo] = []

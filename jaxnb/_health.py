@@ -33,9 +33,14 @@ def dead_processes(cluster: JaxCluster) -> dict[int, str]:
                 dead[info.process_index] = how
     if not cluster.options.is_local and cluster._client is not None:
         registered = set(cluster._client.ids)
-        for info in cluster.processes:
-            if info.engine_id not in registered:
-                dead.setdefault(info.process_index, "unregistered from the controller")
+        gone = [i.process_index for i in cluster.processes
+                if i.engine_id not in registered and i.process_index not in dead]
+        if gone:
+            from jaxnb import _remote
+
+            explained = _remote.explain_lost(cluster, gone)
+            for p in gone:
+                dead[p] = explained.get(p, "unregistered from the controller")
     return dead
 
 
@@ -67,6 +72,10 @@ def exit_of(process: psutil.Process) -> str | None:
 def engine_log(cluster: JaxCluster, p: int) -> str:
     """What process ``p``'s engine wrote to its log (stderr and stdout), ANSI colours removed."""
     launcher = _launchers_by_pid(cluster).get(cluster.processes[p].pid)
+    if launcher is None and not cluster.options.is_local:
+        from jaxnb import _remote
+
+        return _ANSI.sub("", _remote.log_of(cluster, p))  # read on its host
     return "" if launcher is None else launcher_log(launcher)
 
 

@@ -32,6 +32,10 @@ def stop_all(ipp_cluster: ipp.Cluster, client: ipp.Client | None, local: bool) -
         with contextlib.suppress(Exception):
             client.close()
     engines = [lch.process for lch in engine_launchers(ipp_cluster) if getattr(lch, "process", None)]
+    if not local:
+        from jaxnb import _remote
+
+        _remote.stop(ipp_cluster)  # SIGKILL on every host at once; close the ssh connections
     _kill_all(engines if local else [], ipp_cluster)
     with contextlib.suppress(Exception):
         ipp_cluster.stop_engines_sync()

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import ipyparallel as ipp
 
-from jaxnb import _health, _launch
+from jaxnb import _health, _launch, _remote
 from jaxnb._engine import process as engine_process
 from jaxnb._errors import StartError
 
@@ -34,8 +34,11 @@ def start_engines(cluster: JaxCluster) -> None:
     ipp_cluster = cluster._ipp = _launch.build_cluster(options)
     cleanup = os.pathsep.join([*key_files(ipp_cluster), cluster._stacks_dir])
     watchdog = {"JAXNB_PARENT_PID": str(os.getpid()), "JAXNB_CLEANUP_FILES": cleanup}
-    ipp_cluster.start_controller_sync(controller_cmd=CONTROLLER_CMD, environment=watchdog)
     env = _launch.engine_environment(options, cluster._stacks_dir)
+    hosts_checked = _remote.start_check(ipp_cluster, options, env) if options.hosts else None
+    ipp_cluster.start_controller_sync(controller_cmd=CONTROLLER_CMD, environment=watchdog)
+    if hosts_checked is not None:
+        hosts_checked()  # a StartError naming each host that cannot run an engine
     if options.is_local:
         env.update(watchdog)
         controller = getattr(ipp_cluster.controller, "process", None)
@@ -67,7 +70,7 @@ def join_group(cluster: JaxCluster) -> None:
     engine_ids = list(view.targets)
     n = len(engine_ids)
     coordinator = cluster._coordinator = cluster._coordinator_address(engine_ids[0])
-    bind = coordinator if options.is_local else None
+    bind = coordinator  # process 0's own address, never every interface
     try:
         identities = view.apply_async(engine_process.identity).get(timeout=30)
     except (ipp.error.CompositeError, ipp.error.EngineError, ipp.error.TimeoutError):
@@ -102,6 +105,7 @@ def join_group(cluster: JaxCluster) -> None:
             platform=infos[index]["platform"],
             local_devices=infos[index]["local_devices"],
             global_device_count=infos[index]["global_device_count"],
+            address=infos[index].get("address", ""),
         )
         for index, eid in enumerate(engine_ids)
     ]
@@ -167,6 +171,12 @@ def wait_joined(
 
 def raise_if_engines_exited(ipp_cluster: ipp.Cluster | None) -> None:
     """A :class:`StartError` with its last log lines if an engine has exited."""
+    for host, pid, log in _remote.exited_engines(ipp_cluster):
+        tail = "\n".join("    " + ln for ln in _health.log_tail(log))
+        raise StartError(
+            f"the engine on {host} (pid {pid}) exited during start-up; see its last lines "
+            f"below, fix the cause and start again\n{tail}"
+        )
     for launcher in engine_launchers(ipp_cluster):
         process = getattr(launcher, "process", None)
         how = _health.exit_of(process) if process is not None else None

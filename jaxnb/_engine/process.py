@@ -37,12 +37,19 @@ def placements(hosts: list[str]) -> list[tuple[int, int, int]]:
     return result
 
 
+#: Set by jaxnb on engines of a multi-host cluster: the notebook machine's address.
+CONTROLLER_ADDRESS_VARIABLE = "JAXNB_CONTROLLER_ADDRESS"
+
+
 def host_address() -> str:
-    """An address other hosts can reach this one on."""
-    try:
-        return socket.gethostbyname(socket.gethostname())
-    except OSError:
-        return socket.gethostname()
+    """An address other hosts can reach this one on: the address of this host's interface
+    that routes to the notebook's machine (from the routing table, never from the hostname)."""
+    controller = os.environ.get(CONTROLLER_ADDRESS_VARIABLE)
+    if not controller:
+        return "127.0.0.1"  # a local cluster: everything on loopback
+    from jaxnb._hosts import route_address
+
+    return route_address(controller)
 
 
 def set_identity(
@@ -107,6 +114,10 @@ def join_group(
     """``jax.distributed.initialize`` with jaxnb's bounded timeouts (start and repair)."""
     import jax
 
+    if os.environ.get(CONTROLLER_ADDRESS_VARIABLE):  # several hosts: gloo on this host's address
+        from jaxnb._engine import gloo
+
+        gloo.use_address(host_address())
     if process_id > 0:
         _wait_for_coordinator(coordinator, init_timeout)
 
@@ -159,6 +170,7 @@ def describe(process_id: int | None = None, *, touch_backend: bool = True) -> di
     info: dict[str, Any] = {
         "process_index": process_id,
         "host": socket.gethostname(),
+        "address": host_address(),
         "pid": os.getpid(),
         "platform": None,
         "local_devices": [],

@@ -22,6 +22,7 @@ _crash_file: IO[str] | None = None
 def stack_path(pid: int | None = None) -> str:
     """The file where engine ``pid`` writes its stacks when signalled."""
     folder = os.environ.get("JAXNB_STACKS_DIR") or tempfile.gettempdir()
+    os.makedirs(folder, mode=0o700, exist_ok=True)  # on another host it may not exist yet
     return os.path.join(folder, f"jaxnb-stacks-{pid or os.getpid()}.txt")
 
 

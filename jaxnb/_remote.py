@@ -1,0 +1,133 @@
+"""The notebook side of engines on other hosts: check the hosts, notice lost engines, stop.
+
+Hook points in the cluster lifecycle (:mod:`jaxnb._startup`, :mod:`jaxnb._health`,
+:mod:`jaxnb._shutdown`) call these; everything ssh-specific lives in :mod:`jaxnb._ssh`.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+from typing import Any
+
+import ipyparallel as ipp
+
+from jaxnb import _ssh
+from jaxnb._options import ClusterOptions
+
+JaxCluster = Any  # jaxnb._cluster.JaxCluster (not imported: it imports this module's callers)
+
+
+def ssh_sets(ipp_cluster: ipp.Cluster | None) -> list[_ssh.FastSSHEngineSetLauncher]:
+    """The cluster's engine sets started over ssh."""
+    if ipp_cluster is None:
+        return []
+    return [s for s in ipp_cluster.engines.values() if isinstance(s, _ssh.FastSSHEngineSetLauncher)]
+
+
+def control_dir(ipp_cluster: ipp.Cluster) -> str:
+    """The shared ssh connections' folder chosen for this cluster ("" when none)."""
+    return str(ipp_cluster.config.FastSSHEngineSetLauncher.get("control_dir", ""))
+
+
+def start_check(ipp_cluster: ipp.Cluster, options: ClusterOptions, env: dict[str, str]) -> Any:
+    """Check the hosts in the background (while the controller starts); call the result to join
+    it, which raises :class:`StartError` for hosts that cannot run an engine."""
+    errors: list[BaseException] = []
+    forward = {k: v for k, v in env.items() if k == "PYTHONPATH"}
+
+    def check() -> None:
+        try:
+            _ssh.check_hosts(
+                options.host_entries(), options.resolved_python(), forward,
+                control_dir(ipp_cluster), _ssh.remote_log_dir(ipp_cluster.profile_dir),
+                timeout=min(options.init_timeout, 20.0),
+            )
+        except BaseException as exc:  # re-raised on the caller's thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=check, name="jaxnb-check-hosts", daemon=True)
+    thread.start()
+
+    def join() -> None:
+        thread.join()
+        if errors:
+            raise errors[0]
+
+    return join
+
+
+def exited_engines(ipp_cluster: ipp.Cluster | None) -> list[tuple[str, int, str]]:
+    """(host, pid, last log lines) of every remote engine that has exited."""
+    found = []
+    for engine_set in ssh_sets(ipp_cluster):
+        for launcher in engine_set.launchers.values():
+            if launcher.exited:
+                found.append((launcher.location, launcher.pid, launcher.remote_tail()))
+    return found
+
+
+#: ssh targets found unreachable recently (target → when): their logs are not fetched.
+_unreachable: dict[str, float] = {}
+UNREACHABLE_MEMORY_SECONDS = 30.0
+
+
+def explain_lost(cluster: JaxCluster, processes: list[int]) -> dict[int, str]:
+    """How each unregistered remote process ended: its engine exited (it says so), or its host
+    cannot be reached over a fresh ssh connection (all hosts checked at once)."""
+    directory = control_dir(cluster._ipp) if cluster._ipp is not None else ""
+    found: dict[int, str] = {}
+    probe: dict[int, str] = {}
+    for p in processes:
+        launcher = launcher_of(cluster, p)
+        if launcher is None:
+            continue
+        if launcher.exited:
+            found[p] = f"exited on {launcher.location} (its process is gone; ssh does not report its status)"
+        else:
+            probe[p] = launcher.location
+    if probe:
+        with concurrent.futures.ThreadPoolExecutor(len(probe)) as pool:
+            answers = dict(zip(probe, pool.map(lambda t: _ssh.reachable(t, directory),
+                                               probe.values()), strict=True))
+        for p, why in answers.items():
+            if why:
+                _unreachable[probe[p]] = time.monotonic()
+                found[p] = f"is lost: its host {probe[p]} is unreachable ({why})"
+            else:
+                found[p] = f"unregistered from the controller (its host {probe[p]} answers ssh)"
+    return found
+
+
+def log_of(cluster: JaxCluster, p: int) -> str:
+    """Process ``p``'s engine log, read on its host ("" when its host is unreachable)."""
+    launcher = launcher_of(cluster, p)
+    if launcher is None:
+        return ""
+    seen = _unreachable.get(launcher.location)
+    if seen is not None and time.monotonic() - seen < UNREACHABLE_MEMORY_SECONDS:
+        return ""
+    return str(launcher.remote_tail())
+
+
+def launcher_of(cluster: JaxCluster, p: int) -> Any:
+    """The ssh launcher that started process ``p``'s engine (matched by its pid on its host)."""
+    info = cluster.processes[p]
+    for engine_set in ssh_sets(cluster._ipp):
+        for launcher in engine_set.launchers.values():
+            if launcher.pid == info.pid:
+                return launcher
+    return None
+
+
+def stop(ipp_cluster: ipp.Cluster) -> None:
+    """SIGKILL every remote engine on its host (all at once), then close the ssh connections."""
+    for key, engine_set in list(ipp_cluster.engines.items()):
+        if isinstance(engine_set, _ssh.FastSSHEngineSetLauncher):
+            engine_set.kill_all()
+            ipp_cluster.engines.pop(key)  # done: ipyparallel's own stop would ssh again
+    directory = control_dir(ipp_cluster)
+    if directory:
+        targets = list(ipp_cluster.config.SSHEngineSetLauncher.get("engines", {}))
+        _ssh.close_connections(directory, targets)

@@ -1,0 +1,259 @@
+"""Engines on other hosts through ipyparallel's ssh launcher, made fast and loud.
+
+ipyparallel's ``SSHEngineSetLauncher`` starts hosts one after another, each with
+several ssh round trips (shell probe, ``python --version``, ``ipython profile
+create``, file copies). jaxnb keeps its launcher and its remote start command
+and changes only how it is driven:
+
+- every ssh shares one connection per host (``ControlMaster``), opened by a
+  quick check of each host, all hosts at once;
+- the check names a host that cannot be reached or lacks the interpreter or
+  jaxnb, with what ssh or the host printed, within seconds;
+- hosts are launched in parallel; connection info goes in the environment
+  (no files copied); no profile is created remotely.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+import time
+from typing import Any
+
+from ipyparallel.cluster.launcher import SSHEngineLauncher, SSHEngineSetLauncher
+from traitlets import Unicode
+
+from jaxnb._errors import StartError
+from jaxnb._hosts import HostEntry
+
+#: ssh client config the lab tests (or a user) pass instead of ~/.ssh/config.
+SSH_CONFIG_VARIABLE = "JAXNB_SSH_CONFIG"
+CONNECT_TIMEOUT_SECONDS = 5
+#: A broken link closes the shared connection after about 3 × 2 s.
+ALIVE_INTERVAL_SECONDS = 2
+_CHECK = (
+    "import importlib.util as u, os, sys\n"
+    "missing = [m for m in ('jaxnb', 'ipyparallel') if u.find_spec(m) is None]\n"
+    "if missing: sys.exit('cannot import ' + ', '.join(missing) + ' with ' + sys.executable)\n"
+    "os.makedirs(sys.argv[1], exist_ok=True)\n"
+)
+
+
+def ssh_options(
+    control_dir: str, *, shared: bool = True, connect_timeout: int = CONNECT_TIMEOUT_SECONDS
+) -> list[str]:
+    """ssh arguments: batch mode, short timeouts, one shared connection per host."""
+    args = []
+    config = os.environ.get(SSH_CONFIG_VARIABLE)
+    if config:
+        args += ["-F", config]
+    args += [
+        "-o", "BatchMode=yes",
+        "-o", f"ConnectTimeout={connect_timeout}",
+        "-o", f"ServerAliveInterval={ALIVE_INTERVAL_SECONDS}",
+        "-o", "ServerAliveCountMax=3",
+    ]
+    if shared:
+        args += [
+            "-o", "ControlMaster=auto",
+            "-o", f"ControlPath={control_dir}/%C",
+            "-o", "ControlPersist=30",
+        ]
+    else:
+        args += ["-o", "ControlPath=none"]
+    return args
+
+
+def new_control_dir() -> str:
+    """A private folder for the shared connections' sockets."""
+    return tempfile.mkdtemp(prefix="jaxnb-ssh-")
+
+
+def check_hosts(
+    entries: tuple[HostEntry, ...], python: str, env: dict[str, str], control_dir: str,
+    log_dir: str, timeout: float,
+) -> None:
+    """Reach every host at once (opening its shared connection); check its interpreter and jaxnb.
+
+    Raises :class:`StartError` naming every host that failed, with what it printed.
+    """
+    targets = list(dict.fromkeys(entry.target for entry in entries))
+    assign = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    remote = (
+        f"test -x {shlex.quote(python)} || {{ echo 'no interpreter {python} on this host' >&2; "
+        f"exit 127; }}; env {assign} {shlex.quote(python)} -c {shlex.quote(_CHECK)} "
+        f"{shlex.quote(log_dir)}"
+    )
+
+    def check(target: str) -> str | None:
+        try:
+            out = subprocess.run(
+                ["ssh", *ssh_options(control_dir), target, remote],
+                capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired:
+            return f"no answer within {timeout:g} s"
+        if out.returncode == 0:
+            return None
+        said = (out.stderr.strip() or out.stdout.strip()).splitlines()[-6:]
+        if out.returncode == 255:
+            return "cannot be reached over ssh: " + " | ".join(said)
+        return " | ".join(said) or f"its check exited with status {out.returncode}"
+
+    with concurrent.futures.ThreadPoolExecutor(len(targets)) as pool:
+        problems = {t: p for t, p in zip(targets, pool.map(check, targets), strict=True) if p}
+    if problems:
+        lines = [f"    {t}: {p}" for t, p in problems.items()]
+        raise StartError(
+            f"{len(problems)} of {len(targets)} hosts cannot run an engine "
+            f"({', '.join(problems)}); fix them (ssh access, --python {python}, jaxnb installed "
+            "there) or leave them out of --hosts\n" + "\n".join(lines)
+        )
+
+
+def close_connections(control_dir: str | None, targets: list[str]) -> None:
+    """Close the shared connections (their master processes exit) and remove their folder."""
+    if not control_dir:
+        return
+    procs = []
+    for target in targets:
+        with contextlib.suppress(OSError):
+            procs.append(subprocess.Popen(
+                ["ssh", *ssh_options(control_dir), "-O", "exit", target],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+            ))
+    for proc in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(5)
+    shutil.rmtree(control_dir, ignore_errors=True)
+
+
+def reachable(target: str, control_dir: str, timeout: float = 3.0) -> str | None:
+    """``None`` when ``target`` answers over a fresh ssh connection; else what went wrong."""
+    args = ssh_options(control_dir, shared=False, connect_timeout=max(1, int(timeout)))
+    try:
+        out = subprocess.run(
+            ["ssh", *args, target, "true"], capture_output=True, text=True,
+            timeout=timeout + 1, stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired:
+        return f"no answer within {timeout:g} s"
+    if out.returncode == 0:
+        return None
+    return out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"ssh status {out.returncode}"
+
+
+class FastSSHEngineLauncher(SSHEngineLauncher):
+    """ipyparallel's ssh engine launcher, started without its per-engine set-up round trips
+    (the host check did them once per host)."""
+
+    #: Set once its engine is known to be gone from its host.
+    exited = False
+    #: Set when jaxnb stops it (its ssh connection is about to close).
+    closing = False
+
+    def wait_one(self, timeout: float | None) -> int:
+        """ipyparallel's remote wait, which also records the exit; a lost connection is not
+        an exit (the host may come back), and nothing is raised while stopping."""
+        try:
+            code = super().wait_one(timeout)
+        except subprocess.CalledProcessError:
+            if self.closing:
+                return -1
+            time.sleep(1.0)
+            raise TimeoutError("its host does not answer") from None
+        self.exited = True
+        return code
+
+    def start(self, hostname: str | None = None, user: str | None = None, port: Any = None) -> None:
+        if hostname is not None:
+            self.hostname = hostname
+        if user is not None:
+            self.user = user
+        self.pid = self.ssh_sender.cmd_start(
+            self.program + self.program_args, env=self.get_env(), output_file=self.remote_output_file
+        )
+        self.notify_start({"host": self.location, "pid": self.pid})
+        self._start_waiting()
+
+    def remote_tail(self, lines: int = 40) -> str:
+        """The last lines of this engine's log on its host ("" if it cannot be read)."""
+        with contextlib.suppress(Exception):
+            return self.ssh_sender.check_output(
+                ["tail", "-n", str(lines), self.remote_output_file], timeout=5, stdin=subprocess.DEVNULL
+            )
+        return ""
+
+    def kill_group(self) -> None:
+        """SIGKILL the engine, its process group and its nanny (a child in a session of its own)."""
+        self.closing = True
+        pid = int(self.pid)
+        with contextlib.suppress(Exception):
+            self.ssh_sender.check_output(
+                [f"kill -9 $(ps -o pid= --ppid {pid}) -- -{pid} {pid} 2>/dev/null; true"],
+                timeout=5, stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )
+        self.exited = True
+
+
+class FastSSHEngineSetLauncher(SSHEngineSetLauncher):
+    """Starts every host's engines in parallel (ipyparallel's starts them one host at a time)."""
+
+    launcher_class = FastSSHEngineLauncher
+    control_dir = Unicode("", config=True, help="folder of the shared ssh connections' sockets")
+
+    def start(self, n: int) -> list[str]:
+        engine_traits = self.launcher_class.class_traits(config=True)
+        shared = set(self.traits(config=True)).intersection(engine_traits)
+        inherited = shared.difference({"location", "user", "hostname", "to_send", "to_fetch"})
+        inherited = inherited.union({"profile_dir", "cluster_id"})
+        jobs = []
+        for full_host, count in self.engines.items():
+            user, host = full_host.split("@", 1) if "@" in full_host else (None, full_host)
+            for i in range(min(count, n - len(jobs))):
+                kwargs = {attr: getattr(self, attr) for attr in inherited}
+                key = f"{full_host}/{i}"
+                launcher = self.launchers[key] = self.launcher_class(
+                    parent=self, identifier=key, to_send=[], **kwargs
+                )
+                launcher.loop  # noqa: B018 - bind the event loop on this thread
+                launcher.on_stop(self._notice_engine_stopped)
+                jobs.append((key, launcher, user, host))
+
+        def launch(job: tuple) -> str | None:
+            key, launcher, user, host = job
+            try:
+                launcher.start(user=user, hostname=host)
+            except Exception as exc:  # reported with the host's name
+                return f"{key.rsplit('/', 1)[0]}: {exc}"
+            return None
+
+        with concurrent.futures.ThreadPoolExecutor(max(1, len(jobs))) as pool:
+            failed = [f for f in pool.map(launch, jobs) if f]
+        if failed:
+            raise StartError("could not launch engines: " + "; ".join(failed))
+        keys = [key for key, *_ in jobs]
+        self.notify_start(keys)
+        self.n = len(keys)
+        return keys
+
+    def kill_all(self) -> None:
+        """SIGKILL every engine of this set on its host, all hosts at once."""
+        launchers = [lch for lch in self.launchers.values() if getattr(lch, "pid", None)]
+        if launchers:
+            with concurrent.futures.ThreadPoolExecutor(len(launchers)) as pool:
+                list(pool.map(lambda lch: lch.kill_group(), launchers))
+
+
+def remote_log_dir(profile_dir: str) -> str:
+    """Where ipyparallel's ssh launcher puts engine logs on the hosts (relative to home)."""
+    home = os.path.expanduser("~").rstrip("/") + "/"
+    relative = profile_dir[len(home):] if profile_dir.startswith(home) else profile_dir
+    return os.path.join(relative, "log")
+
+
