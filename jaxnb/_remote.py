@@ -68,6 +68,7 @@ def exited_engines(ipp_cluster: ipp.Cluster | None) -> list[tuple[str, int, str]
     return found
 
 
+EXITED = "exited on {host} (killed or crashed: its process is gone; ssh does not carry its status)"
 #: ssh targets found unreachable recently (target → when): their logs are not fetched.
 _unreachable: dict[str, float] = {}
 UNREACHABLE_MEMORY_SECONDS = 30.0
@@ -84,19 +85,23 @@ def explain_lost(cluster: JaxCluster, processes: list[int]) -> dict[int, str]:
         if launcher is None:
             continue
         if launcher.exited:
-            found[p] = f"exited on {launcher.location} (its process is gone; ssh does not report its status)"
+            found[p] = EXITED.format(host=launcher.location)
         else:
-            probe[p] = launcher.location
+            probe[p] = launcher
     if probe:
         with concurrent.futures.ThreadPoolExecutor(len(probe)) as pool:
-            answers = dict(zip(probe, pool.map(lambda t: _ssh.reachable(t, directory),
-                                               probe.values()), strict=True))
-        for p, why in answers.items():
+            answers = dict(zip(probe, pool.map(
+                lambda lch: _ssh.probe(lch.location, lch.pid, directory), probe.values()
+            ), strict=True))
+        for p, (why, alive) in answers.items():
+            host = probe[p].location
             if why:
-                _unreachable[probe[p]] = time.monotonic()
-                found[p] = f"is lost: its host {probe[p]} is unreachable ({why})"
+                _unreachable[host] = time.monotonic()
+                found[p] = f"is lost: its host {host} is unreachable ({why})"
+            elif not alive:
+                found[p] = EXITED.format(host=host)
             else:
-                found[p] = f"unregistered from the controller (its host {probe[p]} answers ssh)"
+                found[p] = f"unregistered from the controller (its process still runs on {host})"
     return found
 
 

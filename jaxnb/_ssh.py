@@ -133,19 +133,25 @@ def close_connections(control_dir: str | None, targets: list[str]) -> None:
     shutil.rmtree(control_dir, ignore_errors=True)
 
 
-def reachable(target: str, control_dir: str, timeout: float = 3.0) -> str | None:
-    """``None`` when ``target`` answers over a fresh ssh connection; else what went wrong."""
+#: A zombie (exited, not yet reaped by its host's init) counts as gone.
+_ALIVE = 's=$(ps -o stat= -p {pid}); case "$s" in ""|Z*) echo gone;; *) echo alive;; esac'
+
+
+def probe(target: str, pid: int, control_dir: str, timeout: float = 3.0) -> tuple[str | None, bool]:
+    """Over a fresh ssh connection: (``None`` or why ``target`` cannot be reached, whether
+    process ``pid`` still runs there)."""
     args = ssh_options(control_dir, shared=False, connect_timeout=max(1, int(timeout)))
     try:
         out = subprocess.run(
-            ["ssh", *args, target, "true"], capture_output=True, text=True,
-            timeout=timeout + 1, stdin=subprocess.DEVNULL,
+            ["ssh", *args, target, _ALIVE.format(pid=int(pid))],
+            capture_output=True, text=True, timeout=timeout + 1, stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:
-        return f"no answer within {timeout:g} s"
+        return f"no answer within {timeout:g} s", False
     if out.returncode == 0:
-        return None
-    return out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"ssh status {out.returncode}"
+        return None, out.stdout.strip() == "alive"
+    why = out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"ssh status {out.returncode}"
+    return why, False
 
 
 class FastSSHEngineLauncher(SSHEngineLauncher):

@@ -58,7 +58,10 @@ class JaxnbMagics(Magics):
     )
     @argument("--platform", default="cpu", help="cpu, gpu or tpu")
     @argument("--engines", default="local", help="ipyparallel launcher: local, ssh, mpi, slurm, ...")
-    @argument("--hosts", default=None, help="comma-separated hosts (ssh launcher)")
+    @argument("--hosts", default=None, help="comma-separated [user@]host[:count] (ssh launcher)")
+    @argument("--hostfile", default=None, help="file with one [user@]host[:count] per line")
+    @argument("--python", default=None, help="interpreter on the hosts (default: this one's path)")
+    @argument("--address", default=None, help="this machine's address the hosts connect to")
     @argument("--no-init", action="store_true", help="leave jax.distributed.initialize to you")
     @argument("--timeout", type=_seconds, default=None, help="default seconds per cell")
     @argument("--init-timeout", type=_seconds, default=60.0, help="seconds to join jax.distributed")
@@ -108,6 +111,9 @@ class JaxnbMagics(Magics):
                 platform=args.platform,
                 engines=args.engines,
                 hosts=hosts,
+                hostfile=args.hostfile,
+                python=args.python,
+                address=args.address,
                 init=not args.no_init,
                 timeout=args.timeout,
                 init_timeout=args.init_timeout,

@@ -1,0 +1,187 @@
+"""Several hosts for real: engines over ssh on a lab of hosts (network namespaces, real sshd).
+
+One 2-host lab and one cluster started by the magic are shared; tests that break
+the cluster restart it. Skipped (with the reason) where the lab cannot be built:
+not root, or no sshd/iproute2 (``.ci/run`` installs them).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import psutil
+import pytest
+from IPython.utils.capture import capture_output
+from lab.lab import Lab, missing
+
+from jaxnb import JaxCluster, ProcessFailure, StartError
+from jaxnb.magics import JaxnbMagics
+
+WHY_NOT = missing()
+pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=f"no lab of ssh hosts: {WHY_NOT}")
+
+
+@pytest.fixture(scope="module")
+def lab():
+    """Two lab hosts; jaxnb's ssh uses the lab's client config. Torn down even on failure."""
+    built = Lab(2).up()
+    previous = os.environ.get("JAXNB_SSH_CONFIG")
+    os.environ["JAXNB_SSH_CONFIG"] = built.ssh_config
+    try:
+        yield built
+    finally:
+        if previous is None:
+            os.environ.pop("JAXNB_SSH_CONFIG", None)
+        else:
+            os.environ["JAXNB_SSH_CONFIG"] = previous
+        built.down()
+
+
+@pytest.fixture(scope="module")
+def cluster(ip, lab):
+    """A cluster with one engine on each lab host, started by the magic with no other flag."""
+    previous, JaxnbMagics.cluster = JaxnbMagics.cluster, None
+    with capture_output() as shown:
+        ip.run_line_magic("jax_cluster", f"start --hosts {','.join(lab.addresses)}")
+    c = JaxnbMagics.cluster
+    assert c is not None, shown.stdout
+    c.shown = shown  # type: ignore[attr-defined]
+    yield c
+    c.stop()
+    JaxnbMagics.cluster = previous
+
+
+def healthy(cluster: JaxCluster) -> JaxCluster:
+    from jaxnb import _health
+
+    if not cluster.running or _health.dead_processes(cluster):
+        cluster.restart()
+    return cluster
+
+
+def engine_processes(lab: Lab) -> dict[str, list[str]]:
+    """Every jaxnb/ipyparallel process on each host (its own process table)."""
+    found: dict[str, list[str]] = {}
+    for host in lab.hosts:
+        for pid in host.pids():
+            try:
+                cmd = " ".join(psutil.Process(pid).cmdline())
+            except psutil.Error:
+                continue
+            if not cmd.startswith("sshd") and ("jaxnb" in cmd or "ipyparallel" in cmd):
+                found.setdefault(host.hostname, []).append(cmd[:100])
+    return found
+
+
+def test_one_engine_per_host_with_real_addresses(cluster, lab):
+    hosts = {p.host: p.address for p in cluster.processes}
+    assert hosts == {"labhost1": lab.hosts[0].address, "labhost2": lab.hosts[1].address}
+    for host in lab.hosts:  # each engine really runs in its host's namespace
+        assert any(p.pid in host.pids() for p in cluster.processes)
+    coordinator_host = cluster.coordinator_address.rsplit(":", 1)[0]
+    assert coordinator_host == cluster.processes[0].address
+    html = cluster.shown.outputs[0].data.get("text/html", "") if cluster.shown.outputs else ""
+    assert "labhost1" in html + cluster.shown.stdout and "labhost2" in html + cluster.shown.stdout
+    # The controller listens on the lab bridge address only (and loopback for its own
+    # schedulers), never on every interface.
+    controller = cluster._ipp.controller.process
+    listening = {c.laddr.ip for proc in [controller, *controller.children(recursive=True)]
+                 for c in proc.net_connections("tcp") if c.status == psutil.CONN_LISTEN}
+    assert listening - {"127.0.0.1"} == {lab.bridge_address}
+
+
+def test_spmd_cells_merged_output_and_pull(cluster, ip, capsys):
+    healthy(cluster)
+    cell = (
+        "import jax, jax.numpy as jnp, numpy as np\n"
+        "from jax.sharding import Mesh, NamedSharding, PartitionSpec as P\n"
+        "print('same on every host')\n"
+        "print('process', jax.process_index(), 'of', jax.process_count())\n"
+        "mesh = Mesh(np.array(jax.devices()), ('x',))\n"
+        "g = jax.make_array_from_process_local_data(NamedSharding(mesh, P('x')),"
+        " np.full((1, 3), jax.process_index(), np.float32))\n"
+        "total = float(jax.jit(jnp.sum)(g))\n"
+        "print('total', total)\n"
+    )
+    capsys.readouterr()
+    ip.run_cell_magic("jax_cluster", "", cell)
+    out = capsys.readouterr().out
+    assert out.count("same on every host") == 1
+    assert "process 0 of 2" in out and "process 1 of 2" in out
+    assert "[p0] total 3.0" in out and "[p1] total 3.0" in out
+    ip.run_line_magic("jax_pull", "g")
+    assert ip.user_ns["g"].tolist() == [[0.0] * 3, [1.0] * 3]
+    with capture_output() as shown:
+        ip.run_line_magic("jax_mesh", "mesh")
+    assert shown.outputs or shown.stdout
+
+
+def test_a_host_that_cannot_run_an_engine_fails_start_fast(lab):
+    before = engine_processes(lab)  # the shared cluster's
+    for hosts, python, says in [
+        ([lab.hosts[0].address, "10.77.0.99"], None, "10.77.0.99: cannot be reached over ssh"),
+        (lab.addresses, "/no/such/python", "no interpreter /no/such/python"),
+    ]:
+        started = time.monotonic()
+        with pytest.raises(StartError) as caught:
+            JaxCluster(hosts=hosts, python=python).start()
+        took = time.monotonic() - started
+        assert says in str(caught.value), str(caught.value)
+        assert took < 15, took
+        assert engine_processes(lab) == before
+
+
+def test_a_host_without_jaxnb_fails_start_naming_it(lab, tmp_path):
+    python = tmp_path / "venv" / "bin" / "python"
+    import venv
+
+    venv.create(tmp_path / "venv", with_pip=False)
+    with pytest.raises(StartError, match="cannot import jaxnb, ipyparallel"):
+        JaxCluster(hosts=lab.addresses[:1], python=str(python), env={"PYTHONPATH": ""}).start()
+
+
+def test_a_killed_remote_engine_is_named_within_seconds(cluster, lab):
+    healthy(cluster)
+    victim = cluster.processes[1]
+    threading.Timer(1.0, lambda: os.kill(victim.pid, 9)).start()
+    started = time.monotonic()
+    with pytest.raises(ProcessFailure) as caught:
+        cluster.run("import time\nfor _ in range(300): time.sleep(0.1)\n", timeout=60)
+    took = time.monotonic() - started - 1.0
+    text = str(caught.value) + "\n".join(getattr(caught.value, "notes", []) or [])
+    assert f"on {victim.host}" in text and "exited" in text, text
+    assert took < 5, took
+    cluster.restart()
+    cluster.run("import jax; assert jax.process_count() == 2")
+
+
+def test_a_host_whose_link_goes_down_is_named_unreachable(cluster, lab):
+    healthy(cluster)
+    host = next(h for h in lab.hosts if h.hostname == cluster.processes[1].host)
+    threading.Timer(1.0, lambda: host.link(False)).start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(ProcessFailure) as caught:
+            cluster.run("import time\nfor _ in range(300): time.sleep(0.1)\n", timeout=60)
+        took = time.monotonic() - started - 1.0
+    finally:
+        host.link(True)
+    assert "unreachable" in str(caught.value), str(caught.value)
+    assert took < 10, took
+    cluster.restart()  # the host is back
+    cluster.run("import jax; assert jax.process_count() == 2")
+
+
+def test_stop_after_a_failure_leaves_nothing_on_any_host(cluster, lab):
+    healthy(cluster)
+    os.kill(cluster.processes[0].pid, 9)
+    time.sleep(0.5)
+    started = time.monotonic()
+    cluster.stop()
+    deadline = started + 10
+    while engine_processes(lab) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not engine_processes(lab)
+    assert time.monotonic() - started < 10
