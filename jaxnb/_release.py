@@ -102,10 +102,12 @@ def release(cluster: JaxCluster, processes: list[int]) -> Released:
 def can_cut(cluster: JaxCluster) -> bool:
     """Whether jaxnb may close this cluster's gloo connections.
 
-    Only for local engines (on Linux) and only when jaxnb owns the group (not
+    For local engines and engines on ``--hosts`` (on Linux), and only when jaxnb owns the group (not
     ``--no-init``), since the group must be re-initialised afterwards.
     """
-    return cluster.options.is_local and cluster.options.init and hasattr(os, "pidfd_open")
+    return cluster.options.init and hasattr(os, "pidfd_open") and (
+        cluster.options.is_local or bool(cluster.options.hosts)  # remote: on their hosts, over ssh
+    )
 
 
 def gloo_sockets(cluster: JaxCluster) -> dict[int, list[tuple[int, tuple[str, int]]]]:
@@ -135,7 +137,12 @@ def cut_collectives(cluster: JaxCluster) -> bool:
     """Shut down every gloo connection of every engine; False when none could be shut."""
     if not can_cut(cluster):
         return False
-    done = sum(_shut_down(pid, fds) for pid, fds in gloo_sockets(cluster).items())
+    if cluster.options.is_local:
+        done = sum(_shut_down(pid, fds) for pid, fds in gloo_sockets(cluster).items())
+    else:
+        from jaxnb import _remote_release
+
+        done = _remote_release.cut(cluster)
     if done:
         cluster._group_cut = True
     return bool(done)

@@ -7,6 +7,7 @@ Hook points in the cluster lifecycle (:mod:`jaxnb._startup`, :mod:`jaxnb._health
 from __future__ import annotations
 
 import concurrent.futures
+import subprocess
 import threading
 import time
 from typing import Any
@@ -136,3 +137,82 @@ def stop(ipp_cluster: ipp.Cluster) -> None:
     if directory:
         targets = list(ipp_cluster.config.SSHEngineSetLauncher.get("engines", {}))
         _ssh.close_connections(directory, targets)
+
+
+#: Run on a host with its engines' pids and stack files: ask each main thread for a dump
+#: (as jaxnb does locally), wait until each reaches its outermost frame (or 1 s), print them.
+_DUMP_STACKS = """
+import ctypes, json, os, signal, sys, time
+jobs = json.loads(sys.argv[1])
+libc = ctypes.CDLL(None, use_errno=True)
+for pid, path in jobs.items():
+    try:
+        open(path, "r+").truncate()
+        libc.tgkill(int(pid), int(pid), signal.SIGUSR1)
+    except OSError:
+        pass
+def read(path):
+    try:
+        return open(path).read().strip()
+    except OSError:
+        return ""
+deadline = time.monotonic() + 1.0
+while time.monotonic() < deadline:
+    texts = {pid: read(path) for pid, path in jobs.items()}
+    last = [t.splitlines()[-1] if t else "" for t in texts.values()]
+    if all(ln.endswith(("in <module>", "in _run_module_as_main")) for ln in last):
+        break
+    time.sleep(0.02)
+print(json.dumps({pid: read(path) for pid, path in jobs.items()}))
+"""
+
+
+def request_stacks(cluster: JaxCluster, processes: list[int]) -> dict[int, str]:
+    """Dump remote processes' stacks on their hosts (all hosts at once); local copies by process.
+
+    The dumps are copied into the notebook's stacks folder, where :mod:`jaxnb._stacks` reads them.
+    """
+    import json
+    import os
+
+    hosts: dict[str, tuple[Any, list[int]]] = {}
+    for p in processes:
+        launcher = launcher_of(cluster, p)
+        if launcher is not None and not launcher.exited:
+            hosts.setdefault(launcher.location, (launcher, []))[1].append(p)
+    folder = cluster._stacks_dir or ""
+
+    def dump(location: str) -> dict[int, str]:
+        launcher, ps = hosts[location]
+        pids = {p: cluster.processes[p].pid for p in ps}
+        jobs = {str(pid): os.path.join(folder, f"jaxnb-stacks-{pid}.txt") for pid in pids.values()}
+        seen = _unreachable.get(location)
+        if seen is not None and time.monotonic() - seen < UNREACHABLE_MEMORY_SECONDS:
+            return {}
+        try:
+            out = launcher.ssh_sender.check_output(
+                [launcher.remote_python, "-c", _shell_quote(_DUMP_STACKS), _shell_quote(json.dumps(jobs))],
+                timeout=5, stdin=subprocess.DEVNULL,
+            )
+            texts = json.loads(out.strip().splitlines()[-1])
+        except Exception:  # a host that does not answer: its processes show no dump
+            return {}
+        return {p: texts.get(str(pid), "") for p, pid in pids.items()}
+
+    paths: dict[int, str] = {}
+    if not hosts:
+        return paths
+    with concurrent.futures.ThreadPoolExecutor(len(hosts)) as pool:
+        for texts in pool.map(dump, list(hosts)):
+            for p, text in texts.items():
+                local = os.path.join(folder, f"jaxnb-remote-stacks-{p}.txt")
+                with open(local, "w") as f:
+                    f.write(text)
+                paths[p] = local
+    return paths
+
+
+def _shell_quote(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)

@@ -85,6 +85,10 @@ def section(cluster: JaxCluster, p: int, dump: str | None, cell_code: str = "") 
 
 def request(cluster: JaxCluster, processes: list[int]) -> dict[int, str]:
     """Ask the processes to dump their stacks now; their dump files by process."""
+    if not cluster.options.is_local:  # on their hosts, over ssh; local copies
+        from jaxnb import _remote
+
+        return _remote.request_stacks(cluster, processes)
     paths = {}
     for p in processes:
         info = cluster.processes[p]

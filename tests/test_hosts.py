@@ -7,18 +7,30 @@ not root, or no sshd/iproute2 (``.ci/run`` installs them).
 
 from __future__ import annotations
 
+import _thread
+import dataclasses
 import os
 import threading
 import time
 
 import psutil
 import pytest
+from fault_cells import EXPECTED, SETUP, SYNC_LOOP, VERIFY
 from IPython.utils.capture import capture_output
 from lab.lab import Lab, missing
 
 from jaxnb import JaxCluster, ProcessFailure, StartError
 from jaxnb.magics import JaxnbMagics
 
+TRAIN = """\
+import jax.numpy as jnp, jaxnb
+
+def fit():
+    w = jnp.zeros(2)
+    for step in range(5):
+        w = w + 1.0
+        jaxnb.report({"step": step, "w": float(w[0])}, checkpoint={"w": w})
+"""
 WHY_NOT = missing()
 pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=f"no lab of ssh hosts: {WHY_NOT}")
 
@@ -116,6 +128,74 @@ def test_spmd_cells_merged_output_and_pull(cluster, ip, capsys):
     with capture_output() as shown:
         ip.run_line_magic("jax_mesh", "mesh")
     assert shown.outputs or shown.stdout
+
+
+def test_timeout_stacks_of_a_process_blocked_in_a_collective_and_reset(cluster, ip):
+    healthy(cluster)
+    cluster.run(SETUP)
+    options = cluster.options
+    try:
+        cluster.options = dataclasses.replace(options, timeout=2)
+        started = time.monotonic()
+        with pytest.raises(ProcessFailure, match="timeout of 2 s"):
+            ip.run_cell_magic("jax_cluster", "", "import time\ntime.sleep(60)")
+        assert time.monotonic() - started < 10
+    finally:
+        cluster.options = options
+    # p0 blocked inside a collective on its host (p1 never joins): stacks still work.
+    blocked = "if jax.process_index() == 0:\n    print(float(total(1.0)))"
+    from jaxnb import _stacks
+
+    _stacks.remember_cell(blocked)
+    cluster.view.execute(blocked, block=False)
+    time.sleep(1.0)
+    with capture_output() as captured:
+        ip.run_line_magic("jax_cluster", "stacks")
+    out = captured.stdout
+    assert f"[p0] pid {cluster.processes[0].pid} on {cluster.processes[0].host}" in out, out
+    assert "line 2 of a cell: print(float(total(1.0)))" in out, out
+    assert "[p1] pid" in out and "idle" in out, out
+    # reset cuts the blocked process's gloo connections on its host, then re-joins the group.
+    started = time.monotonic()
+    with capture_output() as captured:
+        ip.run_line_magic("jax_cluster", "reset")
+    assert "repaired the jax.distributed group in place" in captured.stdout
+    assert time.monotonic() - started < 20
+    ip.run_cell_magic("jax_cluster", "", "mesh = make_mesh()\nassert float(total(1.0)) == 2.0")
+
+
+def test_interrupt_reaches_every_host(cluster, capsys):
+    healthy(cluster)
+    cluster.run(SETUP)
+    fired: list[float] = []
+
+    def interrupt() -> None:
+        fired.append(time.monotonic())
+        _thread.interrupt_main()
+
+    threading.Timer(1.5, interrupt).start()
+    with pytest.raises(KeyboardInterrupt):
+        cluster.run(SYNC_LOOP, timeout=60)
+    assert time.monotonic() - fired[0] < 8
+    assert "jaxnb: interrupted [p0], [p1]" in capsys.readouterr().err
+    cluster.run("mesh = make_mesh()", timeout=60)
+    capsys.readouterr()
+    cluster.run(VERIFY, all=True, timeout=60)
+    out = capsys.readouterr().out
+    assert [float(ln.split()[1]) for ln in out.splitlines() if ln.startswith("total")] == [
+        EXPECTED, EXPECTED]
+
+
+def test_train_with_storage_both_hosts_see(cluster, ip, tmp_path):
+    healthy(cluster)
+    ip.run_cell_magic("jax_cluster", "", TRAIN)
+    with capture_output():
+        ip.run_line_magic("jax_train", f"fit --storage {tmp_path} -o result")
+    result = ip.user_ns["result"]
+    assert result.error is None, result.error
+    assert [m["step"] for m in result.history] == list(range(5))
+    assert result.checkpoint is not None and result.checkpoint.step == 4
+    assert str(result.path).startswith(str(tmp_path))
 
 
 def test_a_host_that_cannot_run_an_engine_fails_start_fast(lab):
