@@ -23,13 +23,17 @@ from jaxnb import JaxCluster, ProcessFailure, StartError
 from jaxnb.magics import JaxnbMagics
 
 TRAIN = """\
-import jax.numpy as jnp, jaxnb
+import jax, jax.numpy as jnp, jaxnb, numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 def fit():
-    w = jnp.zeros(2)
+    sharding = NamedSharding(jax.make_mesh((jax.device_count(),), ("i",)), P("i"))
+    n = 2 * jax.device_count()
+    w = jax.make_array_from_callback((n,), sharding, lambda index: np.zeros(2, np.float32))
+    bump = jax.jit(lambda w: w + 1)
     for step in range(5):
-        w = w + 1.0
-        jaxnb.report({"step": step, "w": float(w[0])}, checkpoint={"w": w})
+        w = bump(w)
+        jaxnb.report({"step": step, "total": jnp.sum(w)}, checkpoint={"w": w, "step": step})
 """
 WHY_NOT = missing()
 pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=f"no lab of ssh hosts: {WHY_NOT}")
