@@ -38,6 +38,20 @@ class ProcessInfo:
     address: str = ""
 
 
+def _tpu_workers() -> tuple[list[str], str | None]:
+    """On a TPU VM slice: its workers (in worker order) and this worker; else none."""
+    from jaxnb._options import OptionError
+    from jaxnb._tpu import SliceError, discover
+
+    try:
+        found = discover()
+    except SliceError as exc:
+        raise OptionError(str(exc)) from None
+    if found is None:
+        return [], None
+    return list(found.workers), found.workers[found.this]
+
+
 class JaxCluster:
     """A set of ipyparallel engines, one per JAX process, with ``jax.distributed`` initialised.
 
@@ -72,6 +86,9 @@ class JaxCluster:
                 from jaxnb._options import OptionError
 
                 raise OptionError(str(exc)) from None
+        local_host = None
+        if platform == "tpu" and not hosts and engines == "local":
+            hosts, local_host = _tpu_workers()  # a TPU VM slice: one engine per worker
         self.options = ClusterOptions(
             n=n,
             devices_per_process=devices_per_process,
@@ -84,6 +101,7 @@ class JaxCluster:
             env=tuple(sorted((env or {}).items())),
             python=python,
             address=address,
+            local_host=local_host,
             **extra,
         )
         self.processes: list[ProcessInfo] = []

@@ -102,6 +102,8 @@ def build_cluster(options: ClusterOptions) -> ipp.Cluster:
         config.SSHLauncher.remote_python = python
         control_dir = _ssh.new_control_dir()
         config.FastSSHEngineSetLauncher.control_dir = control_dir
+        if options.local_host:  # this machine is one of the hosts (a TPU VM worker)
+            config.FastSSHEngineSetLauncher.local_targets = [options.local_host]
         config.SSHLauncher.ssh_args = _ssh.ssh_options(control_dir)
         config.SSHLauncher.scp_args = _ssh.ssh_options(control_dir)
     # Local: loopback only. Remote engines: the one address that routes to them.

@@ -37,6 +37,8 @@ class ClusterOptions:
     python: str | None = None
     #: This machine's address the hosts connect back to (``None``: the one that routes to them).
     address: str | None = None
+    #: The ``hosts`` entry that is this machine (a TPU VM worker): its engine runs here, not over ssh.
+    local_host: str | None = None
 
     def __post_init__(self) -> None:
         from jaxnb._hosts import HostError, check_address, parse_entry

@@ -7,7 +7,6 @@ Hook points in the cluster lifecycle (:mod:`jaxnb._startup`, :mod:`jaxnb._health
 from __future__ import annotations
 
 import concurrent.futures
-import subprocess
 import threading
 import time
 from typing import Any
@@ -40,8 +39,11 @@ def start_check(ipp_cluster: ipp.Cluster, options: ClusterOptions, env: dict[str
 
     def check() -> None:
         try:
+            remote = tuple(e for e in options.host_entries() if e.target != options.local_host)
+            if not remote:
+                return
             _ssh.check_hosts(
-                options.host_entries(), options.resolved_python(), forward,
+                remote, options.resolved_python(), forward,
                 control_dir(ipp_cluster), _ssh.remote_log_dir(ipp_cluster.profile_dir),
                 timeout=min(options.init_timeout, 20.0),
             )
@@ -64,7 +66,7 @@ def exited_engines(ipp_cluster: ipp.Cluster | None) -> list[tuple[str, int, str]
     found = []
     for engine_set in ssh_sets(ipp_cluster):
         for launcher in engine_set.launchers.values():
-            if launcher.exited:
+            if _ssh.exited(launcher):
                 found.append((launcher.location, launcher.pid, launcher.remote_tail()))
     return found
 
@@ -85,6 +87,8 @@ def explain_lost(cluster: JaxCluster, processes: list[int]) -> dict[int, str]:
         launcher = launcher_of(cluster, p)
         if launcher is None:
             continue
+        if not isinstance(launcher, _ssh.FastSSHEngineLauncher):
+            continue  # this machine's engine: jaxnb._health sees how it ended
         if launcher.exited:
             found[p] = EXITED.format(host=launcher.location)
         else:
@@ -111,6 +115,8 @@ def log_of(cluster: JaxCluster, p: int) -> str:
     launcher = launcher_of(cluster, p)
     if launcher is None:
         return ""
+    if not isinstance(launcher, _ssh.FastSSHEngineLauncher):
+        return str(launcher.get_output() or "")
     seen = _unreachable.get(launcher.location)
     if seen is not None and time.monotonic() - seen < UNREACHABLE_MEMORY_SECONDS:
         return ""
@@ -178,8 +184,8 @@ def request_stacks(cluster: JaxCluster, processes: list[int]) -> dict[int, str]:
     hosts: dict[str, tuple[Any, list[int]]] = {}
     for p in processes:
         launcher = launcher_of(cluster, p)
-        if launcher is not None and not launcher.exited:
-            hosts.setdefault(launcher.location, (launcher, []))[1].append(p)
+        if launcher is not None and not _ssh.exited(launcher):
+            hosts.setdefault(_ssh.place(launcher)[0], (launcher, []))[1].append(p)
     folder = cluster._stacks_dir or ""
 
     def dump(location: str) -> dict[int, str]:
@@ -190,10 +196,7 @@ def request_stacks(cluster: JaxCluster, processes: list[int]) -> dict[int, str]:
         if seen is not None and time.monotonic() - seen < UNREACHABLE_MEMORY_SECONDS:
             return {}
         try:
-            out = launcher.ssh_sender.check_output(
-                [launcher.remote_python, "-c", _shell_quote(_DUMP_STACKS), _shell_quote(json.dumps(jobs))],
-                timeout=5, stdin=subprocess.DEVNULL,
-            )
+            out = _ssh.run_python(launcher, _DUMP_STACKS, json.dumps(jobs))
             texts = json.loads(out.strip().splitlines()[-1])
         except Exception:  # a host that does not answer: its processes show no dump
             return {}
@@ -212,7 +215,15 @@ def request_stacks(cluster: JaxCluster, processes: list[int]) -> dict[int, str]:
     return paths
 
 
-def _shell_quote(text: str) -> str:
-    import shlex
-
-    return shlex.quote(text)
+def host_order(cluster: JaxCluster, engine_ids: list[int], pids: list[int]) -> list[int]:
+    """``engine_ids`` (whose engines have ``pids``) in the order of ``--hosts``: process 0 runs
+    on the first host, as JAX numbers a TPU slice's workers."""
+    targets = list(cluster._ipp.config.SSHEngineSetLauncher.get("engines", {}))
+    rank = {}
+    for engine_set in ssh_sets(cluster._ipp):
+        for launcher in engine_set.launchers.values():
+            target, i = _ssh.place(launcher)
+            if target in targets:
+                rank[launcher.pid] = (targets.index(target), i)
+    order = sorted(range(len(engine_ids)), key=lambda k: rank.get(pids[k], (len(targets), k)))
+    return [engine_ids[k] for k in order]

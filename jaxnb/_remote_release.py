@@ -11,21 +11,17 @@ from __future__ import annotations
 import concurrent.futures
 import inspect
 import json
-import shlex
-import subprocess
 from typing import Any
 
-from jaxnb import _remote
+from jaxnb import _remote, _ssh
 from jaxnb._engine import sockets
 
 JaxCluster = Any  # jaxnb._cluster.JaxCluster
 
 
 def _run(launcher: Any, request: dict) -> Any:
-    code = inspect.getsource(sockets) + f"\nmain({json.dumps(json.dumps(request))})\n"
-    out = launcher.ssh_sender.check_output(
-        [launcher.remote_python, "-c", shlex.quote(code)], timeout=5, stdin=subprocess.DEVNULL
-    )
+    code = inspect.getsource(sockets) + "\nimport sys\nmain(sys.argv[1])\n"
+    out = _ssh.run_python(launcher, code, json.dumps(request))
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -34,8 +30,9 @@ def cut(cluster: JaxCluster) -> int:
     hosts: dict[str, tuple[Any, list[int]]] = {}
     for p in cluster.process_indices:
         launcher = _remote.launcher_of(cluster, p)
-        if launcher is not None and not launcher.exited:
-            hosts.setdefault(launcher.location, (launcher, []))[1].append(cluster.processes[p].pid)
+        if launcher is not None and not _ssh.exited(launcher):
+            host = _ssh.place(launcher)[0]
+            hosts.setdefault(host, (launcher, []))[1].append(cluster.processes[p].pid)
     if not hosts:
         return 0
 

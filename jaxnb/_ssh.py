@@ -21,12 +21,14 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from typing import Any
 
-from ipyparallel.cluster.launcher import SSHEngineLauncher, SSHEngineSetLauncher
-from traitlets import Unicode
+import psutil
+from ipyparallel.cluster.launcher import LocalEngineLauncher, SSHEngineLauncher, SSHEngineSetLauncher
+from traitlets import List, Unicode
 
 from jaxnb._errors import StartError
 from jaxnb._hosts import HostEntry
@@ -212,6 +214,7 @@ class FastSSHEngineSetLauncher(SSHEngineSetLauncher):
 
     launcher_class = FastSSHEngineLauncher
     control_dir = Unicode("", config=True, help="folder of the shared ssh connections' sockets")
+    local_targets = List(Unicode(), config=True, help="entries whose engines run on this machine")
 
     def start(self, n: int) -> list[str]:
         engine_traits = self.launcher_class.class_traits(config=True)
@@ -224,17 +227,28 @@ class FastSSHEngineSetLauncher(SSHEngineSetLauncher):
             for i in range(min(count, n - len(jobs))):
                 kwargs = {attr: getattr(self, attr) for attr in inherited}
                 key = f"{full_host}/{i}"
-                launcher = self.launchers[key] = self.launcher_class(
-                    parent=self, identifier=key, to_send=[], **kwargs
-                )
+                if full_host in self.local_targets:  # this machine: ipyparallel's local launcher
+                    local = LocalEngineLauncher.class_traits()
+                    launcher = self.launchers[key] = LocalEngineLauncher(
+                        parent=self, identifier=f"local-{i}",
+                        **{k: v for k, v in kwargs.items() if k in local},
+                    )
+                else:
+                    launcher = self.launchers[key] = self.launcher_class(
+                        parent=self, identifier=key, to_send=[], **kwargs
+                    )
                 launcher.loop  # noqa: B018 - bind the event loop on this thread
+                launcher.jaxnb_place = (full_host, i)  # its --hosts entry and its index there
                 launcher.on_stop(self._notice_engine_stopped)
                 jobs.append((key, launcher, user, host))
 
         def launch(job: tuple) -> str | None:
             key, launcher, user, host = job
             try:
-                launcher.start(user=user, hostname=host)
+                if isinstance(launcher, FastSSHEngineLauncher):
+                    launcher.start(user=user, hostname=host)
+                else:
+                    launcher.start()
             except Exception as exc:  # reported with the host's name
                 return f"{key.rsplit('/', 1)[0]}: {exc}"
             return None
@@ -253,7 +267,48 @@ class FastSSHEngineSetLauncher(SSHEngineSetLauncher):
         launchers = [lch for lch in self.launchers.values() if getattr(lch, "pid", None)]
         if launchers:
             with concurrent.futures.ThreadPoolExecutor(len(launchers)) as pool:
-                list(pool.map(lambda lch: lch.kill_group(), launchers))
+                list(pool.map(kill, launchers))
+
+
+def kill(launcher: Any) -> None:
+    """SIGKILL an engine (and its nanny) on its host, or here for a local one (then reap it)."""
+    if isinstance(launcher, FastSSHEngineLauncher):
+        launcher.kill_group()
+        return
+    process = getattr(launcher, "process", None)
+    if process is None:
+        return
+    with contextlib.suppress(psutil.Error):
+        for child in psutil.Process(process.pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+    with contextlib.suppress(OSError):
+        process.kill()
+    with contextlib.suppress(Exception):
+        process.wait(5)
+
+
+def run_python(launcher: Any, code: str, *args: str, timeout: float = 5) -> str:
+    """Run ``code`` with ``args`` in the engine's interpreter on the engine's host; its stdout."""
+    if isinstance(launcher, FastSSHEngineLauncher):
+        quoted = [shlex.quote(a) for a in (code, *args)]
+        return str(launcher.ssh_sender.check_output(
+            [launcher.remote_python, "-c", *quoted], timeout=timeout, stdin=subprocess.DEVNULL
+        ))
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout,
+        check=True, stdin=subprocess.DEVNULL,
+    ).stdout
+
+
+def place(launcher: Any) -> tuple[str, int]:
+    """The ``--hosts`` target a launcher's engine runs on, and its index among that host's."""
+    return tuple(getattr(launcher, "jaxnb_place", ("", 0)))  # type: ignore[return-value]
+
+
+def exited(launcher: Any) -> bool:
+    """True once an ssh launcher's engine is known gone (local engines: see jaxnb._health)."""
+    return bool(getattr(launcher, "exited", False))
 
 
 def remote_log_dir(profile_dir: str) -> str:

@@ -69,13 +69,19 @@ def join_group(cluster: JaxCluster) -> None:
     assert client is not None and view is not None
     engine_ids = list(view.targets)
     n = len(engine_ids)
-    coordinator = cluster._coordinator = cluster._coordinator_address(engine_ids[0])
-    bind = coordinator  # process 0's own address, never every interface
     try:
         identities = view.apply_async(engine_process.identity).get(timeout=30)
     except (ipp.error.CompositeError, ipp.error.EngineError, ipp.error.TimeoutError):
         raise_if_engines_exited(cluster._ipp)
         raise
+    if options.hosts:  # process 0 on the first host, and so on (a TPU slice's worker order)
+        ordered = _remote.host_order(cluster, engine_ids, [pid for _, pid in identities])
+        identities = [identities[engine_ids.index(eid)] for eid in ordered]
+        engine_ids = ordered
+        cluster._view = client[engine_ids]
+        cluster._view.block = False
+    coordinator = cluster._coordinator = cluster._coordinator_address(engine_ids[0])
+    bind = coordinator  # process 0's own address, never every interface
     hosts = [host for host, _ in identities]
     placements = engine_process.placements(hosts)
     pending = {}

@@ -269,3 +269,26 @@ def test_stop_after_a_failure_leaves_nothing_on_any_host(cluster, lab):
         time.sleep(0.1)
     assert not engine_processes(lab)
     assert time.monotonic() - started < 10
+
+
+def test_tpu_slice_workers_found_this_one_local_the_other_over_ssh(lab, monkeypatch):
+    """TPU_WORKER_HOSTNAMES names this machine (the lab bridge address) and one lab host;
+    engines run on CPU here (no TPU), so JAX's own TPU detection is not what joins them."""
+    monkeypatch.setenv("TPU_WORKER_HOSTNAMES", f"{lab.bridge_address},{lab.hosts[0].address}")
+    monkeypatch.delenv("TPU_WORKER_ID", raising=False)
+    cluster = JaxCluster(platform="tpu", env={"JAX_PLATFORMS": "cpu"})
+    assert cluster.options.hosts == (lab.bridge_address, lab.hosts[0].address)
+    assert cluster.options.local_host == lab.bridge_address
+    try:
+        cluster.start()
+        import socket
+
+        assert [(p.host, p.address) for p in cluster.processes] == [
+            (socket.gethostname(), lab.bridge_address), ("labhost1", lab.hosts[0].address)]
+        local = cluster.processes[0].pid
+        assert not any(local in h.pids() for h in lab.hosts)  # this worker's engine runs here
+        assert any(cluster.processes[1].pid in h.pids() for h in lab.hosts)
+        cluster.run("import jax\nassert jax.process_count() == 2 and jax.device_count() == 2")
+    finally:
+        cluster.stop()
+    assert not psutil.pid_exists(local) or psutil.Process(local).status() == psutil.STATUS_ZOMBIE

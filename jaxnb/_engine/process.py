@@ -83,8 +83,10 @@ def initialize(
         import jax
 
         jax.config.update("jax_enable_preemption_service", False)
-        if os.environ.get("JAXNB_PLATFORM") == "tpu":
-            # On a TPU VM slice JAX finds the coordinator and the process ids itself.
+        if os.environ.get("JAXNB_PLATFORM") == "tpu" and "tpu" in os.environ.get("JAX_PLATFORMS", "tpu"):
+            # On a TPU VM slice JAX finds the coordinator and the process ids itself (jaxnb
+            # numbers its processes in the same worker order). Engines told to run on CPU
+            # instead (the test lab) join explicitly below.
             jax.distributed.initialize(
                 heartbeat_timeout_seconds=heartbeat_timeout, initialization_timeout=init_timeout
             )
