@@ -84,6 +84,8 @@ def build_cluster(options: ClusterOptions) -> ipp.Cluster:
     config = Config()
     python = options.resolved_python()  # the same path on the engine's own host
     engine_cmd = [python, "-c", "import gc; gc.disable(); from jaxnb._engine.main import main; main()"]
+    if options.hosts:  # they start (and import JAX) while the controller starts
+        engine_cmd.append(f"--IPEngine.wait_for_url_file={options.init_timeout:g}")
     if options.is_local:
         engine_cmd = python_cmd("jaxnb._engine.main")
         # No nanny process per engine: jaxnb signals local engines by pid (see _signals).
@@ -121,7 +123,8 @@ def build_cluster(options: ClusterOptions) -> ipp.Cluster:
         load_profile=False,
         # Local engines find the controller's connection file themselves, so they can
         # start (and import JAX) while the controller is still starting.
-        send_engines_connection_env=not options.is_local,
+        # (Engines on --hosts start before the controller and get the file sent: see _remote.)
+        send_engines_connection_env=not options.is_local and not options.hosts,
         **kwargs,
     )
     return cluster

@@ -31,26 +31,27 @@ def control_dir(ipp_cluster: ipp.Cluster) -> str:
     return str(ipp_cluster.config.FastSSHEngineSetLauncher.get("control_dir", ""))
 
 
-def start_check(ipp_cluster: ipp.Cluster, options: ClusterOptions, env: dict[str, str]) -> Any:
-    """Check the hosts in the background (while the controller starts); call the result to join
-    it, which raises :class:`StartError` for hosts that cannot run an engine."""
+def start_launch(ipp_cluster: ipp.Cluster, options: ClusterOptions, env: dict[str, str]) -> Any:
+    """Check the hosts, then launch their engines, in the background (while the controller
+    starts); call the result to join it: it raises :class:`StartError` for hosts that cannot
+    run an engine, or engines that could not be launched."""
     errors: list[BaseException] = []
     forward = {k: v for k, v in env.items() if k == "PYTHONPATH"}
 
-    def check() -> None:
+    def check_then_launch() -> None:
         try:
             remote = tuple(e for e in options.host_entries() if e.target != options.local_host)
-            if not remote:
-                return
-            _ssh.check_hosts(
-                remote, options.resolved_python(), forward,
-                control_dir(ipp_cluster), _ssh.remote_log_dir(ipp_cluster.profile_dir),
-                timeout=min(options.init_timeout, 20.0),
-            )
+            if remote:
+                _ssh.check_hosts(
+                    remote, options.resolved_python(), forward,
+                    control_dir(ipp_cluster), _ssh.remote_log_dir(ipp_cluster.profile_dir),
+                    timeout=min(options.init_timeout, 20.0),
+                )
+            ipp_cluster.start_engines_sync(environment=env)
         except BaseException as exc:  # re-raised on the caller's thread
             errors.append(exc)
 
-    thread = threading.Thread(target=check, name="jaxnb-check-hosts", daemon=True)
+    thread = threading.Thread(target=check_then_launch, name="jaxnb-launch-hosts", daemon=True)
     thread.start()
 
     def join() -> None:
@@ -59,6 +60,24 @@ def start_check(ipp_cluster: ipp.Cluster, options: ClusterOptions, env: dict[str
             raise errors[0]
 
     return join
+
+
+def send_connection_file(ipp_cluster: ipp.Cluster) -> None:
+    """Put the controller's engine connection file (0600) on every host, all at once."""
+    import os
+
+    local = os.path.join(ipp_cluster.profile_dir, "security",
+                         f"ipcontroller-{ipp_cluster.cluster_id}-engine.json")
+    with open(local) as f:
+        text = f.read()
+    first = {}
+    for engine_set in ssh_sets(ipp_cluster):
+        for launcher in engine_set.launchers.values():
+            if isinstance(launcher, _ssh.FastSSHEngineLauncher):
+                first.setdefault(launcher.location, launcher)
+    if first:
+        with concurrent.futures.ThreadPoolExecutor(len(first)) as pool:
+            list(pool.map(lambda lch: _ssh.send_text(lch, text), first.values()))
 
 
 def exited_engines(ipp_cluster: ipp.Cluster | None) -> list[tuple[str, int, str]]:

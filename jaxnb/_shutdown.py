@@ -26,15 +26,16 @@ REMOTE_SHUTDOWN_SECONDS = 2.0
 
 def stop_all(ipp_cluster: ipp.Cluster, client: ipp.Client | None, local: bool) -> None:
     """Stop the engines and the controller of ``ipp_cluster``; remove its key files."""
-    if client is not None and not local:
+    from jaxnb import _remote
+
+    over_ssh = bool(_remote.ssh_sets(ipp_cluster))  # killed on their hosts below: no goodbyes
+    if client is not None and not local and not over_ssh:
         _leave_group(client)
     if client is not None:
         with contextlib.suppress(Exception):
             client.close()
     engines = [lch.process for lch in engine_launchers(ipp_cluster) if getattr(lch, "process", None)]
     if not local:
-        from jaxnb import _remote
-
         _remote.stop(ipp_cluster)  # SIGKILL on every host at once; close the ssh connections
     _kill_all(engines if local else [], ipp_cluster)
     with contextlib.suppress(Exception):

@@ -301,6 +301,18 @@ def run_python(launcher: Any, code: str, *args: str, timeout: float = 5) -> str:
     ).stdout
 
 
+def send_text(launcher: FastSSHEngineLauncher, text: str) -> None:
+    """Write ``text`` to the engine's connection file on its host (0600, atomically)."""
+    path = launcher.remote_connection_files["engine"]
+    folder = os.path.dirname(path) or "."
+    tmp = f"{path}.{os.getpid()}.tmp"
+    launcher.ssh_sender.check_output(
+        [f"umask 077 && mkdir -p {shlex.quote(folder)} && cat > {shlex.quote(tmp)} && "
+         f"mv {shlex.quote(tmp)} {shlex.quote(path)}"],
+        input=text, timeout=10,
+    )
+
+
 def place(launcher: Any) -> tuple[str, int]:
     """The ``--hosts`` target a launcher's engine runs on, and its index among that host's."""
     return tuple(getattr(launcher, "jaxnb_place", ("", 0)))  # type: ignore[return-value]

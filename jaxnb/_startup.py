@@ -35,16 +35,19 @@ def start_engines(cluster: JaxCluster) -> None:
     cleanup = os.pathsep.join([*key_files(ipp_cluster), cluster._stacks_dir])
     watchdog = {"JAXNB_PARENT_PID": str(os.getpid()), "JAXNB_CLEANUP_FILES": cleanup}
     env = _launch.engine_environment(options, cluster._stacks_dir)
-    hosts_checked = _remote.start_check(ipp_cluster, options, env) if options.hosts else None
+    # --hosts: check the hosts, then launch, in the background while the controller starts.
+    launched = _remote.start_launch(ipp_cluster, options, env) if options.hosts else None
     ipp_cluster.start_controller_sync(controller_cmd=CONTROLLER_CMD, environment=watchdog)
-    if hosts_checked is not None:
-        hosts_checked()  # a StartError naming each host that cannot run an engine
+    if launched is not None:
+        launched()  # a StartError naming each host that cannot run an engine
+        _remote.send_connection_file(ipp_cluster)  # the engines wait for it
     if options.is_local:
         env.update(watchdog)
         controller = getattr(ipp_cluster.controller, "process", None)
         if controller is not None:
             env["JAXNB_CONTROLLER_PID"] = str(controller.pid)
-    ipp_cluster.start_engines_sync(environment=env)
+    if launched is None:
+        ipp_cluster.start_engines_sync(environment=env)
     cluster._client = client = ipp_cluster.connect_client_sync()
     deadline = time.monotonic() + options.init_timeout
     while len(client.ids) < n:

@@ -197,6 +197,7 @@ class Lab:
                 "MaxStartups 100:30:200\n"
                 "MaxSessions 100\n"
                 "AcceptEnv *\n"
+                "Subsystem sftp internal-sftp\n"
             )
         return path
 
