@@ -28,6 +28,7 @@ from typing import Any
 
 import psutil
 from ipyparallel.cluster.launcher import LocalEngineLauncher, SSHEngineLauncher, SSHEngineSetLauncher
+from ipyparallel.cluster.shellcmd import ShellCommandSend
 from traitlets import List, Unicode
 
 from jaxnb._errors import StartError
@@ -156,6 +157,22 @@ def probe(target: str, pid: int, control_dir: str, timeout: float = 3.0) -> tupl
     return why, False
 
 
+#: Wait up to ``timeout`` s for ``pid`` to exit (a zombie counts as exited); say which.
+_WAIT = """
+import time, psutil
+deadline = time.monotonic() + ({timeout} or 60)
+while True:
+    try:
+        gone = psutil.Process({pid}).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        gone = True
+    if gone or time.monotonic() > deadline:
+        break
+    time.sleep(0.1)
+print("__running=0__" if gone else "__running=1__")
+"""
+
+
 class FastSSHEngineLauncher(SSHEngineLauncher):
     """ipyparallel's ssh engine launcher, started without its per-engine set-up round trips
     (the host check did them once per host)."""
@@ -165,18 +182,34 @@ class FastSSHEngineLauncher(SSHEngineLauncher):
     #: Set when jaxnb stops it (its ssh connection is about to close).
     closing = False
 
+    @property
+    def ssh_sender(self) -> ShellCommandSend:
+        """ipyparallel's remote command sender, sending its small receiver with each command
+        (so the host's Python need not import all of ipyparallel for every command)."""
+        if self._jaxnb_sender is None:
+            self._jaxnb_sender = ShellCommandSend(
+                self.ssh_cmd, [*self.ssh_args, self.location], self.remote_python,
+                send_receiver_code=True, log=self.log,
+            )
+        return self._jaxnb_sender
+
+    _jaxnb_sender: ShellCommandSend | None = None
+
     def wait_one(self, timeout: float | None) -> int:
-        """ipyparallel's remote wait, which also records the exit; a lost connection is not
-        an exit (the host may come back), and nothing is raised while stopping."""
+        """Wait on the host until the engine exits (psutil only, not all of ipyparallel) and
+        record it; a lost connection is not an exit (the host may come back), and nothing is
+        raised while stopping."""
         try:
-            code = super().wait_one(timeout)
+            out = self.ssh_sender.check_output_python_code(_WAIT.format(pid=int(self.pid), timeout=timeout))
         except subprocess.CalledProcessError:
             if self.closing:
                 return -1
             time.sleep(1.0)
             raise TimeoutError("its host does not answer") from None
+        if "__running=1__" in out:
+            raise TimeoutError("still running")
         self.exited = True
-        return code
+        return -1
 
     def start(self, hostname: str | None = None, user: str | None = None, port: Any = None) -> None:
         if hostname is not None:
