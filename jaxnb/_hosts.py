@@ -131,6 +131,18 @@ def route_address(host: str) -> str:
     raise HostError(f"no route from this machine to {host} ({last}); pass --address")
 
 
+#: A documentation address (TEST-NET-1): routing to it picks the default route's interface.
+_ANYWHERE = "192.0.2.1"
+
+
+def default_address() -> str:
+    """The address of the interface with the default route (loopback when there is none)."""
+    try:
+        return route_address(_ANYWHERE)
+    except HostError:
+        return "127.0.0.1"
+
+
 def controller_address(entries: tuple[HostEntry, ...]) -> str:
     """The one address of this machine that every host routes to (the controller listens there)."""
     found = {entry.host: route_address(entry.host) for entry in entries}

@@ -68,11 +68,10 @@ def controller_ip(options: ClusterOptions) -> str:
     if options.address:
         return options.address
     from jaxnb._errors import StartError
-    from jaxnb._hosts import HostError, controller_address
+    from jaxnb._hosts import HostError, controller_address, default_address
 
-    if not options.hosts:
-        raise StartError(f"--engines {options.engines} needs --address (this machine's address "
-                         "that the engines connect back to)")
+    if not options.hosts:  # mpi, slurm, ...: the nodes are not known in advance
+        return default_address()
     try:
         return controller_address(options.host_entries())
     except HostError as exc:

@@ -9,6 +9,7 @@ from jaxnb._hosts import (
     HostError,
     check_address,
     controller_address,
+    default_address,
     engine_counts,
     parse_entry,
     parse_hostfile_text,
@@ -67,6 +68,14 @@ def test_route_address_comes_from_the_routing_table():
     assert controller_address(parse_hosts("127.0.0.1,127.0.0.3:2")) == "127.0.0.1"
     with pytest.raises(HostError, match="--address"):
         route_address("no-such-host.invalid")
+
+
+def test_default_address_is_an_interface_address():
+    import ipaddress
+
+    address = ipaddress.ip_address(default_address())
+    assert not address.is_unspecified
+    assert route_address(str(address)) == str(address)  # one of this machine's own
 
 
 def test_check_address():
