@@ -234,9 +234,17 @@ class FastSSHEngineLauncher(SSHEngineLauncher):
         """SIGKILL the engine, its process group and its nanny (a child in a session of its own)."""
         self.closing = True
         pid = int(self.pid)
+        # Also remove what it leaves on its host: the connection file (it holds the message
+        # key) and its stacks folder.
+        leftovers = [self.remote_connection_files.get("engine", "")]
+        stacks = self.get_env().get("JAXNB_STACKS_DIR", "")
+        if os.path.basename(stacks).startswith("jaxnb-"):
+            leftovers.append(stacks)
+        remove = " ".join(shlex.quote(p) for p in leftovers if p)
         with contextlib.suppress(Exception):
             self.ssh_sender.check_output(
-                [f"kill -9 $(ps -o pid= --ppid {pid}) -- -{pid} {pid} 2>/dev/null; true"],
+                [f"kill -9 $(ps -o pid= --ppid {pid}) -- -{pid} {pid} 2>/dev/null; "
+                 f"rm -rf -- {remove}; true"],
                 timeout=5, stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )
         self.exited = True
