@@ -36,6 +36,8 @@ class ProcessInfo:
     state: str = "idle"
     #: The address its host is reached on (the interface that routes to the notebook's machine).
     address: str = ""
+    #: Its parent's pid (for an engine on another host: the shell that reports its exit).
+    parent_pid: int = 0
 
 
 def _tpu_workers() -> tuple[list[str], str | None]:

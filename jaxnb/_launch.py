@@ -103,6 +103,8 @@ def build_cluster(options: ClusterOptions) -> ipp.Cluster:
         config.SSHLauncher.remote_python = python
         control_dir = _ssh.new_control_dir()
         config.FastSSHEngineSetLauncher.control_dir = control_dir
+        # Over ssh, under a shell that writes the engine's exit status to its log.
+        config.FastSSHEngineSetLauncher.engine_cmd = _ssh.reporting_exit(engine_cmd)
         if options.local_host:  # this machine is one of the hosts (a TPU VM worker)
             config.FastSSHEngineSetLauncher.local_targets = [options.local_host]
         config.SSHLauncher.ssh_args = _ssh.ssh_options(control_dir)

@@ -90,7 +90,23 @@ def exited_engines(ipp_cluster: ipp.Cluster | None) -> list[tuple[str, int, str]
     return found
 
 
-EXITED = "exited on {host} (killed or crashed: its process is gone; ssh does not carry its status)"
+def exit_status(log: str) -> str | None:
+    """How a remote engine ended, from its log (see :func:`jaxnb._ssh.reporting_exit`)."""
+    return _ssh.exit_status(log)
+
+
+def exited_how(launcher: Any) -> str:
+    """``was killed by SIGKILL on host``: read from its log on its host (the shell around it
+    writes the status there)."""
+    how = _ssh.exit_status(launcher.remote_tail(5)) if not _unreachable_now(launcher) else None
+    return f"{how or 'exited'} on {launcher.location}"
+
+
+def _unreachable_now(launcher: Any) -> bool:
+    seen = _unreachable.get(launcher.location)
+    return seen is not None and time.monotonic() - seen < UNREACHABLE_MEMORY_SECONDS
+
+
 #: ssh targets found unreachable recently (target → when): their logs are not fetched.
 _unreachable: dict[str, float] = {}
 UNREACHABLE_MEMORY_SECONDS = 30.0
@@ -109,7 +125,7 @@ def explain_lost(cluster: JaxCluster, processes: list[int]) -> dict[int, str]:
         if not isinstance(launcher, _ssh.FastSSHEngineLauncher):
             continue  # this machine's engine: jaxnb._health sees how it ended
         if launcher.exited:
-            found[p] = EXITED.format(host=launcher.location)
+            found[p] = exited_how(launcher)
         else:
             probe[p] = launcher
     if probe:
@@ -123,7 +139,7 @@ def explain_lost(cluster: JaxCluster, processes: list[int]) -> dict[int, str]:
                 _unreachable[host] = time.monotonic()
                 found[p] = f"is lost: its host {host} is unreachable ({why})"
             elif not alive:
-                found[p] = EXITED.format(host=host)
+                found[p] = exited_how(probe[p])
             else:
                 found[p] = f"unregistered from the controller (its process still runs on {host})"
     return found
@@ -143,11 +159,13 @@ def log_of(cluster: JaxCluster, p: int) -> str:
 
 
 def launcher_of(cluster: JaxCluster, p: int) -> Any:
-    """The ssh launcher that started process ``p``'s engine (matched by its pid on its host)."""
+    """The launcher that started process ``p``'s engine: matched by the engine's pid on its
+    host, or its parent's (the shell around a remote engine)."""
     info = cluster.processes[p]
+    pids = {info.pid, getattr(info, "parent_pid", 0)} - {0}
     for engine_set in ssh_sets(cluster._ipp):
         for launcher in engine_set.launchers.values():
-            if launcher.pid == info.pid:
+            if launcher.pid in pids:
                 return launcher
     return None
 
@@ -234,9 +252,9 @@ def request_stacks(cluster: JaxCluster, processes: list[int]) -> dict[int, str]:
     return paths
 
 
-def host_order(cluster: JaxCluster, engine_ids: list[int], pids: list[int]) -> list[int]:
-    """``engine_ids`` (whose engines have ``pids``) in the order of ``--hosts``: process 0 runs
-    on the first host, as JAX numbers a TPU slice's workers."""
+def host_order(cluster: JaxCluster, engine_ids: list[int], family: list) -> list[int]:
+    """``engine_ids`` (whose engines have the (pid, parent pid) in ``family``) in the order of
+    ``--hosts``: process 0 runs on the first host, as JAX numbers a TPU slice's workers."""
     targets = list(cluster._ipp.config.SSHEngineSetLauncher.get("engines", {}))
     rank = {}
     for engine_set in ssh_sets(cluster._ipp):
@@ -244,5 +262,9 @@ def host_order(cluster: JaxCluster, engine_ids: list[int], pids: list[int]) -> l
             target, i = _ssh.place(launcher)
             if target in targets:
                 rank[launcher.pid] = (targets.index(target), i)
-    order = sorted(range(len(engine_ids)), key=lambda k: rank.get(pids[k], (len(targets), k)))
+    def key(k: int) -> tuple[int, int]:
+        pid, parent = family[k]
+        return rank.get(pid) or rank.get(parent) or (len(targets), k)
+
+    order = sorted(range(len(engine_ids)), key=key)
     return [engine_ids[k] for k in order]

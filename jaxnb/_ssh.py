@@ -241,10 +241,12 @@ class FastSSHEngineLauncher(SSHEngineLauncher):
         if os.path.basename(stacks).startswith("jaxnb-"):
             leftovers.append(stacks)
         remove = " ".join(shlex.quote(p) for p in leftovers if p)
+        # The shell (pid), the engine (its child) and the engine's nanny (the engine's child,
+        # in a session of its own).
+        family = f"for c in $(ps -o pid= --ppid {pid}); do kill -9 $(ps -o pid= --ppid $c) $c; done"
         with contextlib.suppress(Exception):
             self.ssh_sender.check_output(
-                [f"kill -9 $(ps -o pid= --ppid {pid}) -- -{pid} {pid} 2>/dev/null; "
-                 f"rm -rf -- {remove}; true"],
+                [f"{family} 2>/dev/null; kill -9 -- -{pid} {pid} 2>/dev/null; rm -rf -- {remove}; true"],
                 timeout=5, stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )
         self.exited = True
@@ -269,7 +271,7 @@ class FastSSHEngineSetLauncher(SSHEngineSetLauncher):
                 kwargs = {attr: getattr(self, attr) for attr in inherited}
                 key = f"{full_host}/{i}"
                 if full_host in self.local_targets:  # this machine: ipyparallel's local launcher
-                    local = LocalEngineLauncher.class_traits()
+                    local = set(LocalEngineLauncher.class_traits()) - {"engine_cmd"}  # no shell
                     launcher = self.launchers[key] = LocalEngineLauncher(
                         parent=self, identifier=f"local-{i}",
                         **{k: v for k, v in kwargs.items() if k in local},
@@ -340,6 +342,36 @@ def run_python(launcher: Any, code: str, *args: str, timeout: float = 5) -> str:
         [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout,
         check=True, stdin=subprocess.DEVNULL,
     ).stdout
+
+
+#: What the shell around a remote engine writes to its log when the engine exits.
+EXIT_LINE = "jaxnb: the engine exited with status"
+
+
+def reporting_exit(engine_cmd: list[str]) -> list[str]:
+    """``engine_cmd`` run by a shell that then writes its exit status to the log (stderr):
+    the only process that can know it is the engine's parent. ipyparallel appends the
+    engine's arguments, which the shell passes on (``"$@"``)."""
+    command = " ".join(shlex.quote(part) for part in engine_cmd)
+    script = f'{command} "$@"; s=$?; echo "{EXIT_LINE} $s" >&2; exit $s'
+    return ["/bin/sh", "-c", script, "jaxnb-engine"]
+
+
+def exit_status(log: str) -> str | None:
+    """How the engine ended, from the shell's last line in its log (``None`` if not there)."""
+    import signal as signals
+
+    for line in reversed(log.splitlines()):
+        if line.startswith(EXIT_LINE):
+            text = line[len(EXIT_LINE):].strip()
+            if not text.isdigit():
+                return None
+            code = int(text)
+            if code > 128:
+                with contextlib.suppress(ValueError):
+                    return f"was killed by {signals.Signals(code - 128).name}"
+            return f"exited with status {code}"
+    return None
 
 
 def send_text(launcher: FastSSHEngineLauncher, text: str) -> None:

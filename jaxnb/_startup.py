@@ -78,7 +78,8 @@ def join_group(cluster: JaxCluster) -> None:
         raise_if_engines_exited(cluster._ipp)
         raise
     if options.hosts:  # process 0 on the first host, and so on (a TPU slice's worker order)
-        ordered = _remote.host_order(cluster, engine_ids, [pid for _, pid in identities])
+        family = view.apply_async(engine_process.pids).get(timeout=30)
+        ordered = _remote.host_order(cluster, engine_ids, family)
         identities = [identities[engine_ids.index(eid)] for eid in ordered]
         engine_ids = ordered
         cluster._view = client[engine_ids]
@@ -115,6 +116,7 @@ def join_group(cluster: JaxCluster) -> None:
             local_devices=infos[index]["local_devices"],
             global_device_count=infos[index]["global_device_count"],
             address=infos[index].get("address", ""),
+            parent_pid=infos[index].get("parent_pid", 0),
         )
         for index, eid in enumerate(engine_ids)
     ]
@@ -182,8 +184,9 @@ def raise_if_engines_exited(ipp_cluster: ipp.Cluster | None) -> None:
     """A :class:`StartError` with its last log lines if an engine has exited."""
     for host, pid, log in _remote.exited_engines(ipp_cluster):
         tail = "\n".join("    " + ln for ln in _health.log_tail(log))
+        how = _remote.exit_status(log) or "exited"
         raise StartError(
-            f"the engine on {host} (pid {pid}) exited during start-up; see its last lines "
+            f"the engine on {host} (pid {pid}) {how} during start-up; see its last lines "
             f"below, fix the cause and start again\n{tail}"
         )
     for launcher in engine_launchers(ipp_cluster):

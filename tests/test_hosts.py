@@ -235,7 +235,8 @@ def test_a_killed_remote_engine_is_named_within_seconds(cluster, lab):
         cluster.run("import time\nfor _ in range(300): time.sleep(0.1)\n", timeout=60)
     took = time.monotonic() - started - 1.0
     text = str(caught.value) + "\n".join(getattr(caught.value, "notes", []) or [])
-    assert f"on {victim.host}" in text and "exited" in text, text
+    assert f"on {victim.host}" in text and "was killed by SIGKILL" in text, text
+    assert "last lines of its stderr" in text, text
     assert took < 5, took
     cluster.restart()
     cluster.run("import jax; assert jax.process_count() == 2")

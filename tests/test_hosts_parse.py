@@ -83,3 +83,17 @@ def test_check_address():
     for bad in ("0.0.0.0", "::", "node1"):
         with pytest.raises(HostError, match="--address"):
             check_address(bad)
+
+
+def test_the_shell_around_a_remote_engine_reports_its_exit():
+    import subprocess
+    import sys
+
+    from jaxnb._ssh import exit_status, reporting_exit
+
+    for code, how in [("import os; os.kill(os.getpid(), 9)", "was killed by SIGKILL"),
+                      ("raise SystemExit(3)", "exited with status 3")]:
+        out = subprocess.run(reporting_exit([sys.executable, "-c", code]) + ["--an-engine-arg"],
+                             capture_output=True, text=True, timeout=30)
+        assert exit_status("log line\n" + out.stderr) == how
+    assert exit_status("no shell line here") is None

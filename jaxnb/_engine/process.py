@@ -26,6 +26,11 @@ def identity() -> tuple[str, int]:
     return socket.gethostname(), os.getpid()
 
 
+def pids() -> tuple[int, int]:
+    """This engine's pid and its parent's (on another host: the shell that reports its exit)."""
+    return os.getpid(), os.getppid()
+
+
 def placements(hosts: list[str]) -> list[tuple[int, int, int]]:
     """(local rank, local world size, node rank) of each process, given its host."""
     order = list(dict.fromkeys(hosts))
@@ -174,6 +179,7 @@ def describe(process_id: int | None = None, *, touch_backend: bool = True) -> di
         "host": socket.gethostname(),
         "address": host_address(),
         "pid": os.getpid(),
+        "parent_pid": os.getppid(),
         "platform": None,
         "local_devices": [],
         "global_device_count": None,
