@@ -32,24 +32,33 @@ def control_dir(ipp_cluster: ipp.Cluster) -> str:
 
 
 def start_launch(ipp_cluster: ipp.Cluster, options: ClusterOptions, env: dict[str, str]) -> Any:
-    """Check the hosts, then launch their engines, in the background (while the controller
+    """Check the hosts and launch their engines, in the background (while the controller
     starts); call the result to join it: it raises :class:`StartError` for hosts that cannot
-    run an engine, or engines that could not be launched."""
+    run an engine (what the check found), or engines that could not be launched."""
     errors: list[BaseException] = []
     forward = {k: v for k, v in env.items() if k == "PYTHONPATH"}
 
+    def check() -> None:
+        remote = tuple(e for e in options.host_entries() if e.target != options.local_host)
+        if remote:
+            _ssh.check_hosts(
+                remote, options.resolved_python(), forward,
+                control_dir(ipp_cluster), _ssh.remote_log_dir(ipp_cluster.profile_dir),
+                timeout=min(options.init_timeout, 20.0),
+            )
+
     def check_then_launch() -> None:
-        try:
-            remote = tuple(e for e in options.host_entries() if e.target != options.local_host)
-            if remote:
-                _ssh.check_hosts(
-                    remote, options.resolved_python(), forward,
-                    control_dir(ipp_cluster), _ssh.remote_log_dir(ipp_cluster.profile_dir),
-                    timeout=min(options.init_timeout, 20.0),
-                )
-            ipp_cluster.start_engines_sync(environment=env)
-        except BaseException as exc:  # re-raised on the caller's thread
-            errors.append(exc)
+        # The check and the launch run at once; the check's message wins (it says why).
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            checked = pool.submit(check)
+            try:
+                ipp_cluster.start_engines_sync(environment=env)
+            except BaseException as exc:
+                errors.append(exc)
+            try:
+                checked.result()
+            except BaseException as exc:  # re-raised on the caller's thread
+                errors.insert(0, exc)
 
     thread = threading.Thread(target=check_then_launch, name="jaxnb-launch-hosts", daemon=True)
     thread.start()
@@ -162,10 +171,10 @@ def launcher_of(cluster: JaxCluster, p: int) -> Any:
     """The launcher that started process ``p``'s engine: matched by the engine's pid on its
     host, or its parent's (the shell around a remote engine)."""
     info = cluster.processes[p]
-    pids = {info.pid, getattr(info, "parent_pid", 0)} - {0}
+    pids = {pid for pid in (info.pid, getattr(info, "parent_pid", 0)) if pid > 1}
     for engine_set in ssh_sets(cluster._ipp):
         for launcher in engine_set.launchers.values():
-            if launcher.pid in pids:
+            if _ssh.started_pid(launcher) in pids:
                 return launcher
     return None
 

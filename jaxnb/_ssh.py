@@ -233,7 +233,9 @@ class FastSSHEngineLauncher(SSHEngineLauncher):
     def kill_group(self) -> None:
         """SIGKILL the engine, its process group and its nanny (a child in a session of its own)."""
         self.closing = True
-        pid = int(self.pid)
+        pid = started_pid(self)
+        if pid is None:  # never started: nothing of it runs (and `kill -1` would kill everything)
+            return
         # Also remove what it leaves on its host: the connection file (it holds the message
         # key) and its stacks folder.
         leftovers = [self.remote_connection_files.get("engine", "")]
@@ -244,9 +246,12 @@ class FastSSHEngineLauncher(SSHEngineLauncher):
         # The shell (pid), the engine (its child) and the engine's nanny (the engine's child,
         # in a session of its own).
         family = f"for c in $(ps -o pid= --ppid {pid}); do kill -9 $(ps -o pid= --ppid $c) $c; done"
+        # Only while that pid is still the engine's shell (never a reused pid).
+        ours = f"ps -o args= -p {pid} | grep -q jaxnb"
         with contextlib.suppress(Exception):
             self.ssh_sender.check_output(
-                [f"{family} 2>/dev/null; kill -9 -- -{pid} {pid} 2>/dev/null; rm -rf -- {remove}; true"],
+                [f"if {ours}; then {family} 2>/dev/null; kill -9 -- -{pid} {pid} 2>/dev/null; fi; "
+                 f"rm -rf -- {remove}; true"],
                 timeout=5, stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )
         self.exited = True
@@ -307,10 +312,17 @@ class FastSSHEngineSetLauncher(SSHEngineSetLauncher):
 
     def kill_all(self) -> None:
         """SIGKILL every engine of this set on its host, all hosts at once."""
-        launchers = [lch for lch in self.launchers.values() if getattr(lch, "pid", None)]
+        launchers = [lch for lch in self.launchers.values() if started_pid(lch) is not None]
         if launchers:
             with concurrent.futures.ThreadPoolExecutor(len(launchers)) as pool:
                 list(pool.map(kill, launchers))
+
+
+def started_pid(launcher: Any) -> int | None:
+    """The pid of the process a launcher started, or ``None`` when it started none (ipyparallel's
+    launchers say -1 then; a pid ≤ 1 must never reach ``kill``)."""
+    pid = getattr(launcher, "pid", None)
+    return pid if isinstance(pid, int) and pid > 1 else None
 
 
 def kill(launcher: Any) -> None:

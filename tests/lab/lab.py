@@ -152,7 +152,10 @@ class Lab:
     def _wait_ssh(self, host: Host) -> None:
         deadline = time.monotonic() + 20
         while True:
-            out = self.ssh(host, "hostname", timeout=10)
+            try:
+                out = self.ssh(host, "hostname", timeout=10)
+            except subprocess.TimeoutExpired as exc:
+                out = subprocess.CompletedProcess(exc.cmd, 255, "", f"no answer within {exc.timeout} s")
             if out.returncode == 0 and out.stdout.strip() == host.hostname:
                 return
             if time.monotonic() > deadline:
