@@ -93,7 +93,19 @@ def test_the_shell_around_a_remote_engine_reports_its_exit():
 
     for code, how in [("import os; os.kill(os.getpid(), 9)", "was killed by SIGKILL"),
                       ("raise SystemExit(3)", "exited with status 3")]:
-        out = subprocess.run(reporting_exit([sys.executable, "-c", code]) + ["--an-engine-arg"],
+        out = subprocess.run([*reporting_exit([sys.executable, "-c", code]), "--an-engine-arg"],
                              capture_output=True, text=True, timeout=30)
         assert exit_status("log line\n" + out.stderr) == how
     assert exit_status("no shell line here") is None
+
+
+def test_a_launcher_that_started_nothing_has_no_pid_to_kill():
+    from types import SimpleNamespace
+
+    from jaxnb._ssh import started_pid
+
+    # ipyparallel's launchers say -1 before (or without) a start: `kill -9 -1` kills everything.
+    for pid in (-1, 0, 1, None, "12"):
+        assert started_pid(SimpleNamespace(pid=pid)) is None
+    assert started_pid(SimpleNamespace()) is None
+    assert started_pid(SimpleNamespace(pid=4242)) == 4242
