@@ -38,8 +38,9 @@ def start_launch(ipp_cluster: ipp.Cluster, options: ClusterOptions, env: dict[st
     errors: list[BaseException] = []
     forward = {k: v for k, v in env.items() if k == "PYTHONPATH"}
 
+    remote = tuple(e for e in options.host_entries() if e.target != options.local_host)
+
     def check() -> None:
-        remote = tuple(e for e in options.host_entries() if e.target != options.local_host)
         if remote:
             _ssh.check_hosts(
                 remote, options.resolved_python(), forward,
@@ -51,6 +52,9 @@ def start_launch(ipp_cluster: ipp.Cluster, options: ClusterOptions, env: dict[st
         # The check and the launch run at once; the check's message wins (it says why).
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             checked = pool.submit(check)
+            # Launch once the check's connections are up (the launch then shares them).
+            targets = len({e.target for e in remote})
+            _ssh.wait_connected(control_dir(ipp_cluster), targets, checked.done, timeout=10)
             try:
                 ipp_cluster.start_engines_sync(environment=env)
             except BaseException as exc:

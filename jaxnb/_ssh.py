@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from typing import Any
 
 import psutil
@@ -117,6 +118,16 @@ def check_hosts(
             f"({', '.join(problems)}); fix them (ssh access, --python {python}, jaxnb installed "
             "there) or leave them out of --hosts\n" + "\n".join(lines)
         )
+
+
+def wait_connected(control_dir: str, count: int, done: Any, timeout: float) -> None:
+    """Wait until ``count`` shared connections are up in ``control_dir`` (or ``done()``)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not done():
+        with contextlib.suppress(OSError):
+            if len(os.listdir(control_dir)) >= count:
+                return
+        time.sleep(0.01)
 
 
 def close_connections(control_dir: str | None, targets: list[str]) -> None:
@@ -390,7 +401,7 @@ def send_text(launcher: FastSSHEngineLauncher, text: str) -> None:
     """Write ``text`` to the engine's connection file on its host (0600, atomically)."""
     path = launcher.remote_connection_files["engine"]
     folder = os.path.dirname(path) or "."
-    tmp = f"{path}.{os.getpid()}.tmp"
+    tmp = f"{path}.{uuid.uuid4().hex}.tmp"  # hosts may share a home folder
     launcher.ssh_sender.check_output(
         [f"umask 077 && mkdir -p {shlex.quote(folder)} && cat > {shlex.quote(tmp)} && "
          f"mv {shlex.quote(tmp)} {shlex.quote(path)}"],
