@@ -15,8 +15,9 @@ from typing import Any
 from jaxnb import _pull, _shutdown, _spmd, _startup
 from jaxnb._errors import ClusterStateError, StartError
 from jaxnb._failures import detect, repair, stacks
+from jaxnb._hosts import HostError, read_hostfile
 from jaxnb._messages import ALREADY_RUNNING
-from jaxnb._options import ClusterOptions
+from jaxnb._options import ClusterOptions, OptionError
 from jaxnb._state import Group, ProcessInfo
 from jaxnb._train import driver
 
@@ -29,6 +30,19 @@ CPU_MULTI_DEVICE_NOTE = (
 DEFAULT_OPERATION_TIMEOUT = 300.0
 
 __all__ = ["JaxCluster", "ProcessInfo"]
+
+
+def _tpu_workers() -> tuple[list[str], str | None]:
+    """On a TPU VM slice: its workers (in worker order) and this worker; else none."""
+    from jaxnb._tpu import SliceError, discover
+
+    try:
+        found = discover()
+    except SliceError as exc:
+        raise OptionError(str(exc)) from None
+    if found is None:
+        return [], None
+    return list(found.workers), found.workers[found.this]
 
 
 class JaxCluster:
@@ -46,6 +60,9 @@ class JaxCluster:
         platform: str = "cpu",
         engines: str = "local",
         hosts: list[str] | tuple[str, ...] | None = None,
+        hostfile: str | None = None,
+        python: str | None = None,
+        address: str | None = None,
         init: bool = True,
         timeout: float | None = None,
         init_timeout: float = 60.0,
@@ -53,6 +70,14 @@ class JaxCluster:
         env: dict[str, str] | None = None,
     ) -> None:
         extra = {} if collective_timeout is None else {"collective_timeout": collective_timeout}
+        if hostfile is not None:  # one [user@]host[:count] per line, after any --hosts
+            try:
+                hosts = [*(hosts or ()), *(str(e) for e in read_hostfile(hostfile))]
+            except HostError as exc:
+                raise OptionError(str(exc)) from None
+        local_host = None
+        if platform == "tpu" and not hosts and engines == "local":
+            hosts, local_host = _tpu_workers()  # a TPU VM slice: one engine per worker
         options = ClusterOptions(
             n=n,
             devices_per_process=devices_per_process,
@@ -63,6 +88,9 @@ class JaxCluster:
             timeout=timeout,
             init_timeout=init_timeout,
             env=tuple(sorted((env or {}).items())),
+            python=python,
+            address=address,
+            local_host=local_host,
             **extra,
         )
         self.group = Group(options)

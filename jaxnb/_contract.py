@@ -29,6 +29,9 @@ ENV_PARENT_PID = "JAXNB_PARENT_PID"
 ENV_CLEANUP_FILES = "JAXNB_CLEANUP_FILES"
 #: The controller's pid, which a local engine's watchdog stops with it.
 ENV_CONTROLLER_PID = "JAXNB_CONTROLLER_PID"
+#: Engines on other hosts: the notebook machine's address (each finds its own routable
+#: address from it, for the coordinator and for gloo).
+ENV_CONTROLLER_ADDRESS = "JAXNB_CONTROLLER_ADDRESS"
 
 # ---- set on every engine when it joins the group ---------------------------------------
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import sys
+from typing import Any
 
 import ipyparallel as ipp
 from traitlets.config import Config
 
-from jaxnb._contract import ENV_PLATFORM, ENV_STACKS_DIR
+from jaxnb._contract import ENV_CONTROLLER_ADDRESS, ENV_PLATFORM, ENV_STACKS_DIR
 from jaxnb._options import ClusterOptions
 
 #: Controller heartbeat period (ms): engines register after their first beat.
@@ -52,14 +52,39 @@ def engine_environment(options: ClusterOptions, stacks_dir: str) -> dict[str, st
     elif options.platform == "tpu":
         env["JAX_PLATFORMS"] = "tpu,cpu"
     env["XLA_FLAGS"] = " ".join(f for f in xla_flags if f).strip()
+    if not options.is_local:
+        env[ENV_CONTROLLER_ADDRESS] = controller_ip(options)
+        if options.python is None and os.environ.get("PYTHONPATH"):
+            env["PYTHONPATH"] = os.environ["PYTHONPATH"]  # the same interpreter, the same path
     env.update(dict(options.env))
     return env
+
+
+def controller_ip(options: ClusterOptions) -> str:
+    """Where the controller listens: loopback for a local cluster; for hosts, ``--address``
+    or this machine's address on the interface that routes to them."""
+    if options.is_local:
+        return "127.0.0.1"
+    if options.address:
+        return options.address
+    from jaxnb._errors import StartError
+    from jaxnb._hosts import HostError, controller_address, default_address
+
+    if not options.hosts:  # mpi, slurm, ...: the nodes are not known in advance
+        return default_address()
+    try:
+        return controller_address(options.host_entries())
+    except HostError as exc:
+        raise StartError(str(exc)) from None
 
 
 def build_cluster(options: ClusterOptions) -> ipp.Cluster:
     """An (unstarted) ipyparallel Cluster configured for ``options``."""
     config = Config()
-    engine_cmd = ["python", "-m", "jaxnb._engine.main"]  # on the engine's own host
+    python = options.resolved_python()  # the same path on the engine's own host
+    engine_cmd = [python, "-c", "import gc; gc.disable(); from jaxnb._engine.main import main; main()"]
+    if options.hosts:  # they start (and import JAX) while the controller starts
+        engine_cmd.append(f"--IPEngine.wait_for_url_file={options.init_timeout:g}")
     if options.is_local:
         engine_cmd = python_cmd("jaxnb._engine.main")
         # No nanny process per engine: jaxnb signals local engines by pid (see _failures.free).
@@ -71,9 +96,21 @@ def build_cluster(options: ClusterOptions) -> ipp.Cluster:
     config.LocalEngineLauncher.engine_cmd = engine_cmd
     config.LocalEngineSetLauncher.engine_cmd = engine_cmd
     if options.hosts:
-        config.SSHEngineSetLauncher.engines = {h: 1 for h in options.hosts}
-    # Local: loopback only. Remote engines: this host's own address, never every interface.
-    kwargs: dict = {"controller_ip": "127.0.0.1" if options.is_local else _host_address()}
+        from jaxnb import _ssh
+        from jaxnb._hosts import engine_counts
+
+        config.SSHEngineSetLauncher.engines = engine_counts(options.host_entries())
+        config.SSHLauncher.remote_python = python
+        control_dir = _ssh.new_control_dir()
+        config.FastSSHEngineSetLauncher.control_dir = control_dir
+        # Over ssh, under a shell that writes the engine's exit status to its log.
+        config.FastSSHEngineSetLauncher.engine_cmd = _ssh.reporting_exit(engine_cmd)
+        if options.local_host:  # this machine is one of the hosts (a TPU VM worker)
+            config.FastSSHEngineSetLauncher.local_targets = [options.local_host]
+        config.SSHLauncher.ssh_args = _ssh.ssh_options(control_dir)
+        config.SSHLauncher.scp_args = _ssh.ssh_options(control_dir)
+    # Local: loopback only. Remote engines: the one address that routes to them.
+    kwargs: dict = {"controller_ip": controller_ip(options)}
     cluster = ipp.Cluster(
         n=options.resolved_n(),
         engines=_engine_launcher(options),
@@ -87,18 +124,11 @@ def build_cluster(options: ClusterOptions) -> ipp.Cluster:
         load_profile=False,
         # Local engines find the controller's connection file themselves, so they can
         # start (and import JAX) while the controller is still starting.
-        send_engines_connection_env=not options.is_local,
+        # (Engines on --hosts start before the controller and get the file sent: see _remote.)
+        send_engines_connection_env=not options.is_local and not options.hosts,
         **kwargs,
     )
     return cluster
-
-
-def _host_address() -> str:
-    """An address of this machine that other hosts can reach."""
-    try:
-        return socket.gethostbyname(socket.gethostname())
-    except OSError:
-        return socket.gethostname()
 
 
 def _quiet_logger() -> logging.Logger:
@@ -108,7 +138,9 @@ def _quiet_logger() -> logging.Logger:
     return log
 
 
-def _engine_launcher(options: ClusterOptions) -> str:
-    if options.hosts and options.engines == "local":
-        return "ssh"
+def _engine_launcher(options: ClusterOptions) -> Any:
+    if options.hosts and options.engines in ("local", "ssh"):
+        from jaxnb._ssh import FastSSHEngineSetLauncher
+
+        return FastSSHEngineSetLauncher
     return options.engines

@@ -33,8 +33,24 @@ class ClusterOptions:
     heartbeat_timeout: int = 10
     collective_timeout: int = 60
     env: tuple[tuple[str, str], ...] = ()
+    #: Interpreter on the hosts (``None``: this notebook's own interpreter path).
+    python: str | None = None
+    #: This machine's address the hosts connect back to (``None``: the one that routes to them).
+    address: str | None = None
+    #: The ``hosts`` entry that is this machine (a TPU VM worker): its engine runs here, not over ssh.
+    local_host: str | None = None
 
     def __post_init__(self) -> None:
+        from jaxnb._hosts import HostError, check_address, parse_entry
+
+        try:  # normalised `[user@]host[:count]` entries
+            object.__setattr__(self, "hosts", tuple(str(parse_entry(h)) for h in self.hosts))
+            if self.address is not None:
+                object.__setattr__(self, "address", check_address(self.address))
+        except HostError as exc:
+            raise OptionError(str(exc)) from None
+        if self.python is not None and not self.python.strip():
+            raise OptionError("--python must be a path to an interpreter, e.g. --python /opt/venv/bin/python")
         if self.n is not None and (not isinstance(self.n, int) or self.n < 1):
             raise OptionError(f"-n must be a whole number ≥ 1, got {self.n!r}; e.g. -n 2")
         k = self.devices_per_process
@@ -65,10 +81,22 @@ class ClusterOptions:
         if self.n is not None:
             return self.n
         if self.hosts:
-            return len(self.hosts)
+            return sum(entry.count for entry in self.host_entries())
         if self.platform == "gpu":
             return _count_local_gpus() or 1
         return DEFAULT_CPU_PROCESSES
+
+    def host_entries(self) -> tuple:
+        """``--hosts`` as :class:`jaxnb._hosts.HostEntry` values."""
+        from jaxnb._hosts import parse_entry
+
+        return tuple(parse_entry(h) for h in self.hosts)
+
+    def resolved_python(self) -> str:
+        """The interpreter engines run on their hosts."""
+        import sys
+
+        return self.python or sys.executable
 
     def resolved_devices(self) -> int:
         """Devices per process (simulated on CPU)."""

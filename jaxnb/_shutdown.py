@@ -14,7 +14,7 @@ import signal
 
 import psutil
 
-from jaxnb import _ipp
+from jaxnb import _ipp, _remote
 from jaxnb._contract import EngineCall
 from jaxnb._failures import detect
 from jaxnb._state import Group
@@ -31,7 +31,8 @@ def stop_all(group: Group) -> None:
     ipp_cluster, client, local = group.ipp, group.client, group.options.is_local
     launched = [_ipp.launcher_process(lch) for lch in group.launchers.values()]
     group.clear()
-    if client is not None and not local:
+    over_ssh = bool(_remote.ssh_sets(ipp_cluster))  # killed on their hosts below: no goodbyes
+    if client is not None and not local and not over_ssh:
         with contextlib.suppress(Exception):  # every engine leaves at once: none waits
             client[:].apply_async(_LEAVE_GROUP).wait(REMOTE_SHUTDOWN_SECONDS)
     if client is not None:
@@ -40,13 +41,15 @@ def stop_all(group: Group) -> None:
     if ipp_cluster is not None:
         launched += [_ipp.launcher_process(lch) for lch in _ipp.engine_launchers(ipp_cluster)]
         engines = {p.pid: p for p in launched if p is not None} if local else {}
-        _stop_processes(ipp_cluster, list(engines.values()))
+        _stop_processes(ipp_cluster, list(engines.values()), local)
     if group.stacks_dir is not None:
         shutil.rmtree(group.stacks_dir, ignore_errors=True)
         group.stacks_dir = None
 
 
-def _stop_processes(ipp_cluster: object, engines: list[psutil.Process]) -> None:
+def _stop_processes(ipp_cluster: object, engines: list[psutil.Process], local: bool) -> None:
+    if not local:  # engines on other hosts: SIGKILL on every host at once; close the ssh connections
+        _remote.stop(ipp_cluster)
     _kill_all(engines, ipp_cluster)
     with contextlib.suppress(Exception):
         ipp_cluster.stop_engines_sync()

@@ -16,7 +16,7 @@ from typing import Any
 
 import ipyparallel as ipp
 
-from jaxnb import _ipp, _launch
+from jaxnb import _ipp, _launch, _remote
 from jaxnb._contract import ENV_CLEANUP_FILES, ENV_CONTROLLER_PID, ENV_PARENT_PID, EngineCall, JoinParams
 from jaxnb._errors import StartError
 from jaxnb._failures import detect, explain
@@ -29,6 +29,7 @@ _IDENTITY = EngineCall("jaxnb._engine.process:identity")
 _INITIALIZE = EngineCall("jaxnb._engine.process:initialize")
 _HOST_ADDRESS = EngineCall("jaxnb._engine.process:host_address")
 _FREE_PORT = EngineCall("jaxnb._engine.process:free_port")
+_PIDS = EngineCall("jaxnb._engine.process:pids")
 
 
 def start_engines(group: Group) -> None:
@@ -39,14 +40,20 @@ def start_engines(group: Group) -> None:
     ipp_cluster = group.ipp = _launch.build_cluster(options)
     cleanup = os.pathsep.join([*_ipp.key_files(ipp_cluster), group.stacks_dir])
     watchdog = {ENV_PARENT_PID: str(os.getpid()), ENV_CLEANUP_FILES: cleanup}
-    ipp_cluster.start_controller_sync(controller_cmd=CONTROLLER_CMD, environment=watchdog)
     env = _launch.engine_environment(options, group.stacks_dir)
+    # --hosts: check the hosts, then launch, in the background while the controller starts.
+    launched = _remote.start_launch(ipp_cluster, options, env) if options.hosts else None
+    ipp_cluster.start_controller_sync(controller_cmd=CONTROLLER_CMD, environment=watchdog)
+    if launched is not None:
+        launched()  # a StartError naming each host that cannot run an engine
+        _remote.send_connection_file(ipp_cluster, options.init_timeout)  # the engines wait for it
     if options.is_local:
         env.update(watchdog)
         controller = _ipp.controller_process(ipp_cluster)
         if controller is not None:
             env[ENV_CONTROLLER_PID] = str(controller.pid)
-    ipp_cluster.start_engines_sync(environment=env)
+    if launched is None:
+        ipp_cluster.start_engines_sync(environment=env)
     group.launchers = _ipp.launched_engines(ipp_cluster)
     group.client = client = ipp_cluster.connect_client_sync()
     deadline = time.monotonic() + options.init_timeout
@@ -66,12 +73,19 @@ def join_group(group: Group) -> None:
     """Initialise ``jax.distributed`` on every engine at once; fill in ``group.processes``."""
     client, view = group.client, group.view
     engine_ids = list(view.targets)
-    coordinator = group.coordinator = coordinator_address(group, engine_ids[0])
     try:
         identities = view.apply_async(_IDENTITY).get(timeout=30)
     except (ipp.error.CompositeError, ipp.error.EngineError, ipp.error.TimeoutError):
         raise_if_engines_exited(group)
         raise
+    if group.options.hosts:  # process 0 on the first host, and so on (a TPU slice's worker order)
+        family = view.apply_async(_PIDS).get(timeout=30)
+        ordered = _remote.host_order(group, engine_ids, family)
+        identities = [identities[engine_ids.index(eid)] for eid in ordered]
+        engine_ids = ordered
+        group.view = view = client[engine_ids]
+        view.block = False
+    coordinator = group.coordinator = coordinator_address(group, engine_ids[0])
     hosts = [host for host, _ in identities]
     params = join_params(group.options, coordinator, hosts)
     pending = {
@@ -90,6 +104,8 @@ def join_group(group: Group) -> None:
             platform=infos[index]["platform"],
             local_devices=infos[index]["local_devices"],
             global_device_count=infos[index]["global_device_count"],
+            address=infos[index].get("address", ""),
+            parent_pid=infos[index].get("parent_pid", 0),
         )
         for index, eid in enumerate(engine_ids)
     ]
@@ -98,7 +114,7 @@ def join_group(group: Group) -> None:
 
 def join_params(options: ClusterOptions, coordinator: str, hosts: list[str]) -> list[JoinParams]:
     """How each process joins the group, given the host each one runs on (start and repair)."""
-    bind = coordinator if options.is_local else None
+    bind = coordinator  # process 0's own address, never every interface
     found = []
     for index, placement in enumerate(placements(hosts)):
         # One engine per GPU: the engine's local rank picks its GPU on its own host.
@@ -189,6 +205,12 @@ def wait_joined(
 
 def raise_if_engines_exited(group: Group) -> None:
     """A :class:`StartError` with its last log lines if an engine has exited."""
+    for host, pid, log in _remote.exited_engines(group.ipp):
+        how = _remote.exit_status(log) or "exited"
+        raise StartError(
+            f"the engine on {host} (pid {pid}) {how} during start-up; see its last lines "
+            f"below, fix the cause and start again\n{explain.indented_tail(log)}"
+        )
     group.launchers.update(_ipp.launched_engines(group.ipp))
     for launcher in group.launchers.values():
         process = _ipp.launcher_process(launcher)

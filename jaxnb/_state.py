@@ -28,6 +28,10 @@ class ProcessInfo:
     local_devices: list[dict]
     global_device_count: int | None
     state: str = "idle"
+    #: The address its host is reached on (the interface that routes to the notebook's machine).
+    address: str = ""
+    #: Its parent's pid (for an engine on another host: the shell that reports its exit).
+    parent_pid: int = 0
 
 
 @dataclasses.dataclass

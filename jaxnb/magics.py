@@ -31,6 +31,9 @@ START_FLAGS = {
     "platform": "--platform",
     "engines": "--engines",
     "hosts": "--hosts",
+    "hostfile": "--hostfile",
+    "python": "--python",
+    "address": "--address",
     "no_init": "--no-init",
     "timeout": "--timeout",
     "init_timeout": "--init-timeout",
@@ -98,6 +101,9 @@ class JaxnbMagics(Magics):
     @argument("--platform", default=None, metavar="cpu|gpu|tpu", help="start: cpu (default), gpu or tpu")
     @argument("--engines", default=None, metavar="LAUNCHER", help="start: local (default), ssh, mpi, ...")
     @argument("--hosts", default=None, metavar="H1,H2", help="start: hosts, each [user@]host[:count]")
+    @argument("--hostfile", default=None, metavar="PATH", help="start: one [user@]host[:count] a line")
+    @argument("--python", default=None, metavar="PATH", help="start: interpreter on the hosts")
+    @argument("--address", default=None, metavar="ADDR", help="start: this machine's address for hosts")
     @argument("--no-init", action="store_true", default=None, help="start: leave jax.distributed to you")
     @argument("--timeout", type=_seconds("--timeout"), default=None, metavar="S", help="start: cell timeout")
     @argument(
@@ -147,6 +153,9 @@ class JaxnbMagics(Magics):
                 platform=args.platform or "cpu",
                 engines=args.engines or "local",
                 hosts=hosts,
+                hostfile=args.hostfile,
+                python=args.python,
+                address=args.address,
                 init=not args.no_init,
                 timeout=args.timeout,
                 init_timeout=args.init_timeout or DEFAULT_INIT_TIMEOUT,

@@ -31,7 +31,7 @@ def test_join_params_pick_each_gpu_by_local_rank_and_keep_no_init():
     options = ClusterOptions(platform="gpu", hosts=("a", "b"), init=False)
     params = join_params(options, "10.0.0.1:99", ["a", "a", "b"])
     assert [p.local_device_ids for p in params] == [(0,), (1,), (0,)]
-    assert all(p.bind_address is None and not p.init for p in params)
+    assert all(p.bind_address == "10.0.0.1:99" and not p.init for p in params)  # process 0 only
 
 
 def test_join_params_travel_by_pickle():

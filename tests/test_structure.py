@@ -9,7 +9,7 @@ import sys
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "jaxnb"
 #: Modules that run in the notebook kernel may import these engine-neutral modules only.
-SHARED = {"jaxnb._contract", "jaxnb._run_folder"}
+SHARED = {"jaxnb._contract", "jaxnb._run_folder", "jaxnb._hosts"}
 #: Engine-side public API (``jaxnb.report``, ``jaxnb.show_mesh``): called inside cells.
 ENGINE_API = {"jaxnb", "jaxnb._mesh"}
 

@@ -3,12 +3,13 @@
 jaxnb needs a few things JAX does not make public: the state of
 ``jax.distributed`` (is this process in a group, its coordination client for
 the key-value store), whether backends exist yet, and the mesh context that
-an interrupted ``jax.set_mesh`` can leave behind. If a JAX release moves one
+an interrupted ``jax.set_mesh`` can leave behind, and the address gloo uses. If a JAX release moves one
 of them, this is the module to change.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 #: The JAX version these reads were written against.
@@ -45,3 +46,27 @@ def forget_meshes() -> None:
     jax.set_mesh(None)
     mesh_lib.thread_resources.stack = [mesh_lib.EMPTY_ENV]
     mesh_lib.thread_resources.env = mesh_lib.EMPTY_ENV
+
+
+def use_gloo_address(address: str) -> None:
+    """Make JAX's gloo CPU collectives use ``address`` (``make_gloo_tcp_collectives(hostname=)``)
+    instead of resolving the hostname, which on many hosts maps to 127.0.0.1.
+
+    Makes the CPU backend (created later, after ``jax.distributed.initialize``) use ``address``.
+
+    No effect once the CPU backend exists; it is created again after
+    ``jax.extend.backend.clear_backends()`` (what a repair does) with the same address.
+    """
+    from jax._src import config, distributed, xla_bridge
+    from jax._src.lib import _jax
+
+    def make_cpu_client() -> Any:
+        client = distributed.global_state.client
+        collectives = None
+        if client is not None and config.cpu_collectives_implementation.value == "gloo":
+            collectives = _jax.make_gloo_tcp_collectives(distributed_client=client, hostname=address)
+        return xla_bridge.make_cpu_client(collectives)
+
+    # "Backend cpu already initialized": it keeps the address it was made with.
+    with contextlib.suppress(RuntimeError):
+        xla_bridge.register_backend_factory("cpu", make_cpu_client, priority=0, fail_quietly=False)

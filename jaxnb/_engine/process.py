@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from jaxnb._contract import (
+    ENV_CONTROLLER_ADDRESS,
     ENV_LOCAL_RANK,
     ENV_LOCAL_WORLD_SIZE,
     ENV_NODE_RANK,
@@ -34,12 +35,20 @@ def identity() -> tuple[str, int]:
     return socket.gethostname(), os.getpid()
 
 
+def pids() -> tuple[int, int]:
+    """This engine's pid and its parent's (on another host: the shell that reports its exit)."""
+    return os.getpid(), os.getppid()
+
+
 def host_address() -> str:
-    """An address other hosts can reach this one on."""
-    try:
-        return socket.gethostbyname(socket.gethostname())
-    except OSError:
-        return socket.gethostname()
+    """An address other hosts can reach this one on: the address of this host's interface
+    that routes to the notebook's machine (from the routing table, never from the hostname)."""
+    controller = os.environ.get(ENV_CONTROLLER_ADDRESS)
+    if not controller:
+        return "127.0.0.1"  # a local cluster: everything on loopback
+    from jaxnb._hosts import route_address
+
+    return route_address(controller)
 
 
 def set_identity(params: JoinParams) -> None:
@@ -62,8 +71,10 @@ def initialize(params: JoinParams) -> dict[str, Any]:
         import jax
 
         jax.config.update("jax_enable_preemption_service", False)
-        if os.environ.get(ENV_PLATFORM) == "tpu":
-            # On a TPU VM slice JAX finds the coordinator and the process ids itself.
+        if os.environ.get(ENV_PLATFORM) == "tpu" and "tpu" in os.environ.get("JAX_PLATFORMS", "tpu"):
+            # On a TPU VM slice JAX finds the coordinator and the process ids itself (jaxnb
+            # numbers its processes in the same worker order). Engines told to run on CPU
+            # instead (the test lab) join explicitly below.
             jax.distributed.initialize(
                 heartbeat_timeout_seconds=params.heartbeat_timeout,
                 initialization_timeout=params.init_timeout,
@@ -83,6 +94,8 @@ def join_group(params: JoinParams) -> None:
     """``jax.distributed.initialize`` with jaxnb's bounded timeouts (start and repair)."""
     import jax
 
+    if os.environ.get(ENV_CONTROLLER_ADDRESS):  # several hosts: gloo on this host's address
+        jax_internals.use_gloo_address(host_address())
     if params.process_id > 0:
         _wait_for_coordinator(params.coordinator, params.init_timeout)
     ids = list(params.local_device_ids) if params.local_device_ids is not None else None
@@ -135,7 +148,9 @@ def describe(process_id: int | None = None, *, touch_backend: bool = True) -> di
     info: dict[str, Any] = {
         "process_index": process_id,
         "host": socket.gethostname(),
+        "address": host_address(),
         "pid": os.getpid(),
+        "parent_pid": os.getppid(),
         "platform": None,
         "local_devices": [],
         "global_device_count": None,

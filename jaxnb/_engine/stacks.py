@@ -27,6 +27,9 @@ def stack_path(pid: int | None = None) -> str:
 def arm() -> None:
     """Dump the stack of the thread that gets ``SIGUSR1`` to :func:`stack_path`."""
     global _stack_file
+    # On another host the folder may not exist yet (made here, not in stack_path(): a
+    # process on its way out must not make again what the notebook's clean-up removed).
+    os.makedirs(os.path.dirname(stack_path()), mode=0o700, exist_ok=True)
     # Append mode: the notebook truncates the file before each dump request.
     _stack_file = open(stack_path(), "w+")  # noqa: SIM115 - lives as long as the process
     _stack_file.close()

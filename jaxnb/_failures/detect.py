@@ -16,7 +16,7 @@ from typing import Any
 
 import psutil
 
-from jaxnb import _ipp
+from jaxnb import _ipp, _remote
 from jaxnb._state import Group
 
 
@@ -32,9 +32,12 @@ def dead_processes(group: Group) -> dict[int, str]:
                 dead[info.process_index] = how
     if not group.options.is_local and group.client is not None:
         registered = set(group.client.ids)
-        for info in group.processes:
-            if info.engine_id not in registered:
-                dead.setdefault(info.process_index, "unregistered from the controller")
+        gone = [i.process_index for i in group.processes
+                if i.engine_id not in registered and i.process_index not in dead]
+        if gone:  # engines on --hosts: asked on their hosts (killed, or the host unreachable)
+            explained = _remote.explain_lost(group, gone)
+            for p in gone:
+                dead[p] = explained.get(p, "unregistered from the controller")
     return dead
 
 

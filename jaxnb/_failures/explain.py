@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from jaxnb import _ipp
+from jaxnb import _ipp, _remote
 from jaxnb._failures import detect, stacks
 from jaxnb._messages import GROUP_BROKEN, label, labels
 from jaxnb._state import Group
@@ -17,6 +17,8 @@ _FATAL = "Fatal Python error:"
 def engine_log(group: Group, p: int) -> str:
     """What process ``p``'s engine wrote to its log (stderr and stdout), colours removed."""
     launcher = detect.launcher_of(group, group.processes[p].pid)
+    if launcher is None and not group.options.is_local:
+        return _ANSI.sub("", _remote.log_of(group, p))  # read on its host
     return "" if launcher is None else launcher_log(launcher)
 
 

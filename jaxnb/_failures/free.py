@@ -25,7 +25,7 @@ import time
 
 import psutil
 
-from jaxnb import _ipp
+from jaxnb import _ipp, _remote_release
 from jaxnb._failures import detect
 from jaxnb._state import Group
 
@@ -134,10 +134,12 @@ def release(group: Group, processes: list[int]) -> Released:
 def can_cut(group: Group) -> bool:
     """Whether jaxnb may close this cluster's gloo connections.
 
-    Only for local engines (on Linux) and only when jaxnb owns the group (not
+    For local engines and engines on ``--hosts`` (on Linux), and only when jaxnb owns the group (not
     ``--no-init``), since the group must be re-initialised afterwards.
     """
-    return group.options.is_local and group.options.init and hasattr(os, "pidfd_open")
+    return group.options.init and hasattr(os, "pidfd_open") and (
+        group.options.is_local or bool(group.options.hosts)  # remote: on their hosts, over ssh
+    )
 
 
 def gloo_sockets(group: Group) -> dict[int, list[tuple[int, tuple[str, int]]]]:
@@ -167,7 +169,10 @@ def cut_collectives(group: Group) -> bool:
     """Shut down every gloo connection of every engine; False when none could be shut."""
     if not can_cut(group):
         return False
-    done = sum(_shut_down(pid, fds) for pid, fds in gloo_sockets(group).items())
+    if group.options.is_local:
+        done = sum(_shut_down(pid, fds) for pid, fds in gloo_sockets(group).items())
+    else:
+        done = _remote_release.cut(group)
     if done:
         group.group_cut = True
     return bool(done)

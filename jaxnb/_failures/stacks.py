@@ -82,6 +82,10 @@ def section(group: Group, p: int, dump: str | None, cell_code: str = "") -> str:
 
 def request(group: Group, processes: list[int]) -> dict[int, str]:
     """Ask the processes to dump their stacks now; their dump files by process."""
+    if not group.options.is_local:  # on their hosts, over ssh; local copies
+        from jaxnb import _remote
+
+        return _remote.request_stacks(group, processes)
     paths = {}
     for p in processes:
         info = group.processes[p]

@@ -1,0 +1,297 @@
+"""The notebook side of engines on other hosts: check the hosts, notice lost engines, stop.
+
+Hook points in the cluster lifecycle (:mod:`jaxnb._startup`, :mod:`jaxnb._failures.detect`,
+:mod:`jaxnb._shutdown`) call these; everything ssh-specific lives in :mod:`jaxnb._ssh`.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+from typing import Any
+
+import ipyparallel as ipp
+
+from jaxnb import _ssh
+from jaxnb._errors import StartError
+from jaxnb._options import ClusterOptions
+from jaxnb._state import Group
+
+
+def ssh_sets(ipp_cluster: ipp.Cluster | None) -> list[_ssh.FastSSHEngineSetLauncher]:
+    """The cluster's engine sets started over ssh."""
+    if ipp_cluster is None:
+        return []
+    return [s for s in ipp_cluster.engines.values() if isinstance(s, _ssh.FastSSHEngineSetLauncher)]
+
+
+def control_dir(ipp_cluster: ipp.Cluster) -> str:
+    """The shared ssh connections' folder chosen for this cluster ("" when none)."""
+    return str(ipp_cluster.config.FastSSHEngineSetLauncher.get("control_dir", ""))
+
+
+def start_launch(ipp_cluster: ipp.Cluster, options: ClusterOptions, env: dict[str, str]) -> Any:
+    """Check the hosts and launch their engines, in the background (while the controller
+    starts); call the result to join it: it raises :class:`StartError` for hosts that cannot
+    run an engine (what the check found), or engines that could not be launched."""
+    errors: list[BaseException] = []
+    forward = {k: v for k, v in env.items() if k == "PYTHONPATH"}
+
+    remote = tuple(e for e in options.host_entries() if e.target != options.local_host)
+
+    def check() -> None:
+        if remote:
+            _ssh.check_hosts(
+                remote, options.resolved_python(), forward,
+                control_dir(ipp_cluster), _ssh.remote_log_dir(ipp_cluster.profile_dir),
+                timeout=min(options.init_timeout, 20.0),
+            )
+
+    def check_then_launch() -> None:
+        # The check and the launch run at once; the check's message wins (it says why).
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            checked = pool.submit(check)
+            # Launch once the check's connections are up (the launch then shares them).
+            targets = len({e.target for e in remote})
+            _ssh.wait_connected(control_dir(ipp_cluster), targets, checked.done, timeout=10)
+            try:
+                ipp_cluster.start_engines_sync(environment=env)
+            except BaseException as exc:
+                errors.append(exc)
+            try:
+                checked.result()
+            except BaseException as exc:  # re-raised on the caller's thread
+                errors.insert(0, exc)
+
+    thread = threading.Thread(target=check_then_launch, name="jaxnb-launch-hosts", daemon=True)
+    thread.start()
+
+    def join() -> None:
+        thread.join()
+        if errors:
+            raise errors[0]
+
+    return join
+
+
+def send_connection_file(ipp_cluster: ipp.Cluster, timeout: float) -> None:
+    """Put the controller's engine connection file (0600) on every host, all at once, as soon
+    as the controller has written it (ipyparallel's start returns before it does)."""
+    import json
+    import os
+
+    local = os.path.join(ipp_cluster.profile_dir, "security",
+                         f"ipcontroller-{ipp_cluster.cluster_id}-engine.json")
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with open(local) as f:
+                text = f.read()
+            json.loads(text)
+            break
+        except (OSError, ValueError):  # not written yet, or half written
+            if time.monotonic() > deadline:
+                raise StartError(
+                    f"the controller wrote no connection file within {timeout:g} s; "
+                    "raise --init-timeout or check the controller's log"
+                ) from None
+            time.sleep(0.02)
+    first = {}
+    for engine_set in ssh_sets(ipp_cluster):
+        for launcher in engine_set.launchers.values():
+            if isinstance(launcher, _ssh.FastSSHEngineLauncher):
+                first.setdefault(launcher.location, launcher)
+    if first:
+        with concurrent.futures.ThreadPoolExecutor(len(first)) as pool:
+            list(pool.map(lambda lch: _ssh.send_text(lch, text), first.values()))
+
+
+def exited_engines(ipp_cluster: ipp.Cluster | None) -> list[tuple[str, int, str]]:
+    """(host, pid, last log lines) of every remote engine that has exited."""
+    found = []
+    for engine_set in ssh_sets(ipp_cluster):
+        for launcher in engine_set.launchers.values():
+            if _ssh.exited(launcher):
+                found.append((launcher.location, launcher.pid, launcher.remote_tail()))
+    return found
+
+
+def exit_status(log: str) -> str | None:
+    """How a remote engine ended, from its log (see :func:`jaxnb._ssh.reporting_exit`)."""
+    return _ssh.exit_status(log)
+
+
+def exited_how(launcher: Any) -> str:
+    """``was killed by SIGKILL on host``: read from its log on its host (the shell around it
+    writes the status there)."""
+    how = _ssh.exit_status(launcher.remote_tail(5)) if not _unreachable_now(launcher) else None
+    return f"{how or 'exited'} on {launcher.location}"
+
+
+def _unreachable_now(launcher: Any) -> bool:
+    seen = _unreachable.get(launcher.location)
+    return seen is not None and time.monotonic() - seen < UNREACHABLE_MEMORY_SECONDS
+
+
+#: ssh targets found unreachable recently (target → when): their logs are not fetched.
+_unreachable: dict[str, float] = {}
+UNREACHABLE_MEMORY_SECONDS = 30.0
+
+
+def explain_lost(group: Group, processes: list[int]) -> dict[int, str]:
+    """How each unregistered remote process ended: its engine exited (it says so), or its host
+    cannot be reached over a fresh ssh connection (all hosts checked at once)."""
+    directory = control_dir(group.ipp) if group.ipp is not None else ""
+    found: dict[int, str] = {}
+    probe: dict[int, str] = {}
+    for p in processes:
+        launcher = launcher_of(group, p)
+        if launcher is None:
+            continue
+        if not isinstance(launcher, _ssh.FastSSHEngineLauncher):
+            continue  # this machine's engine: jaxnb._health sees how it ended
+        if launcher.exited:
+            found[p] = exited_how(launcher)
+        else:
+            probe[p] = launcher
+    if probe:
+        with concurrent.futures.ThreadPoolExecutor(len(probe)) as pool:
+            answers = dict(zip(probe, pool.map(
+                lambda lch: _ssh.probe(lch.location, lch.pid, directory), probe.values()
+            ), strict=True))
+        for p, (why, alive) in answers.items():
+            host = probe[p].location
+            if why:
+                _unreachable[host] = time.monotonic()
+                found[p] = f"is lost: its host {host} is unreachable ({why})"
+            elif not alive:
+                found[p] = exited_how(probe[p])
+            else:
+                found[p] = f"unregistered from the controller (its process still runs on {host})"
+    return found
+
+
+def log_of(group: Group, p: int) -> str:
+    """Process ``p``'s engine log, read on its host ("" when its host is unreachable)."""
+    launcher = launcher_of(group, p)
+    if launcher is None:
+        return ""
+    if not isinstance(launcher, _ssh.FastSSHEngineLauncher):
+        return str(launcher.get_output() or "")
+    seen = _unreachable.get(launcher.location)
+    if seen is not None and time.monotonic() - seen < UNREACHABLE_MEMORY_SECONDS:
+        return ""
+    return str(launcher.remote_tail())
+
+
+def launcher_of(group: Group, p: int) -> Any:
+    """The launcher that started process ``p``'s engine: matched by the engine's pid on its
+    host, or its parent's (the shell around a remote engine)."""
+    info = group.processes[p]
+    pids = {pid for pid in (info.pid, getattr(info, "parent_pid", 0)) if pid > 1}
+    for engine_set in ssh_sets(group.ipp):
+        for launcher in engine_set.launchers.values():
+            if _ssh.started_pid(launcher) in pids:
+                return launcher
+    return None
+
+
+def stop(ipp_cluster: ipp.Cluster) -> None:
+    """SIGKILL every remote engine on its host (all at once), then close the ssh connections."""
+    for key, engine_set in list(ipp_cluster.engines.items()):
+        if isinstance(engine_set, _ssh.FastSSHEngineSetLauncher):
+            engine_set.kill_all()
+            ipp_cluster.engines.pop(key)  # done: ipyparallel's own stop would ssh again
+    directory = control_dir(ipp_cluster)
+    if directory:
+        targets = list(ipp_cluster.config.SSHEngineSetLauncher.get("engines", {}))
+        _ssh.close_connections(directory, targets)
+
+
+#: Run on a host with its engines' pids and stack files: ask each main thread for a dump
+#: (as jaxnb does locally), wait until each reaches its outermost frame (or 1 s), print them.
+_DUMP_STACKS = """
+import ctypes, json, os, signal, sys, time
+jobs = json.loads(sys.argv[1])
+libc = ctypes.CDLL(None, use_errno=True)
+for pid, path in jobs.items():
+    try:
+        open(path, "r+").truncate()
+        libc.tgkill(int(pid), int(pid), signal.SIGUSR1)
+    except OSError:
+        pass
+def read(path):
+    try:
+        return open(path).read().strip()
+    except OSError:
+        return ""
+deadline = time.monotonic() + 1.0
+while time.monotonic() < deadline:
+    texts = {pid: read(path) for pid, path in jobs.items()}
+    last = [t.splitlines()[-1] if t else "" for t in texts.values()]
+    if all(ln.endswith(("in <module>", "in _run_module_as_main")) for ln in last):
+        break
+    time.sleep(0.02)
+print(json.dumps({pid: read(path) for pid, path in jobs.items()}))
+"""
+
+
+def request_stacks(group: Group, processes: list[int]) -> dict[int, str]:
+    """Dump remote processes' stacks on their hosts (all hosts at once); local copies by process.
+
+    The dumps are copied into the notebook's stacks folder, where :mod:`jaxnb._failures.stacks` reads them.
+    """
+    import json
+    import os
+
+    hosts: dict[str, tuple[Any, list[int]]] = {}
+    for p in processes:
+        launcher = launcher_of(group, p)
+        if launcher is not None and not _ssh.exited(launcher):
+            hosts.setdefault(_ssh.place(launcher)[0], (launcher, []))[1].append(p)
+    folder = group.stacks_dir or ""
+
+    def dump(location: str) -> dict[int, str]:
+        launcher, ps = hosts[location]
+        pids = {p: group.processes[p].pid for p in ps}
+        jobs = {str(pid): os.path.join(folder, f"jaxnb-stacks-{pid}.txt") for pid in pids.values()}
+        seen = _unreachable.get(location)
+        if seen is not None and time.monotonic() - seen < UNREACHABLE_MEMORY_SECONDS:
+            return {}
+        try:
+            out = _ssh.run_python(launcher, _DUMP_STACKS, json.dumps(jobs))
+            texts = json.loads(out.strip().splitlines()[-1])
+        except Exception:  # a host that does not answer: its processes show no dump
+            return {}
+        return {p: texts.get(str(pid), "") for p, pid in pids.items()}
+
+    paths: dict[int, str] = {}
+    if not hosts:
+        return paths
+    with concurrent.futures.ThreadPoolExecutor(len(hosts)) as pool:
+        for texts in pool.map(dump, list(hosts)):
+            for p, text in texts.items():
+                local = os.path.join(folder, f"jaxnb-remote-stacks-{p}.txt")
+                with open(local, "w") as f:
+                    f.write(text)
+                paths[p] = local
+    return paths
+
+
+def host_order(group: Group, engine_ids: list[int], family: list) -> list[int]:
+    """``engine_ids`` (whose engines have the (pid, parent pid) in ``family``) in the order of
+    ``--hosts``: process 0 runs on the first host, as JAX numbers a TPU slice's workers."""
+    targets = list(group.ipp.config.SSHEngineSetLauncher.get("engines", {}))
+    rank = {}
+    for engine_set in ssh_sets(group.ipp):
+        for launcher in engine_set.launchers.values():
+            target, i = _ssh.place(launcher)
+            if target in targets:
+                rank[launcher.pid] = (targets.index(target), i)
+    def key(k: int) -> tuple[int, int]:
+        pid, parent = family[k]
+        return rank.get(pid) or rank.get(parent) or (len(targets), k)
+
+    order = sorted(range(len(engine_ids)), key=key)
+    return [engine_ids[k] for k in order]

@@ -1,0 +1,72 @@
+"""Cut the gloo connections of engines on other hosts (what :mod:`jaxnb._failures.free` does locally).
+
+A process blocked inside a gloo collective only returns once its connections
+fail. On each host (all at once, over the shared ssh connections) jaxnb lists
+the engines' TCP connections, keeps those to another engine that are not the
+coordination service's, and shuts them down with ``pidfd_getfd`` there.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import pathlib
+from typing import Any
+
+from jaxnb import _remote, _ssh
+from jaxnb._state import Group
+
+#: Run on the hosts, sent as text (the notebook never imports engine code).
+_SOCKETS_SCRIPT = pathlib.Path(__file__).with_name("_engine") / "sockets.py"
+
+
+def _run(launcher: Any, request: dict) -> Any:
+    code = _SOCKETS_SCRIPT.read_text() + "\nimport sys\nmain(sys.argv[1])\n"
+    out = _ssh.run_python(launcher, code, json.dumps(request))
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def cut(group: Group) -> int:
+    """Shut down every engine-to-engine gloo connection on every host; how many were shut."""
+    hosts: dict[str, tuple[Any, list[int]]] = {}
+    for p in group.indices:
+        launcher = _remote.launcher_of(group, p)
+        if launcher is not None and not _ssh.exited(launcher):
+            host = _ssh.place(launcher)[0]
+            hosts.setdefault(host, (launcher, []))[1].append(group.processes[p].pid)
+    if not hosts:
+        return 0
+
+    def listing(location: str) -> dict:
+        launcher, pids = hosts[location]
+        try:
+            return _run(launcher, {"list": pids})
+        except Exception:  # a host that does not answer: nothing to cut there
+            return {}
+
+    with concurrent.futures.ThreadPoolExecutor(len(hosts)) as pool:
+        listed = dict(zip(hosts, pool.map(listing, list(hosts)), strict=True))
+    addresses = {info.address for info in group.processes}
+    coordinator = group.coordinator or ""
+    coordinator_port = int(coordinator.rsplit(":", 1)[1]) if ":" in coordinator else -1
+    owned = {tuple(c[1]) for conns in listed.values() for cs in conns.values() for c in cs}
+    plan: dict[str, dict[str, list]] = {}
+    for location, conns in listed.items():
+        for pid, cs in conns.items():
+            for fd, local, remote in cs:
+                if remote[0] not in addresses or tuple(remote) not in owned:
+                    continue  # the controller or the notebook: not another engine
+                if coordinator_port in (local[1], remote[1]):
+                    continue  # jax.distributed's coordination service: keep it
+                plan.setdefault(location, {}).setdefault(pid, []).append([fd, local])
+    if not plan:
+        return 0
+
+    def shut(location: str) -> int:
+        try:
+            return int(_run(hosts[location][0], {"cut": plan[location]}))
+        except Exception:
+            return 0
+
+    with concurrent.futures.ThreadPoolExecutor(len(plan)) as pool:
+        return sum(pool.map(shut, list(plan)))
