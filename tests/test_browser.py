@@ -64,10 +64,17 @@ RESULT = "print('stopped', bg.stopped, 'history', len(bg.history), 'reports', so
 FAILED = "%jax_train broken --name failing"
 HANG = "%%jax_cluster\nimport time\ntime.sleep(120)"
 AFTER = "print('kernel back', 6 * 7)"
+#: Issue 15's example: every process prints its own loss once a second.
+LIVE = """%%jax_cluster
+import time, jax
+for i in range(6):
+    print("step", i, "loss", round(1 / (i + 1 + jax.process_index()), 3), flush=True)
+    time.sleep(1)"""
 LAB_CELLS = [SETUP, MESH, "%jax_mesh mesh", "%jax_mesh x", FUNCS, FOREGROUND, BACKGROUND,
-             AFTER_STOP, RESULT, FAILED, HANG, AFTER]
+             AFTER_STOP, RESULT, FAILED, HANG, AFTER, LIVE]
 C = {name: i for i, name in enumerate(["setup", "mesh", "mesh_view", "sharding_view", "funcs", "fg",
-                                       "bg", "after_stop", "result", "failed", "hang", "after"])}
+                                       "bg", "after_stop", "result", "failed", "hang", "after",
+                                       "live"])}
 
 
 @pytest.fixture(scope="module")
@@ -237,6 +244,27 @@ def test_interrupt_from_toolbar_gives_the_notebook_back(lab: Watched) -> None:
     out = wait_done(page, C["hang"], timeout_s=60)
     assert "jaxnb: interrupted [p0], [p1]" in out.inner_text()
     assert "kernel back 42" in run_and_wait(page, C["after"]).inner_text()
+    lab.check_clean()
+
+
+def test_live_output_of_a_long_cell_shows_every_process(lab: Watched) -> None:
+    """Lines that differ between processes reach the page while the cell runs, labelled;
+    at the end the output is the tidy, deterministic form."""
+    page = lab.page
+    run_cell(page, C["live"])
+    target = cell(page, C["live"])
+    area = target.locator(".jp-OutputArea")
+
+    def both_early_lines() -> str | bool:
+        text = area.inner_text() if area.count() else ""
+        running = "*" in target.locator(".jp-InputPrompt").first.inner_text()
+        return running and "[p0] step 1 loss 0.5" in text and "[p1] step 1 loss 0.333" in text and text
+
+    wait_for(both_early_lines, timeout_s=30, what="both processes' lines while the cell runs")
+    out = wait_done(page, C["live"], timeout_s=60)
+    text = out.inner_text()
+    assert "[p0] step 5 loss 0.167" in text and "[p1] step 5 loss 0.143" in text, text
+    assert text.count("[p0] step 0 loss 1.0") == 1, text  # the live view gave way to the tidy form
     lab.check_clean()
 
 
