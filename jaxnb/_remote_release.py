@@ -16,8 +16,8 @@ from typing import Any
 from jaxnb import _remote, _ssh
 from jaxnb._state import Group
 
-#: Run on the hosts, sent as text (the notebook never imports engine code).
-_SOCKETS_SCRIPT = pathlib.Path(__file__).with_name("_engine") / "sockets.py"
+#: Run on the hosts, sent as text (the same module cuts local engines' connections).
+_SOCKETS_SCRIPT = pathlib.Path(__file__).with_name("_sockets.py")
 
 
 def _run(launcher: Any, request: dict) -> Any:

@@ -16,16 +16,14 @@ re-initialised (:func:`jaxnb._failures.repair.reset`).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
 import os
 import signal
-import socket
 import time
 
 import psutil
 
-from jaxnb import _ipp, _remote_release
+from jaxnb import _ipp, _remote_release, _sockets
 from jaxnb._failures import detect
 from jaxnb._state import Group
 
@@ -33,7 +31,6 @@ from jaxnb._state import Group
 INTERRUPT_WAIT_SECONDS = 1.5
 #: How long processes get to return once their collectives failed.
 CUT_WAIT_SECONDS = 2.0
-_SYS_PIDFD_GETFD = 438  # same number on every Linux architecture
 
 
 #: How long survivors of a death get to disappear after SIGKILL.
@@ -170,40 +167,12 @@ def cut_collectives(group: Group) -> bool:
     if not can_cut(group):
         return False
     if group.options.is_local:
-        done = sum(_shut_down(pid, fds) for pid, fds in gloo_sockets(group).items())
+        done = sum(_sockets.shut_down(pid, fds) for pid, fds in gloo_sockets(group).items())
     else:
         done = _remote_release.cut(group)
     if done:
         group.group_cut = True
     return bool(done)
-
-
-def _shut_down(pid: int, fds: list[tuple[int, tuple[str, int]]]) -> int:
-    """Shut down the sockets ``fds`` of process ``pid`` (through ``pidfd_getfd``); how many."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    try:
-        pidfd = os.pidfd_open(pid)
-    except OSError:
-        return 0
-    done = 0
-    try:
-        for fd, local in fds:
-            dup = libc.syscall(_SYS_PIDFD_GETFD, pidfd, fd, 0)
-            if dup < 0:
-                continue  # closed since we looked, or not allowed: nothing to cut
-            try:
-                sock = socket.socket(fileno=dup)
-            except OSError:
-                os.close(dup)
-                continue
-            with contextlib.suppress(OSError):
-                if _endpoint(sock.getsockname()) == local:  # not a reused descriptor
-                    sock.shutdown(socket.SHUT_RDWR)
-                    done += 1
-            sock.close()
-    finally:
-        os.close(pidfd)
-    return done
 
 
 def _endpoint(addr: tuple) -> tuple[str, int]:

@@ -1,8 +1,9 @@
-"""TCP connections of engine processes, and shutting some down (run on the engines' host).
+"""TCP connections of engine processes, and shutting some down (on the engines' host).
 
-Self-contained (standard library and psutil only): jaxnb sends this module's
-source to a remote host and runs it there with :func:`main`, to cut the gloo
-connections of an engine blocked in a collective, as it does for local engines.
+Self-contained (standard library and psutil only): the notebook uses it for
+local engines, and sends this module's source to a remote host and runs it
+there with :func:`main`, to cut the gloo connections of an engine blocked in a
+collective.
 """
 
 from __future__ import annotations
