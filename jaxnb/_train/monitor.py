@@ -25,7 +25,7 @@ from jaxnb._widgets.dashboard import Dashboard
 #: How long the notebook waits for news between two looks (seconds).
 POLL_SECONDS = 0.02
 #: How often the dashboard thread offers a redraw (the dashboard throttles itself too).
-REFRESH_SECONDS = 0.25
+REFRESH_SECONDS = 0.05
 #: After one process failed, how long the others may run on before jaxnb gives up on them.
 FAILURE_GRACE_SECONDS = 5.0
 LIVENESS_SECONDS = 0.5
