@@ -14,8 +14,8 @@ While the cell runs, a :class:`LiveMerger` keeps two things:
   would: only the text after the last carriage return.
 
 When the cell ends, :meth:`LiveMerger.finish` writes the rest to the page in
-the tidy form of :class:`jaxnb._outputs.StreamMerger` (identical remainders
-once, otherwise each process's lines under its label), with carriage returns
+the tidy form (identical remainders once, otherwise each process's lines
+under its label), with carriage returns
 collapsed and at most ``page_lines`` lines per stream in all: a longer output
 keeps its tail, after a note with the number of lines left out and where the
 full output of each process was saved.

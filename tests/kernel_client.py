@@ -1,7 +1,7 @@
-"""A real Jupyter kernel on this Python, for output tests: run code, keep every IOPub message with its time.
+"""Timed cells for the output tests: every IOPub message of a cell with the time it arrived.
 
-The kernel runs ``sys.executable`` through a kernelspec written to a temporary
-``JUPYTER_PATH`` (as the tutorial tests do); it inherits ``PYTHONPATH``.
+The kernel is :class:`kernel_harness.Kernel` (a real kernel on this Python,
+always shut down, nothing left running); this module only adds :meth:`Kernel.timed`.
 """
 
 from __future__ import annotations
@@ -9,16 +9,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import pathlib
-import sys
-import tempfile
 import time
 from collections.abc import Iterator
 
-from jupyter_client import KernelManager
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tutorials"))
-from refresh_outputs import KERNEL_NAME, write_kernelspec
+import kernel_harness
 
 
 @dataclasses.dataclass
@@ -57,19 +51,12 @@ class Run:
         return None
 
 
-class Kernel:
-    """A started kernel with its blocking client."""
+class Kernel(kernel_harness.Kernel):
+    """A real kernel whose cells can also be run with every message timed."""
 
-    def __init__(self, kernel_name: str = KERNEL_NAME):
-        self.manager = KernelManager(kernel_name=kernel_name)
-        self.manager.start_kernel()
-        self.client = self.manager.blocking_client()
-        self.client.start_channels()
-        self.client.wait_for_ready(timeout=60)
-
-    def run(self, code: str, timeout: float = 180) -> Run:
-        """Execute ``code``; return its messages once the kernel is idle again."""
-        msg_id = self.client.execute(code)
+    def timed(self, code: str, timeout: float = 180) -> Run:
+        """Execute ``code``; return its messages (with arrival times) once the kernel is idle."""
+        msg_id = self.send(code)
         messages = []
         deadline = time.monotonic() + timeout
         while True:
@@ -83,26 +70,25 @@ class Kernel:
             messages.append(Message(at, kind, msg["content"]))
 
     def check(self, code: str, timeout: float = 180) -> Run:
-        """``run``, failing the test with the kernel's traceback if the cell raised."""
-        run = self.run(code, timeout)
+        """:meth:`timed`, failing the test with the kernel's traceback if the cell raised."""
+        run = self.timed(code, timeout)
         if run.error():
             raise AssertionError(run.error())
         return run
 
-    def shutdown(self) -> None:
-        self.client.stop_channels()
-        self.manager.shutdown_kernel(now=True)
-
 
 @contextlib.contextmanager
 def kernelspec() -> Iterator[str]:
-    """A ``JUPYTER_PATH`` holding the kernelspec ``KERNEL_NAME``, set for the duration."""
+    """A ``JUPYTER_PATH`` holding the test kernelspec (for nbclient), set for the duration."""
+    import pathlib
+    import tempfile
+
     previous = os.environ.get("JUPYTER_PATH")
     with tempfile.TemporaryDirectory(prefix="jaxnb-kernel-") as tmp:
-        write_kernelspec(pathlib.Path(tmp) / "jupyter")
-        os.environ["JUPYTER_PATH"] = str(pathlib.Path(tmp) / "jupyter")
+        kernel_harness.write_kernelspec(pathlib.Path(tmp))
+        os.environ["JUPYTER_PATH"] = tmp
         try:
-            yield KERNEL_NAME
+            yield kernel_harness.KERNEL_NAME
         finally:
             if previous is None:
                 os.environ.pop("JUPYTER_PATH", None)
@@ -112,10 +98,10 @@ def kernelspec() -> Iterator[str]:
 
 @contextlib.contextmanager
 def kernel() -> Iterator[Kernel]:
-    """A real kernel for the duration; always shut down."""
-    with kernelspec() as name:
-        k = Kernel(name)
-        try:
-            yield k
-        finally:
-            k.shutdown()
+    """A real kernel for the duration; shut down, and nothing it started left running."""
+    k = Kernel()
+    try:
+        yield k
+    finally:
+        left = k.shutdown()
+        assert not left, f"processes left after the kernel stopped: {left}"

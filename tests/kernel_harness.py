@@ -32,6 +32,9 @@ import psutil
 from jupyter_client import KernelManager
 from jupyter_client.kernelspec import KernelSpecManager
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tutorials"))
+import refresh_outputs
+
 KERNEL_NAME = "jaxnb-test"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -69,17 +72,8 @@ class Output:
 
 
 def write_kernelspec(root: pathlib.Path) -> pathlib.Path:
-    """A kernelspec ``KERNEL_NAME`` under ``root/kernels`` that runs this Python."""
-    spec_dir = root / "kernels" / KERNEL_NAME
-    spec_dir.mkdir(parents=True, exist_ok=True)
-    spec = {
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "Python 3 (jaxnb tests)",
-        "language": "python",
-        "interrupt_mode": "signal",
-    }
-    (spec_dir / "kernel.json").write_text(json.dumps(spec))
-    return root / "kernels"
+    """The kernelspec ``KERNEL_NAME`` (this Python) under ``root/kernels``; that folder."""
+    return refresh_outputs.write_kernelspec(root, KERNEL_NAME)
 
 
 class Kernel:

@@ -24,6 +24,9 @@ from dataclasses import dataclass
 import nbformat
 import psutil
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tutorials"))
+import refresh_outputs
+
 KERNEL_NAME = "jaxnb-browser-tests"
 REPO = pathlib.Path(__file__).resolve().parent.parent
 #: Lab settings that keep pop-ups (news, update checks) off the page under test.
@@ -102,14 +105,9 @@ def _free_port() -> int:
 def _write_setup(tmp: pathlib.Path) -> dict[str, str]:
     """Kernelspec and Lab settings under ``tmp``; the environment that points Jupyter at them."""
     data = tmp / "data"
-    spec_dir = data / "kernels" / KERNEL_NAME
-    spec_dir.mkdir(parents=True)
     pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    (spec_dir / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": KERNEL_NAME, "language": "python",
-        "env": {"PYTHONPATH": pythonpath, "JAX_PLATFORMS": "cpu"},
-    }))
+    refresh_outputs.write_kernelspec(data, KERNEL_NAME,
+                                     env={"PYTHONPATH": pythonpath, "JAX_PLATFORMS": "cpu"})
     # ipyparallel's server extension would list (and prune) every cluster in ~/.ipython
     server_config = tmp / "config" / "jupyter_server_config.json"
     server_config.parent.mkdir(parents=True)

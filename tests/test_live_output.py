@@ -32,7 +32,7 @@ def k():
         try:
             yield k
         finally:
-            k.run("%jax_cluster stop", timeout=60)
+            k.timed("%jax_cluster stop", timeout=60)
 
 
 def per_process(run_text: str) -> dict[int, str]:
@@ -160,7 +160,7 @@ def test_capture_output_gets_the_tidy_text_and_no_live_view(k: Kernel):
 
 def test_output_before_a_divergence_is_written_tidy_when_the_cell_raises(k: Kernel):
     """Last in this module: it leaves the group to be repaired by the next cell."""
-    run = k.run(
+    run = k.timed(
         "%%jax_cluster\nimport time, jax\n"
         "print('before', jax.process_index(), flush=True)\n"
         "time.sleep(0.5)\n"

@@ -1,11 +1,11 @@
-"""Merging of N processes' text streams (pure logic, no engines)."""
+"""Merging of N processes' text streams (pure logic, no engines): the tidy form."""
 
-from jaxnb._outputs import StreamMerger
+from jaxnb._live import LiveMerger
 
 
 def merged(texts: dict[int, list[str]]) -> str:
     written: list[str] = []
-    merger = StreamMerger(sorted(texts), written.append)
+    merger = LiveMerger(sorted(texts), written.append)
     so_far = {p: "" for p in texts}
     for step in range(max(len(v) for v in texts.values())):
         for p, chunks in texts.items():
@@ -31,7 +31,7 @@ def test_output_of_one_process_only_is_labelled():
 
 def test_common_lines_are_released_before_the_end():
     written: list[str] = []
-    merger = StreamMerger([0, 1], written.append)
+    merger = LiveMerger([0, 1], written.append)
     merger.feed(0, "step 1\n")
     assert written == []
     merger.feed(1, "step 1\nstep 2\n")
@@ -40,7 +40,7 @@ def test_common_lines_are_released_before_the_end():
 
 def test_partial_lines_wait_for_their_newline():
     written: list[str] = []
-    merger = StreamMerger([0, 1], written.append)
+    merger = LiveMerger([0, 1], written.append)
     merger.feed(0, "abc")
     merger.feed(1, "abc")
     assert written == []

@@ -28,16 +28,22 @@ KERNEL_NAME = "jaxnb-tutorials"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
-def write_kernelspec(root: pathlib.Path) -> None:
-    """A kernelspec ``KERNEL_NAME`` that runs this Python, under ``root`` (a ``JUPYTER_PATH``)."""
-    spec_dir = root / "kernels" / KERNEL_NAME
-    spec_dir.mkdir(parents=True)
+def write_kernelspec(
+    root: pathlib.Path, name: str = KERNEL_NAME, env: dict[str, str] | None = None
+) -> pathlib.Path:
+    """A kernelspec ``name`` that runs this Python, under ``root`` (a ``JUPYTER_PATH``); the
+    folder holding it (``root/kernels``). The tutorials, the kernel and the browser tests use it."""
+    spec_dir = root / "kernels" / name
+    spec_dir.mkdir(parents=True, exist_ok=True)
     spec = {
         "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "Python 3 (jaxnb tutorials)",
+        "display_name": f"Python 3 ({name})",
         "language": "python",
+        "interrupt_mode": "signal",
+        **({"env": env} if env else {}),
     }
     (spec_dir / "kernel.json").write_text(json.dumps(spec))
+    return root / "kernels"
 
 
 def clean(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:

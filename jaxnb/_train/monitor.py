@@ -14,8 +14,9 @@ from jaxnb._contract import STOP_SIGNAL
 from jaxnb._errors import RemoteError, remote_error
 from jaxnb._failures import detect, free, stacks
 from jaxnb._failures.watch import died
+from jaxnb._live import LiveMerger
+from jaxnb._live_panel import live_options
 from jaxnb._messages import RESET, RESTART, label, labels
-from jaxnb._outputs import StreamMerger
 from jaxnb._run_folder import Checkpoint, remember_user_checkpoint
 from jaxnb._state import Group
 from jaxnb._train.receive import Receiver
@@ -52,8 +53,9 @@ class Monitor:
         self.futures = dict(zip(self.processes, _ipp.futures(ar), strict=True))
         self.md = {p: f.output.metadata for p, f in self.futures.items()}
         self.receivers = {p: Receiver(self.md[p]["data"]) for p in self.processes}
-        self.out = StreamMerger(self.processes, sys.stdout.write)
-        self.err = StreamMerger(self.processes, sys.stderr.write)
+        # Identical lines as they come; the rest, tidy, at the end (bounded, full logs saved).
+        self.out = LiveMerger(self.processes, sys.stdout.write, **live_options("stdout"))
+        self.err = LiveMerger(self.processes, sys.stderr.write, **live_options("stderr"))
         self.stop_requested = False
         self.interrupted = False
         self.gave_up: BaseException | None = None
