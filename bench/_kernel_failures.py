@@ -16,7 +16,7 @@ import statistics
 import time
 from collections.abc import Callable
 
-from fault_cells import ASYNC_LOOP, EXPECTED, SETUP, SYNC_LOOP, VERIFY
+from fault_cells import ASYNC_LOOP, EXPECTED, SETUP, SYNC_LOOP, VERIFY, WEDGED
 from kernel_harness import Kernel
 
 STARTED = "print('started', flush=True)\n"
@@ -144,9 +144,7 @@ def orphan_cleanup() -> tuple[float, int]:
         k.ok("%load_ext jaxnb")
         k.ok("%jax_cluster start -n 2")
         k.ok("%%jax_cluster\n" + SETUP)
-        k.ok("import jaxnb\n"
-             "jaxnb.current_cluster().view.execute('if jax.process_index() == 0:\\n    total(1.0)\\n"
-             "else:\\n    while True: sum(range(1000))', block=False)")
+        k.ok(f"import jaxnb\njaxnb.current_cluster().view.execute({WEDGED!r}, block=False)")
         time.sleep(1.0)
         k.kill()
         t = now()

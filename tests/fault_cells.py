@@ -37,3 +37,5 @@ for i in range(10**7):
 #: Sum of (process index + 1) over the local devices of two 1-device processes.
 EXPECTED = 3.0
 VERIFY = "print('total', float(total(jax.process_index() + 1.0)))"
+#: Both processes busy: process 0 waits in a collective that process 1, spinning in Python, never joins.
+WEDGED = "if jax.process_index() == 0:\n    total(1.0)\nelse:\n    while True: sum(range(1000))"

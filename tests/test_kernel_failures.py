@@ -16,7 +16,7 @@ import time
 
 import psutil
 import pytest
-from fault_cells import ASYNC_LOOP, EXPECTED, SETUP, SYNC_LOOP, VERIFY
+from fault_cells import ASYNC_LOOP, EXPECTED, SETUP, SYNC_LOOP, VERIFY, WEDGED
 from kernel_harness import Kernel, Output
 
 #: The issue's reproduction: process VICTIM kills itself before a pmap psum.
@@ -299,9 +299,7 @@ def test_every_process_exits_when_the_kernel_is_killed():
         k.ok("%load_ext jaxnb")
         k.ok("%jax_cluster start -n 2")
         k.ok("%%jax_cluster\n" + SETUP)
-        k.ok("import jaxnb\n"
-             "jaxnb.current_cluster().view.execute('if jax.process_index() == 0:\\n    total(1.0)\\n"
-             "else:\\n    while True: sum(range(1000))', block=False)")
+        k.ok(f"import jaxnb\njaxnb.current_cluster().view.execute({WEDGED!r}, block=False)")
         time.sleep(1.0)
         k.note_family()
         assert len(k.family) >= 5  # controller and its schedulers, 2 engines
