@@ -55,7 +55,9 @@ def parse_entry(text: str) -> HostEntry:
         host, rest = entry[1:close], entry[close + 1 :]
         if rest:
             if not rest.startswith(":"):
-                raise HostError(f"unexpected {rest!r} in host entry {text.strip()!r}")
+                raise HostError(
+                    f"unexpected {rest!r} in host entry {text.strip()!r}; write [user@]host[:count]"
+                )
             count_text = rest[1:]
     elif entry.count(":") == 1:
         host, count_text = entry.split(":")

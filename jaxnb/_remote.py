@@ -188,11 +188,14 @@ def log_of(group: Group, p: int) -> str:
 def launcher_of(group: Group, p: int) -> Any:
     """The launcher that started process ``p``'s engine: matched by the engine's pid on its
     host, or its parent's (the shell around a remote engine)."""
+    if p in group.remote_launchers:  # kept: ipyparallel forgets a launcher once its engine exits
+        return group.remote_launchers[p]
     info = group.processes[p]
     pids = {pid for pid in (info.pid, getattr(info, "parent_pid", 0)) if pid > 1}
     for engine_set in ssh_sets(group.ipp):
         for launcher in engine_set.launchers.values():
             if _ssh.started_pid(launcher) in pids:
+                group.remote_launchers[p] = launcher
                 return launcher
     return None
 

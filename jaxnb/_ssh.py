@@ -315,7 +315,10 @@ class FastSSHEngineSetLauncher(SSHEngineSetLauncher):
         with concurrent.futures.ThreadPoolExecutor(max(1, len(jobs))) as pool:
             failed = [f for f in pool.map(launch, jobs) if f]
         if failed:
-            raise StartError("could not launch engines: " + "; ".join(failed))
+            raise StartError(
+                "could not launch engines: " + "; ".join(failed)
+                + "; check ssh access to those hosts and start again"
+            )
         keys = [key for key, *_ in jobs]
         self.notify_start(keys)
         self.n = len(keys)

@@ -109,6 +109,9 @@ def join_group(group: Group) -> None:
         )
         for index, eid in enumerate(engine_ids)
     ]
+    if group.options.hosts:  # remember each remote engine's launcher while ipyparallel has it
+        for index in range(len(engine_ids)):
+            _remote.launcher_of(group, index)
     group.suspect = None
 
 

@@ -48,6 +48,8 @@ class Group:
     #: ipyparallel forgets a launcher as soon as its process exits, which is exactly
     #: when jaxnb needs it (to read the exit status and the engine's last log lines).
     launchers: dict[int, Any] = dataclasses.field(default_factory=dict)
+    #: JAX process index → the ssh launcher of its engine on another host (same reason).
+    remote_launchers: dict[int, Any] = dataclasses.field(default_factory=dict)
     #: ``host:port`` of the jax.distributed coordination service (on process 0's host).
     coordinator: str | None = None
     #: Folder of the engines' stack-dump files (local clusters) and other launched files.
@@ -105,6 +107,7 @@ class Group:
         self.processes = []
         self.ipp = self.client = self.view = None
         self.launchers = {}
+        self.remote_launchers = {}
         self.coordinator = None
         self.suspect = None
         self.group_cut = False

@@ -484,7 +484,10 @@ def like(record: dict[str, Any], value: Any, target: Any) -> Any:
         return out[()] if isinstance(target, np.generic) else out
     key = jax.dtypes.issubdtype(target.dtype, jax.dtypes.prng_key)
     if key and "key_impl" not in record:
-        raise ValueError(f"checkpoint leaf is not a PRNG key but its target is {target.dtype}")
+        raise ValueError(
+            f"checkpoint leaf is not a PRNG key but its target is {target.dtype}; pass a target "
+            "leaf of the saved kind, or call restore() without a target"
+        )
     sharding = getattr(target, "sharding", None)
     if isinstance(value, jax.Array) and not key and value.dtype == target.dtype and (
             sharding is None or value.sharding == sharding):
