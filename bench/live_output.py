@@ -148,7 +148,7 @@ def main() -> None:
             print(f"  ratio (median of paired ratios) {statistics.median(ratios):.2f} (target <= 1.2)")
             print(f"  paired ratios {[round(x, 2) for x in ratios]}")
         finally:
-            k.run("%jax_cluster stop", timeout=60)
+            k.timed("%jax_cluster stop", timeout=60)
 
 
 if __name__ == "__main__":
