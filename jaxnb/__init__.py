@@ -6,21 +6,53 @@ In a notebook: ``%load_ext jaxnb`` then ``%jax_cluster start``. In Python:
 :class:`Checkpoint`.
 """
 
-from jaxnb._cluster import JaxCluster as JaxCluster
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# The engine side, eager and light: these run inside cells and train functions on every
+# engine, so importing them loads no notebook-side library (no matplotlib, ipywidgets or
+# ipyparallel launcher; tests/test_structure.py checks).
+from jaxnb._core.errors import ClusterStateError as ClusterStateError
+from jaxnb._core.errors import JaxnbError as JaxnbError
+from jaxnb._core.errors import ProcessFailure as ProcessFailure
+from jaxnb._core.errors import RemoteError as RemoteError
+from jaxnb._core.errors import StartError as StartError
+from jaxnb._core.run_folder import Checkpoint as Checkpoint
+from jaxnb._core.state import ProcessInfo as ProcessInfo
 from jaxnb._engine.context import get_context as get_context
 from jaxnb._engine.reporting import get_checkpoint as get_checkpoint
 from jaxnb._engine.reporting import report as report
 from jaxnb._engine.reporting import should_stop as should_stop
-from jaxnb._errors import ClusterStateError as ClusterStateError
-from jaxnb._errors import JaxnbError as JaxnbError
-from jaxnb._errors import ProcessFailure as ProcessFailure
-from jaxnb._errors import RemoteError as RemoteError
-from jaxnb._errors import StartError as StartError
 from jaxnb._mesh import show_mesh as show_mesh
 from jaxnb._mesh import show_sharding as show_sharding
-from jaxnb._run_folder import Checkpoint as Checkpoint
-from jaxnb._state import ProcessInfo as ProcessInfo
-from jaxnb._train.result import Result as Result
+
+if TYPE_CHECKING:
+    from jaxnb._cluster import JaxCluster as JaxCluster
+    from jaxnb._train.result import Result as Result
+
+#: The notebook side, loaded on first use: name -> "module:attribute".
+_LAZY = {
+    "JaxCluster": "jaxnb._cluster:JaxCluster",
+    "Result": "jaxnb._train.result:Result",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Load a notebook-side name (``jaxnb.JaxCluster``, ...) when it is first used."""
+    target = _LAZY.get(name)
+    if target is None:
+        raise AttributeError(f"module 'jaxnb' has no attribute {name!r}")
+    module, attribute = target.split(":")
+    value = getattr(importlib.import_module(module), attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __version__ = "0.1.0"
 

@@ -9,7 +9,7 @@ import sys
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "jaxnb"
 #: Modules that run in the notebook kernel may import these engine-neutral modules only.
-SHARED = {"jaxnb._contract", "jaxnb._run_folder", "jaxnb._hosts"}
+SHARED = {"jaxnb._core.contract", "jaxnb._core.run_folder", "jaxnb._core.host_entries"}
 #: Engine-side public API (``jaxnb.report``, ``jaxnb.show_mesh``): called inside cells.
 ENGINE_API = {"jaxnb", "jaxnb._mesh"}
 
@@ -146,3 +146,99 @@ def test_a_training_run_loads_no_jax_in_the_notebook(tmp_path):
     )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     assert "LOADED []" in out.stdout
+
+
+#: The layers, bottom up: each package may import itself and the packages listed for it.
+#: Top-level modules (``jaxnb``, ``_cluster``, ``_mesh``, ``magics``, ``show_notebook``) sit
+#: above every package. An import not allowed here is an arrow upward (or sideways).
+LAYERS: dict[str, set[str]] = {
+    "jaxnb._core": set(),
+    "jaxnb._engine": {"jaxnb._core"},
+    "jaxnb._widgets": {"jaxnb._core"},
+    "jaxnb._hosts": {"jaxnb._core"},
+    "jaxnb._failures": {"jaxnb._core", "jaxnb._hosts"},
+    "jaxnb._lifecycle": {"jaxnb._core", "jaxnb._hosts", "jaxnb._failures"},
+    "jaxnb._cells": {"jaxnb._core", "jaxnb._failures"},
+    "jaxnb._train": {"jaxnb._core", "jaxnb._failures", "jaxnb._cells", "jaxnb._widgets"},
+}
+TOP = {"jaxnb", "jaxnb._cluster", "jaxnb._mesh", "jaxnb.magics", "jaxnb.show_notebook"}
+
+
+def _package(module: str) -> str:
+    return ".".join(module.split(".")[:2])
+
+
+def test_every_module_has_a_layer():
+    unplaced = [m for m in _modules() if m not in TOP and _package(m) not in LAYERS]
+    assert unplaced == [], "add new packages to LAYERS (and the README's map)"
+
+
+def test_no_import_goes_up_a_layer():
+    graph = _imports(_modules())
+    upward = {}
+    for module, targets in graph.items():
+        if module in TOP:
+            continue
+        own = _package(module)
+        allowed = LAYERS[own] | {own}
+        bad = sorted(t for t in targets if t in TOP or _package(t) not in allowed)
+        if bad:
+            upward[module] = bad
+    assert upward == {}
+
+
+def test_the_layer_table_has_no_cycle():
+    assert _cycle({k: set(v) for k, v in LAYERS.items()}) == []
+
+
+def test_no_module_is_long():
+    long = {m: n for m, p in _modules().items() if (n := len(p.read_text().splitlines())) > 350}
+    assert long == {}, "split modules over 350 lines into one concept each"
+
+
+def _engine_calls() -> set[str]:
+    found = set()
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "EngineCall"
+                    and node.args and isinstance(node.args[0], ast.Constant)):
+                found.add(node.args[0].value)
+    return found
+
+
+def test_every_engine_call_names_a_function_that_exists():
+    modules = _modules()
+    calls = _engine_calls()
+    assert len(calls) > 15
+    missing = []
+    for target in sorted(calls):
+        module, _, name = target.partition(":")
+        path = modules.get(module)
+        defined = set()
+        if path is not None:
+            tree = ast.parse(path.read_text())
+            defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        if not module.startswith("jaxnb._engine.") or name not in defined:
+            missing.append(target)
+    assert missing == []
+
+
+ENGINE_SIDE_IMPORT = (
+    "import sys, jaxnb, jaxnb._engine.reporting, jaxnb._engine.process\n"
+    "heavy = ('matplotlib', 'ipywidgets', 'ipyparallel', 'IPython', 'jaxnb._cluster', 'jaxnb._train')\n"
+    "print(sorted(m for m in heavy if m in sys.modules))\n"
+)
+
+
+def test_import_jaxnb_loads_only_the_engine_side():
+    """Every engine imports ``jaxnb``: the notebook side (JaxCluster, widgets) loads on use."""
+    out = subprocess.run([sys.executable, "-c", ENGINE_SIDE_IMPORT], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_notebook_side_loads_on_first_use():
+    code = "import jaxnb, sys; jaxnb.JaxCluster; jaxnb.Result; print('jaxnb._cluster' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "True", out.stderr[-3000:]
