@@ -16,8 +16,9 @@ import statistics
 import time
 from collections.abc import Callable
 
-from fault_cells import ASYNC_LOOP, EXPECTED, SETUP, SYNC_LOOP, VERIFY, WEDGED
-from kernel_harness import Kernel
+from tests.support.fault_cells import ASYNC_LOOP, EXPECTED, SETUP, SYNC_LOOP, VERIFY, WEDGED
+from tests.support.kernel_checks import PREPARE, healthy, pids, totals
+from tests.support.kernel_harness import Kernel
 
 STARTED = "print('started', flush=True)\n"
 CELL = "%%jax_cluster --timeout 120\n"
@@ -27,25 +28,12 @@ def now() -> float:
     return time.monotonic()
 
 
-def pids(k: Kernel) -> list[int]:
-    return k.value("[p.pid for p in jaxnb.current_cluster().processes]")
 
-
-def ensure(k: Kernel) -> None:
-    if k.value("bool(_health.dead_processes(jaxnb.current_cluster().group)) "
-               "or jaxnb.current_cluster().suspect is not None"):
-        k.ok("%jax_cluster restart")
-        k.ok("%%jax_cluster\n" + SETUP)
-
-
-def totals(k: Kernel) -> list[float]:
-    out = k.ok("%%jax_cluster --all --timeout 60\n" + VERIFY)
-    return [float(ln.split()[-1]) for ln in out.stdout.splitlines() if "total" in ln]
 
 
 def kill_detection(k: Kernel, victim: int) -> tuple[float, float, bool]:
     """(kill -> the notebook receives the error, restart, the error named the victim first)."""
-    ensure(k)
+    healthy(k)
     pid = pids(k)[victim]
     msg_id = k.send(CELL + STARTED + SYNC_LOOP)
     k.collect(msg_id, timeout=60, until="started")
@@ -63,7 +51,7 @@ def kill_detection(k: Kernel, victim: int) -> tuple[float, float, bool]:
 
 
 def divergence(k: Kernel) -> tuple[float, float]:
-    ensure(k)
+    healthy(k)
     code = CELL + "if jax.process_index() == 1:\n    raise ValueError('x')\nprint(float(total(1.0)))"
     out = k.run(code)
     assert out.error is not None and out.error["ename"] == "ProcessFailure", out.shown
@@ -73,7 +61,7 @@ def divergence(k: Kernel) -> tuple[float, float]:
 
 
 def timeout_overshoot(k: Kernel) -> float:
-    ensure(k)
+    healthy(k)
     out = k.run("%%jax_cluster --timeout 2\nimport time\ntime.sleep(60)")
     assert out.error is not None and "timeout of 2 s" in out.error["evalue"], out.shown
     k.ok("%%jax_cluster\npass")
@@ -82,7 +70,7 @@ def timeout_overshoot(k: Kernel) -> float:
 
 def interrupt_trials(k: Kernel, trials: int) -> dict:
     """The Stop button (the kernel manager's interrupt) during psum loops."""
-    ensure(k)
+    healthy(k)
     rng = random.Random(0)
     back, nxt, wrong, repairs, loud = [], [], 0, 0, 0
     for trial in range(trials):
@@ -114,7 +102,7 @@ def interrupt_trials(k: Kernel, trials: int) -> dict:
 
 
 def reset_time(k: Kernel) -> float:
-    ensure(k)
+    healthy(k)
     t = now()
     k.ok("%jax_cluster reset")
     took = now() - t
@@ -124,17 +112,17 @@ def reset_time(k: Kernel) -> float:
 
 def stop_times(k: Kernel) -> tuple[float, float]:
     """(healthy stop, wedged stop); leaves the cluster stopped."""
-    ensure(k)
+    healthy(k)
     t = now()
     k.ok("%jax_cluster stop")
-    healthy = now() - t
+    healthy_stop = now() - t
     k.ok("%jax_cluster start -n 2")
     k.ok("%%jax_cluster\n" + SETUP)
     k.ok("jaxnb.current_cluster().view.execute('if jax.process_index() == 0:\\n    total(1.0)', block=False)")
     time.sleep(1.0)
     t = now()
     k.ok("%jax_cluster stop")
-    return healthy, now() - t
+    return healthy_stop, now() - t
 
 
 def orphan_cleanup() -> tuple[float, int]:
@@ -159,7 +147,8 @@ def measure(repeats: int, trials: int, row: Callable[[str, float | int | str], N
     med = statistics.median
     k = Kernel()
     try:
-        k.ok("%load_ext jaxnb\nfrom jaxnb._failures import detect as _health\nimport jaxnb")
+        k.ok("%load_ext jaxnb")
+        k.ok(PREPARE)
         t = now()
         k.ok("%jax_cluster start -n 2")
         row("start (s)", now() - t)

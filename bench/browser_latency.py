@@ -7,21 +7,19 @@ and the last step it shows ("plotted: … steps 1–N"). A step's latency is the
 time from its report() on the engine to the first plot that includes it (same
 machine, same clock). Prints p50/p95/max and how often the plot was redrawn.
 
-Run: PYTHONPATH=. python bench/browser_latency.py   (needs chromium, jupyterlab, playwright)
+Run: python -m bench.browser_latency   (needs chromium, jupyterlab, playwright)
 """
 
 from __future__ import annotations
 
 import json
 import pathlib
-import sys
 import tempfile
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
-
-import lab_server
-from browser_page import dashboard, open_notebook, run_and_wait
 from playwright.sync_api import sync_playwright
+
+from tests.support import lab_server
+from tests.support.browser_page import dashboard, open_notebook, run_and_wait
 
 RATE, SECONDS = 100, 20
 CELLS = [

@@ -17,7 +17,7 @@ its return on process 0 (every save ends with Orbax's barriers); medians over
 the rounds, and the median of per-round ratios. Bytes are the step folder's file sizes. Targets: time
 <= 1.2x Orbax's, bytes <= 1.05x one copy (Orbax's own folder).
 
-    python bench/checkpoint_save.py [--mb 100] [--rounds 15]
+    python -m bench.checkpoint_save [--mb 100] [--rounds 15]
 """
 
 from __future__ import annotations

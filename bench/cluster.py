@@ -1,6 +1,6 @@
 """Start, stop and cell round-trip of jaxnb against its baselines, measured in one run.
 
-    python bench/cluster.py [--repeats 3] [--scaling 1,2,4,8]
+    python -m bench.cluster [--repeats 3] [--scaling 1,2,4,8]
 
 Prints medians and the ratios the project targets:
 start-to-ready ÷ bare limit (≤ 1.3×), stop (≤ 0.5 s), trivial ``%%jax_cluster``
@@ -48,11 +48,19 @@ def bare_limit(n: int, wait_port: bool = False) -> float:
     return time.perf_counter() - start
 
 
+def _stock_join(process_id: int, num_processes: int, coordinator: str) -> int:
+    """What a user of stock ipyparallel runs on each engine: a plain ``jax.distributed`` join."""
+    import jax
+
+    jax.distributed.initialize(
+        coordinator_address=coordinator, num_processes=num_processes, process_id=process_id
+    )
+    return jax.process_index()
+
+
 def stock_ipyparallel(n: int) -> tuple[float, float]:
     """ipyparallel's stock Cluster + jax.distributed init + one psum; and its stop time."""
     import ipyparallel as ipp
-
-    from jaxnb._engine import process
 
     start = time.perf_counter()
     cluster = ipp.Cluster(n=n, controller_ip="127.0.0.1", log_level=40, env=CPU_ENV)
@@ -61,7 +69,7 @@ def stock_ipyparallel(n: int) -> tuple[float, float]:
     view = client[:]
     port = free_port()
     ars = [
-        client[e].apply_async(process.initialize, i, n, f"127.0.0.1:{port}", f"127.0.0.1:{port}")
+        client[e].apply_async(_stock_join, i, n, f"127.0.0.1:{port}")
         for i, e in enumerate(sorted(client.ids))
     ]
     [ar.get(timeout=120) for ar in ars]

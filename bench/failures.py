@@ -20,7 +20,7 @@ from this process, and through a real Jupyter kernel (``jupyter_client``, the
 Stop button's interrupt, the error as the front end receives it); see
 ``bench/_kernel_failures.py``.
 
-    python bench/failures.py [--repeats 3] [--trials 10] [--mode both|shell|kernel]
+    python -m bench.failures [--repeats 3] [--trials 10] [--mode both|shell|kernel]
 
 This is a benchmark harness only; it is not part of the jaxnb package.
 """
@@ -46,10 +46,7 @@ import psutil
 from jaxnb import JaxCluster, ProcessFailure, RemoteError, StartError
 from jaxnb._core.errors import ClusterStateError
 from jaxnb._failures import detect
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fault_cells import ASYNC_LOOP, EXPECTED, SETUP, SYNC_LOOP, VERIFY
+from tests.support.fault_cells import ASYNC_LOOP, EXPECTED, SETUP, SYNC_LOOP, VERIFY
 
 
 def now() -> float:
@@ -302,7 +299,7 @@ def main() -> None:
     if args.mode in ("both", "shell"):
         measure_in_process(args, recorder("shell"))
     if args.mode in ("both", "kernel"):
-        from _kernel_failures import measure
+        from bench._kernel_failures import measure
 
         measure(args.repeats, args.trials, recorder("kernel"))
     names = list(dict.fromkeys([*figures["shell"], *figures["kernel"]]))

@@ -9,10 +9,10 @@ all-reduce goes through gloo).  A launch that does not finish within
 (whole process group) so nothing leaks.
 
 Examples:
-  python bench/gloo_stress.py --devices-per-process 2 --steps 100 --launches 7
-  python bench/gloo_stress.py -K 2 --max-in-flight 2 --steps 300 --launches 20
-  python bench/gloo_stress.py -K 2 --sync k --sync-every 4
-  python bench/gloo_stress.py -K 2 --xla-flags=--xla_cpu_use_thunk_runtime=false
+  python -m bench.gloo_stress --devices-per-process 2 --steps 100 --launches 7
+  python -m bench.gloo_stress -K 2 --max-in-flight 2 --steps 300 --launches 20
+  python -m bench.gloo_stress -K 2 --sync k --sync-every 4
+  python -m bench.gloo_stress -K 2 --xla-flags=--xla_cpu_use_thunk_runtime=false
 
 This is a benchmark harness only; it is not part of the jaxnb package.
 """

@@ -1,6 +1,6 @@
 """Start and stop on two lab ssh hosts, against a local 2-process start in the same run.
 
-    sudo python bench/hosts.py [--repeats 3]       (root: it builds the lab of tests/lab)
+    sudo python -m bench.hosts [--repeats 3]       (root: it builds the lab of tests/lab)
 
 Start = ``JaxCluster(...).start()`` and one cross-process all-gather (the first psum),
 for ``--hosts`` on two lab hosts (network namespaces with real sshd) and for the
@@ -17,7 +17,6 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
 
@@ -46,8 +45,9 @@ def start_stop(**kwargs) -> tuple[float, float]:
 def stock_ssh(hosts: list[str]) -> float:
     """ipyparallel's own ssh launcher (serial, per-engine set-up), engines registered; no JAX."""
     import ipyparallel as ipp
-    from lab.lab import SUBNET
     from traitlets.config import Config
+
+    from tests.lab.lab import SUBNET
 
     t0 = time.perf_counter()
     cluster = ipp.Cluster(
@@ -71,7 +71,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-stock", action="store_true", help="skip ipyparallel's stock ssh launcher")
     args = parser.parse_args()
-    from lab.lab import Lab, missing
+    from tests.lab.lab import Lab, missing
 
     why = missing()
     if why:

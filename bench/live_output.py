@@ -17,7 +17,7 @@ activates ipyparallel's ``%%px`` on the same engines. Then:
    alternating order, the median of the paired ratios (target <= 1.2), and
    the notebook kernel's CPU seconds per cell (what each adds, load aside).
 
-    python bench/live_output.py [--lines 30] [--interval 0.1] [--flood 100000] [--repeats 5]
+    python -m bench.live_output [--lines 30] [--interval 0.1] [--flood 100000] [--repeats 5]
 """
 
 from __future__ import annotations
@@ -28,13 +28,11 @@ import pathlib
 import re
 import shutil
 import statistics
-import sys
 import time
 
 import psutil
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
-from kernel_client import Kernel, Run, kernel
+from tests.support.kernel_client import Kernel, Run, kernel
 
 SETUP = """%load_ext jaxnb
 %jax_cluster start -n 2

@@ -19,7 +19,7 @@ One command, every number measured in the same run, on the same machine:
 3. start-up: ``train()`` call -> first report booked in the notebook, vs the
    plain script's launch -> first step done (and its init -> first step).
 
-    python bench/train_throughput.py [--steps 300] [--repeats 8]
+    python -m bench.train_throughput [--steps 300] [--repeats 8]
 """
 
 from __future__ import annotations

@@ -4,21 +4,30 @@ from __future__ import annotations
 
 import os
 
-import psutil
 import pytest
+from support.clusters import real_shell, two_processes
+
+#: Fixtures that start engines, a Jupyter kernel, the ssh lab or a browser: a test using one
+#: (directly or through another fixture) is in the ``engines`` tier, which ``bash dev test fast``
+#: leaves out. Tests that start such things themselves carry ``@pytest.mark.engines``.
+HEAVY_FIXTURES = {
+    "cluster", "shared_magics", "lab", "server", "browser", "context", "kernel", "k",
+    "kernel_env", "with_kernel", "desc", "loaded", "shell",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every test that needs engines, a kernel, the lab or a browser as ``engines``."""
+    for item in items:
+        if HEAVY_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.engines)
+
 
 # The test process itself never initialises a JAX backend for the cluster tests;
 # tests that need JAX locally run it in subprocesses with their own device count.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 
-def two_processes():
-    """Start a 2-process cluster (1 CPU device each), yield it, stop it."""
-    from jaxnb import JaxCluster
-
-    c = JaxCluster(n=2).start()
-    yield c
-    c.stop()
 
 
 @pytest.fixture(scope="session")
@@ -39,20 +48,6 @@ def ip():
     return shell
 
 
-def real_shell():
-    """The process's one IPython shell (IPython allows a single instance per process)."""
-    from IPython.core.interactiveshell import InteractiveShell
-
-    if InteractiveShell.initialized():
-        shell = InteractiveShell.instance()
-    else:
-        from IPython.testing.globalipapp import start_ipython
-
-        shell = start_ipython()
-    # Render rich outputs as a notebook kernel does (a terminal shell keeps only text/plain).
-    formatter = shell.display_formatter
-    formatter.active_types = list(dict.fromkeys([*formatter.active_types, "text/html", "image/png"]))
-    return shell
 
 
 @pytest.fixture
@@ -64,16 +59,3 @@ def shared_magics(ip, cluster):
     use_cluster(cluster, ip)
     yield ip
     use_cluster(previous, ip)
-
-
-def ipyparallel_processes() -> list[psutil.Process]:
-    """Every ipyparallel engine or controller process descended from this test process."""
-    found = []
-    for proc in psutil.Process().children(recursive=True):
-        try:
-            cmd = " ".join(proc.cmdline())
-        except psutil.Error:
-            continue
-        if "ipyparallel" in cmd or "jaxnb._engine" in cmd:
-            found.append(proc)
-    return found

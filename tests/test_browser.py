@@ -11,14 +11,15 @@ import re
 import time
 from collections.abc import Iterator
 
-import lab_server
 import pytest
+from support import lab_server
 
 WHY = lab_server.missing()
 if WHY:
     pytest.skip(f"browser tests: {WHY}", allow_module_level=True)
 
-from browser_page import (  # noqa: E402 - only importable where playwright is installed
+from playwright.sync_api import Browser, BrowserContext, sync_playwright  # noqa: E402
+from support.browser_page import (  # noqa: E402 - only importable where playwright is installed
     Watched,
     cell,
     dashboard,
@@ -33,7 +34,9 @@ from browser_page import (  # noqa: E402 - only importable where playwright is i
     wait_for,
     wait_idle,
 )
-from playwright.sync_api import Browser, BrowserContext, sync_playwright  # noqa: E402
+
+#: Starts engines, kernels or a browser: not in `bash dev test fast`.
+pytestmark = pytest.mark.engines
 
 SETUP = "%load_ext jaxnb\n%jax_cluster start -n 2 --devices-per-process 2"
 MESH = """%%jax_cluster

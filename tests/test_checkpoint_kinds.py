@@ -7,6 +7,9 @@ import pytest
 
 from jaxnb import RemoteError
 
+#: Starts engines, kernels or a browser: not in `bash dev test fast`.
+pytestmark = pytest.mark.engines
+
 
 @pytest.fixture(scope="module")
 def cluster():

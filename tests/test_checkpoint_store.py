@@ -20,6 +20,9 @@ from jax.sharding import PartitionSpec as P
 from jaxnb._core.run_folder import Checkpoint, check_fresh_run
 from jaxnb._engine.checkpoint import CheckpointStore
 
+#: Starts engines, kernels or a browser: not in `bash dev test fast`.
+pytestmark = pytest.mark.engines
+
 REPO = Path(__file__).resolve().parents[1]
 
 WORKER = r"""

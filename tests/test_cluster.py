@@ -10,6 +10,9 @@ import pytest
 
 from jaxnb import RemoteError
 
+#: Starts engines, kernels or a browser: not in `bash dev test fast`.
+pytestmark = pytest.mark.engines
+
 
 def test_processes_are_ordered_by_jax_process_index(cluster):
     procs = cluster.status()

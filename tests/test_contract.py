@@ -9,9 +9,9 @@ import pytest
 
 from jaxnb._cells.pull import choose
 from jaxnb._core.contract import ELSEWHERE, MISSING, EngineCall, JoinParams, stack_file
+from jaxnb._core.join_plan import join_params, placements
 from jaxnb._core.options import ClusterOptions
 from jaxnb._core.run_folder import Checkpoint, check_fresh_run, remember_user_checkpoint
-from jaxnb._core.join_plan import join_params, placements
 
 
 def test_placements_rank_processes_within_their_host():

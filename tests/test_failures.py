@@ -20,14 +20,18 @@ import time
 
 import psutil
 import pytest
-from fault_cells import ASYNC_LOOP, EXPECTED, SETUP, SYNC_LOOP, VERIFY
 from IPython.utils.capture import capture_output
+from support.clusters import healthy, totals
+from support.fault_cells import ASYNC_LOOP, EXPECTED, SETUP, SYNC_LOOP, VERIFY
 
 from jaxnb import ClusterStateError, JaxCluster, ProcessFailure, RemoteError, StartError
 from jaxnb._core import ipp_internals
-from jaxnb._failures import detect, stacks
+from jaxnb._failures import stacks
 from jaxnb._lifecycle import startup
 from jaxnb.magics import current_cluster, use_cluster
+
+#: Starts engines, kernels or a browser: not in `bash dev test fast`.
+pytestmark = pytest.mark.engines
 
 
 @pytest.fixture(scope="module")
@@ -45,20 +49,6 @@ def cluster(ip):
     use_cluster(previous, ip)
 
 
-def healthy(cluster: JaxCluster) -> JaxCluster:
-    """Restart the cluster if a test left it broken; (re)define the helpers."""
-    if not cluster.running or detect.dead_processes(cluster.group):
-        cluster.restart()
-        cluster.run(SETUP)
-    return cluster
-
-
-def totals(cluster: JaxCluster, capsys) -> list[float]:
-    """Run VERIFY and return every process's printed total."""
-    capsys.readouterr()
-    cluster.run(VERIFY, all=True, timeout=60)
-    out = capsys.readouterr().out
-    return [float(line.split()[1]) for line in out.splitlines() if line.startswith("total")]
 
 
 # ---- 1. dead processes ---------------------------------------------------------------
@@ -66,7 +56,7 @@ def totals(cluster: JaxCluster, capsys) -> list[float]:
 
 @pytest.mark.parametrize("victim", [1, 0], ids=["non-coordinator", "coordinator"])
 def test_a_killed_process_is_named_within_seconds(cluster, victim, capsys):
-    healthy(cluster)
+    healthy(cluster, SETUP)
     info = cluster.processes[victim]
     killed_at: list[float] = []
 
@@ -89,14 +79,14 @@ def test_a_killed_process_is_named_within_seconds(cluster, victim, capsys):
         cluster.run("print(1)")
     cluster.restart()
     cluster.run(SETUP)
-    assert totals(cluster, capsys) == [EXPECTED, EXPECTED]
+    assert totals(cluster, VERIFY) == [EXPECTED, EXPECTED]
 
 
 # ---- 2. divergence ---------------------------------------------------------------------
 
 
 def test_divergence_names_who_finished_and_where_the_others_wait(cluster, capsys):
-    healthy(cluster)
+    healthy(cluster, SETUP)
     code = "if jax.process_index() == 1:\n    raise ValueError('bad shard')\nprint(float(total(1.0)))"
     start = time.monotonic()
     with pytest.raises(ProcessFailure) as caught:
@@ -116,11 +106,11 @@ def test_divergence_names_who_finished_and_where_the_others_wait(cluster, capsys
     assert cluster.suspect is None
     cluster.run("mesh = make_mesh()\nkept += 1")
     assert cluster.pull("kept") == 42
-    assert totals(cluster, capsys) == [EXPECTED, EXPECTED]
+    assert totals(cluster, VERIFY) == [EXPECTED, EXPECTED]
 
 
 def test_a_process_left_alone_in_a_collective_is_divergence(cluster, capsys):
-    healthy(cluster)
+    healthy(cluster, SETUP)
     # Work on process 0 only is fine: it is computing or sleeping, not waiting for peers.
     cluster.run("import time\nif jax.process_index() == 0:\n    time.sleep(5)", timeout=60)
     assert cluster.suspect is None
@@ -132,14 +122,14 @@ def test_a_process_left_alone_in_a_collective_is_divergence(cluster, capsys):
     assert "processes diverged: [p1] finished" in caught.value.summary
     assert "[p0] at cell line 2: print(float(total(1.0)))" in caught.value.summary
     cluster.run("mesh = make_mesh()")
-    assert totals(cluster, capsys) == [EXPECTED, EXPECTED]
+    assert totals(cluster, VERIFY) == [EXPECTED, EXPECTED]
 
 
 # ---- 3. hangs, timeouts and stacks ----------------------------------------------------
 
 
 def test_a_cell_past_its_timeout_shows_every_stack(cluster, capsys):
-    healthy(cluster)
+    healthy(cluster, SETUP)
     start = time.monotonic()
     with pytest.raises(ProcessFailure) as caught:
         cluster.run("import time\ntime.sleep(60)", timeout=2)
@@ -157,7 +147,7 @@ def test_a_cell_past_its_timeout_shows_every_stack(cluster, capsys):
 def test_stack_dumps_are_recognised_once_complete(cluster):
     """A dump ends at the main thread's outermost frame, so reading it does not wait out
     its timeout (missing that once added a second to every timeout and interrupt)."""
-    healthy(cluster)
+    healthy(cluster, SETUP)
     paths = stacks.request(cluster.group, cluster.process_indices)
     assert sorted(paths) == cluster.process_indices
     time.sleep(0.5)  # the engines' signal handlers write at once
@@ -169,7 +159,7 @@ def test_stack_dumps_are_recognised_once_complete(cluster):
 
 
 def test_the_cluster_wide_timeout_and_stacks_magic(cluster, ip):
-    healthy(cluster)
+    healthy(cluster, SETUP)
     options = cluster.options
     try:
         cluster.group.options = dataclasses.replace(options, timeout=2)
@@ -199,7 +189,7 @@ def test_the_cluster_wide_timeout_and_stacks_magic(cluster, ip):
 
 @pytest.mark.timeout(200)
 def test_interrupt_trials_never_give_a_wrong_value_or_hang(cluster, capsys):
-    healthy(cluster)
+    healthy(cluster, SETUP)
     rng = random.Random(7)
     wrong, loud, repaired = [], 0, 0
     for trial in range(6):
@@ -215,14 +205,14 @@ def test_interrupt_trials_never_give_a_wrong_value_or_hang(cluster, capsys):
         assert "work already dispatched to XLA is not cancelled" in err
         # The old mesh: the right total, or a loud error; never a wrong number.
         try:
-            values = totals(cluster, capsys)
+            values = totals(cluster, VERIFY)
         except (RemoteError, ClusterStateError):
             loud += 1
         else:
             wrong.extend(v for v in values if v != EXPECTED)
         repaired += "repaired the jax.distributed group" in capsys.readouterr().err
         cluster.run("mesh = make_mesh()", timeout=60)
-        assert totals(cluster, capsys) == [EXPECTED, EXPECTED], f"trial {trial}"
+        assert totals(cluster, VERIFY) == [EXPECTED, EXPECTED], f"trial {trial}"
     assert wrong == []
     print(f"{loud} loud errors, {repaired} repairs in 6 trials", file=sys.stderr)
 
@@ -231,7 +221,7 @@ def test_interrupt_trials_never_give_a_wrong_value_or_hang(cluster, capsys):
 
 
 def test_restart_works_from_a_wedged_cluster(cluster, capsys):
-    healthy(cluster)
+    healthy(cluster, SETUP)
     cluster.view.execute("if jax.process_index() == 0:\n    total(1.0)", block=False)
     time.sleep(1.0)
     old = {p.pid for p in cluster.processes}
@@ -242,11 +232,11 @@ def test_restart_works_from_a_wedged_cluster(cluster, capsys):
     cluster.start()
     assert old.isdisjoint(p.pid for p in cluster.processes)
     cluster.run(SETUP)
-    assert totals(cluster, capsys) == [EXPECTED, EXPECTED]
+    assert totals(cluster, VERIFY) == [EXPECTED, EXPECTED]
 
 
 def test_stop_is_fast_and_leaves_nothing(cluster):
-    healthy(cluster)
+    healthy(cluster, SETUP)
     # This cluster's engines, nannies and controller (other tests' clusters may be running).
     roots = [psutil.Process(p.pid) for p in cluster.processes]
     roots.append(ipp_internals.controller_process(cluster.group.ipp))
@@ -263,7 +253,7 @@ def test_stop_is_fast_and_leaves_nothing(cluster):
 
 # ---- 7. orphans ----------------------------------------------------------------------
 
-BUSY_KERNEL = os.path.join(os.path.dirname(__file__), "busy_kernel.py")
+BUSY_KERNEL = os.path.join(os.path.dirname(__file__), "support", "busy_kernel.py")
 
 
 @pytest.mark.timeout(120)

@@ -15,13 +15,13 @@ import time
 
 import psutil
 import pytest
-from fault_cells import EXPECTED, SETUP, SYNC_LOOP, VERIFY
 from IPython.utils.capture import capture_output
 from lab.lab import Lab, missing
+from support.clusters import healthy
+from support.fault_cells import EXPECTED, SETUP, SYNC_LOOP, VERIFY
 
 from jaxnb import JaxCluster, ProcessFailure, StartError
 from jaxnb._core import ipp_internals
-from jaxnb._failures import detect
 from jaxnb.magics import current_cluster, use_cluster
 
 TRAIN = """\
@@ -38,7 +38,10 @@ def fit():
         jaxnb.report({"step": step, "total": jnp.sum(w)}, checkpoint={"w": w, "step": step})
 """
 WHY_NOT = missing()
-pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=f"no lab of ssh hosts: {WHY_NOT}")
+pytestmark = [
+    pytest.mark.engines,
+    pytest.mark.skipif(WHY_NOT is not None, reason=f"no lab of ssh hosts: {WHY_NOT}"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -71,11 +74,6 @@ def cluster(ip, lab):
     c.stop()
     use_cluster(previous, ip)
 
-
-def healthy(cluster: JaxCluster) -> JaxCluster:
-    if not cluster.running or detect.dead_processes(cluster.group):
-        cluster.restart()
-    return cluster
 
 
 def engine_processes(lab: Lab) -> dict[str, list[str]]:

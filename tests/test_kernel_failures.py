@@ -16,8 +16,12 @@ import time
 
 import psutil
 import pytest
-from fault_cells import ASYNC_LOOP, EXPECTED, SETUP, SYNC_LOOP, VERIFY, WEDGED
-from kernel_harness import Kernel, Output
+from support.fault_cells import ASYNC_LOOP, EXPECTED, SETUP, SYNC_LOOP, VERIFY, WEDGED
+from support.kernel_checks import PREPARE, dead, healthy, pids, restart, totals
+from support.kernel_harness import Kernel, Output
+
+#: Starts engines, kernels or a browser: not in `bash dev test fast`.
+pytestmark = pytest.mark.engines
 
 #: The issue's reproduction: process VICTIM kills itself before a pmap psum.
 SELF_KILL = """\
@@ -65,37 +69,15 @@ def kernel():
     with Kernel() as k:
         k.ok("%load_ext jaxnb")
         k.ok("%jax_cluster start -n 2 --devices-per-process 1")
-        k.ok("from jaxnb._failures import detect as _health\nimport jaxnb")
+        k.ok(PREPARE)
         k.ok("%%jax_cluster\n" + SETUP)
         k.ok(TRAIN_FUNCS)
         yield k
         k.ok("%jax_cluster stop")
 
 
-def pids(k: Kernel) -> list[int]:
-    """The engine pid of each JAX process, as the kernel knows them."""
-    return k.value("[p.pid for p in jaxnb.current_cluster().processes]")
 
 
-def healthy(k: Kernel) -> Kernel:
-    """Restart the kernel's cluster if a test left it broken; define the helpers again."""
-    if k.value("bool(_health.dead_processes(jaxnb.current_cluster().group)) "
-               "or jaxnb.current_cluster().suspect is not None"):
-        restart(k)
-    return k
-
-
-def restart(k: Kernel) -> Output:
-    """``%jax_cluster restart`` as the messages say; then SETUP again."""
-    out = k.ok("%jax_cluster restart")
-    k.ok("%%jax_cluster\n" + SETUP)
-    return out
-
-
-def totals(k: Kernel) -> list[float]:
-    """Every process's printed total of VERIFY (raw output of each process)."""
-    out = k.ok("%%jax_cluster --all --timeout 60\n" + VERIFY)
-    return [float(line.split()[-1]) for line in out.stdout.splitlines() if "total" in line]
 
 
 def failure(out: Output, ename: str = "ProcessFailure") -> str:
@@ -140,7 +122,7 @@ def test_a_process_that_kills_itself_is_named_first(kernel, victim):
     assert other == -1 or cause < other, text
     assert "last lines of its stderr" in text
     assert kernel.value("jaxnb.current_cluster().suspect") == "a process died"
-    assert victim in kernel.value("sorted(_health.dead_processes(jaxnb.current_cluster().group))")
+    assert victim in dead(kernel)
     restart(kernel)  # what the message says to do
     assert totals(kernel) == [EXPECTED, EXPECTED]
 

@@ -13,7 +13,10 @@ import re
 import shutil
 
 import pytest
-from kernel_client import Kernel, kernel, kernelspec
+from support.kernel_client import Kernel, kernel, kernelspec
+
+#: Starts engines, kernels or a browser: not in `bash dev test fast`.
+pytestmark = pytest.mark.engines
 
 EXAMPLE = """%%jax_cluster
 import time, jax

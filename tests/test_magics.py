@@ -8,13 +8,16 @@ import stat
 
 import psutil
 import pytest
-from conftest import ipyparallel_processes
 from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
+from support.clusters import ipyparallel_processes
 
 from jaxnb import RemoteError
 from jaxnb._core import ipp_internals
 from jaxnb.magics import current_cluster, use_cluster
+
+#: Starts engines, kernels or a browser: not in `bash dev test fast`.
+pytestmark = pytest.mark.engines
 
 
 @pytest.mark.parametrize(

@@ -7,12 +7,15 @@ import threading
 import time
 
 import pytest
-from conftest import two_processes
 from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
+from support.clusters import two_processes
 
 from jaxnb import ClusterStateError, JaxCluster, RemoteError, Result
 from jaxnb.magics import use_cluster
+
+#: Starts engines, kernels or a browser: not in `bash dev test fast`.
+pytestmark = pytest.mark.engines
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +26,7 @@ def cluster():
 
 @pytest.fixture(scope="module")
 def ip(cluster):
-    from conftest import real_shell
+    from support.clusters import real_shell
 
     shell = real_shell()
     shell.run_line_magic("load_ext", "jaxnb")

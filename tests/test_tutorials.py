@@ -38,6 +38,9 @@ EXECUTED = TUTORIALS / "executed"
 sys.path.insert(0, str(TUTORIALS))
 from refresh_outputs import KERNEL_NAME, write_kernelspec  # noqa: E402
 
+#: Starts engines, kernels or a browser: not in `bash dev test fast`.
+pytestmark = pytest.mark.engines
+
 NOTEBOOKS = sorted(p.name for p in TUTORIALS.glob("[0-9][0-9]_*.ipynb"))
 
 #: Text that must appear in a notebook's outputs (streams, results, errors).

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 import nbformat
 import psutil
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tutorials"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tutorials"))
 import refresh_outputs
 
 KERNEL_NAME = "jaxnb-browser-tests"
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parents[2]
 #: Lab settings that keep pop-ups (news, update checks) off the page under test.
 SETTINGS = {
     "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {

@@ -5,7 +5,7 @@ a collective that process 1 never joins; process 1 spins in Python). Then it
 prints one JSON line, ``{"pids": [...], "files": [...]}`` (every process it
 launched, the key files and the stacks folder), and waits to be killed.
 
-    python tests/busy_kernel.py
+    python tests/support/busy_kernel.py
 """
 
 import json

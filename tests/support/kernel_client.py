@@ -12,7 +12,7 @@ import os
 import time
 from collections.abc import Iterator
 
-import kernel_harness
+from . import kernel_harness
 
 
 @dataclasses.dataclass

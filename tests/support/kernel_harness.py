@@ -32,7 +32,7 @@ import psutil
 from jupyter_client import KernelManager
 from jupyter_client.kernelspec import KernelSpecManager
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tutorials"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tutorials"))
 import refresh_outputs
 
 KERNEL_NAME = "jaxnb-test"

@@ -16,7 +16,7 @@ from playwright.sync_api import Locator, Page, expect
 
 #: Set to regenerate the README's screenshots under docs/ from the browser tests.
 SCREENSHOTS_ENV = "JAXNB_SCREENSHOTS"
-DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
+DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs"
 #: What a broken widget shows instead of itself.
 WIDGET_ERRORS = ("Error displaying widget", "model not found", "Failed to load model")
 #: Console noise that is not jaxnb's: the server's optional endpoints, and Chromium dropping

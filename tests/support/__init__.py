@@ -1,0 +1,3 @@
+"""What tests and benchmarks share: clusters and their checks, a real Jupyter kernel, fault cells,
+a JupyterLab server and its pages. Tests import ``support.x``; benchmarks run from the repository
+root (``python -m bench.NAME``) import ``tests.support.x``."""
