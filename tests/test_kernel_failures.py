@@ -58,6 +58,15 @@ def stops_when_asked(config):
         if jaxnb.should_stop():
             return
         time.sleep(0.02)
+
+def one_more_batch(config):
+    import jax.numpy as jnp
+    from jax.experimental import multihost_utils
+    import jaxnb
+    extra = 1 if jaxnb.get_context().get_world_rank() == 1 else 0  # an uneven last batch
+    for step in range(1, config["steps"] + 1 + extra):
+        multihost_utils.process_allgather(jnp.ones(1))
+        jaxnb.report({"step": step})
 """
 #: What every failure message ends with: something the user can run.
 WHAT_TO_DO = re.compile(r"(run|use) `%jax_cluster (restart|reset|status)`\)?\.?$")
@@ -177,6 +186,43 @@ def test_a_death_during_background_training_is_the_runs_error(kernel, tmp_path):
 
 
 # ---- divergence, timeouts, stacks ----------------------------------------------------
+
+
+def test_divergence_inside_jax_train_is_named_like_in_a_cell(kernel, tmp_path):
+    """p0 returns from the function while p1 waits in one more collective: reported within
+    the cell's grace (not after gloo's 60 s timeout), naming who finished and where p1 waits."""
+    healthy(kernel)
+    out = kernel.run(f"%jax_train one_more_batch --config dict(steps=5) --storage {tmp_path} -o run")
+    summary = failure(out)
+    assert "processes diverged: [p0] finished" in summary, summary
+    assert "[p1] at " in summary and "in one_more_batch" in summary, summary
+    assert out.seconds < 40, out.seconds  # gloo alone would wait 60 s, then name only p0
+    assert "Gloo" not in summary
+    assert kernel.value("len(run.history)") == 5
+    kernel.ok("%%jax_cluster\nmesh = make_mesh()")  # the group was repaired: a new mesh
+    assert totals(kernel) == [EXPECTED, EXPECTED]
+
+
+def test_divergence_inside_a_background_run_is_its_error(kernel, tmp_path):
+    healthy(kernel)
+    kernel.ok(f"%jax_train one_more_batch --config dict(steps=5) --storage {tmp_path} "
+              "--background -o run")
+    error = kernel.value("repr(run.wait(60).error)")
+    assert error.startswith("ProcessFailure(") and "processes diverged: [p0] finished" in error, error
+    assert "in one_more_batch" in error
+    kernel.ok("%%jax_cluster\nmesh = make_mesh()")
+    assert totals(kernel) == [EXPECTED, EXPECTED]
+
+
+def test_stacks_show_the_training_functions_frames(kernel, tmp_path):
+    healthy(kernel)
+    kernel.ok(f"%jax_train stops_when_asked --storage {tmp_path} --background -o run")
+    kernel.collect(kernel.send("import time; time.sleep(3)"), timeout=30)
+    out = kernel.ok("%jax_cluster stacks")
+    assert "in stops_when_asked" in out.stdout + str(out.displays), out.shown
+    assert "idle" not in out.stdout, out.shown
+    kernel.ok("run.stop(); run.wait(60)")
+    assert kernel.value("run.stopped and run.error is None")
 
 
 def test_divergence_names_who_finished_and_where_the_others_wait(kernel):

@@ -14,7 +14,7 @@ from jaxnb._core import ipp_internals
 from jaxnb._core.errors import remote_error
 from jaxnb._core.state import Group
 from jaxnb._failures import stacks
-from jaxnb._failures.watch import CellWatch
+from jaxnb._failures.watch import Watch
 
 POLL_SECONDS = 0.02
 
@@ -62,7 +62,7 @@ def run_cell(
     err = LiveMerger(processes, sys.stderr.write, **live_options("stderr")) if merged else None
     live = LivePanel([out.view, err.view], NotebookScreen()) if merged and in_kernel() else None
     shown_displays = 0
-    watch = CellWatch(group, code, timeout)
+    watch = Watch(group, code, timeout)
     try:
         while True:
             ar.wait(POLL_SECONDS)

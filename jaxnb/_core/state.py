@@ -9,11 +9,26 @@ answers questions about it.
 from __future__ import annotations
 
 import dataclasses
+import enum
 from typing import Any
 
 from jaxnb._core.errors import ClusterStateError
 from jaxnb._core.messages import BUSY, NOT_STARTED
 from jaxnb._core.options import ClusterOptions
+
+
+class Suspect(str, enum.Enum):
+    """Why the processes may disagree, so the next cell first checks the group (``repair``)."""
+
+    PROCESS_DIED = "a process died"
+    DIVERGED = "processes diverged"
+    TIMED_OUT = "a cell timed out"
+    CELL_INTERRUPTED = "a cell was interrupted"
+    RUN_INTERRUPTED = "a training run was interrupted"
+    UNFOLLOWED = "the notebook stopped following a training run"
+    PARTIAL_ERROR = "some processes raised while others did not"
+    RESET_FAILED = "a reset that failed"
+    RESET_DID_NOT_HOLD = "a reset that did not hold"
 
 
 @dataclasses.dataclass
@@ -55,6 +70,7 @@ class Group:
     #: Folder of the engines' stack-dump files (local clusters) and other launched files.
     stacks_dir: str | None = None
     #: Why the processes may disagree (an error, a timeout, an interrupt); ``None`` when safe.
+    #: Written only through :meth:`mark_suspect` and :meth:`clear_suspect`.
     suspect: str | None = None
     #: The gloo connections were closed: the group must be re-initialised before the next cell.
     group_cut: bool = False
@@ -97,10 +113,18 @@ class Group:
         if self.busy_with:
             raise ClusterStateError(BUSY.format(name=self.busy_with))
 
+    def mark_suspect(self, reason: Suspect, detail: str = "") -> None:
+        """The processes may disagree now (the next cell checks the group first)."""
+        self.suspect = f"{reason.value} ({detail})" if detail else reason.value
+
+    def clear_suspect(self) -> None:
+        """The group was checked (or re-joined) and agrees."""
+        self.suspect = None
+
     def mark_suspect_after_errors(self, failed: int, total: int) -> None:
         """Some processes raised while others did not: they may be one collective apart."""
         if 0 < failed < total:
-            self.suspect = "some processes raised while others did not"
+            self.mark_suspect(Suspect.PARTIAL_ERROR)
 
     def clear(self) -> None:
         """Forget the processes and connections (after stop)."""
@@ -109,7 +133,7 @@ class Group:
         self.launchers = {}
         self.remote_launchers = {}
         self.coordinator = None
-        self.suspect = None
+        self.clear_suspect()
         self.group_cut = False
         self.busy_with = None
         self.current_run = None

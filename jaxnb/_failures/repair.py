@@ -21,7 +21,7 @@ from jaxnb._core.contract import EngineCall
 from jaxnb._core.errors import ClusterStateError
 from jaxnb._core.join_plan import coordinator_address, join_params
 from jaxnb._core.messages import RESTART, first_line, label, labels
-from jaxnb._core.state import Group
+from jaxnb._core.state import Group, Suspect
 from jaxnb._failures import detect, explain, free, stacks
 
 _CHECK = EngineCall("jaxnb._engine.repair:check")
@@ -56,7 +56,7 @@ def ensure_ready(group: Group) -> None:
         still = _free(group, cut=False) if busy else []
         if still:
             raise ClusterStateError(_still_busy(group, still))
-        group.suspect = None
+        group.clear_suspect()
         return
     if busy:
         note = reset(group)
@@ -68,7 +68,7 @@ def ensure_ready(group: Group) -> None:
         return
     verdict = check(group)
     if verdict is None:
-        group.suspect = None
+        group.clear_suspect()
         return
     note = reset(group)
     print(f"jaxnb: {verdict} after {reason}; {note}", file=sys.stderr)
@@ -124,7 +124,7 @@ def reset(group: Group) -> str:
         still = _free(group, cut=False)
         if still:
             raise ClusterStateError(_still_busy(group, still))
-        group.suspect = None
+        group.clear_suspect()
         return "nothing to reset: jaxnb does not manage jax.distributed on this cluster"
     start = time.monotonic()
     free.cut_collectives(group)
@@ -137,11 +137,11 @@ def reset(group: Group) -> str:
     _reinitialize(group)
     verdict = check(group, max(CHECK_SECONDS, group.options.init_timeout))
     if verdict is not None:
-        group.suspect = f"a reset that did not hold ({verdict})"
+        group.mark_suspect(Suspect.RESET_DID_NOT_HOLD, verdict)
         raise ClusterStateError(
             f"the group was re-initialised but {verdict}: {RESTART}"
         )
-    group.suspect = None
+    group.clear_suspect()
     group.group_cut = False
     total = time.monotonic() - start
     warning = OLD_OBJECTS if free.can_cut(group) else OLD_OBJECTS_REMOTE
@@ -192,7 +192,7 @@ def _reinitialize(group: Group) -> float:
         try:
             seconds = max(seconds, ar.get(timeout=max(0.1, deadline - time.monotonic())))
         except Exception as exc:
-            group.suspect = "a reset that failed"
+            group.mark_suspect(Suspect.RESET_FAILED)
             raise ClusterStateError(
                 f"{label(p)} could not re-join jax.distributed ({first_line(exc)}); {RESTART}"
             ) from None

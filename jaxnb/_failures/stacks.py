@@ -3,8 +3,9 @@
 Engines dump their threads with ``faulthandler`` on a signal (see
 :mod:`jaxnb._engine.stacks`), which works even while the main thread waits
 inside an XLA collective. Only the main thread is shown, trimmed to the frames
-that say where the cell waits; frames of any cell jaxnb ran are shown as
-``cell line N: <source>``.
+that say where the cell (or the training function, run through ipyparallel's
+``apply``) waits; frames of any cell jaxnb ran are shown as
+``cell line N: <source>``, and jaxnb's own frames are left out.
 """
 
 from __future__ import annotations
@@ -148,10 +149,10 @@ def format_stack(dump: str, cell_code: str = "") -> str:
     frames = main_thread(dump)
     if not frames:
         return "    " + dump.strip().replace("\n", "\n    ")
-    outer = next((i for i, f in enumerate(frames) if _is_shell(f[0])), None)
+    outer = next((i for i, f in enumerate(frames) if _is_entry(f[0], f[2])), None)
     if outer is None:
-        return "    idle (not running a cell)"
-    frames = frames[:outer]
+        return "    idle (not running a cell or a function)"
+    frames = [f for f in frames[:outer] if not _is_jaxnb(f[0])]
     if not frames:
         return "    about to run a cell"
     lines: list[str] = []
@@ -175,14 +176,18 @@ def where(dump: str | None, cell_code: str = "") -> str:
     if not dump:
         return "an unknown line (no stack dump)"
     frames = main_thread(dump)
-    if not any(_is_shell(f[0]) for f in frames):
+    outer = next((i for i, f in enumerate(frames) if _is_entry(f[0], f[2])), None)
+    if outer is None:
         return "idle"
-    cells = [c for c in (_cell_frame(*f, cell_code) for f in frames) if c is not None]
+    inside = frames[:outer]
+    cells = [c for c in (_cell_frame(*f, cell_code) for f in inside) if c is not None]
     current = [c for c in cells if c.startswith("cell line")]
     if current or cells:
         text = (current or cells)[0]
         return text if len(text) <= WHERE_WIDTH else text[: WHERE_WIDTH - 3] + "..."
-    file, line, func = frames[0]
+    # A function run through apply (a training run): its innermost frame of the user's code.
+    own = [f for f in inside if not _is_library(f[0]) and not _is_jaxnb(f[0])]
+    file, line, func = (own or inside or frames)[0]
     return f"{_short(file)}:{line} in {func}"
 
 
@@ -209,8 +214,18 @@ def _cell_frame(file: str, line: int, func: str, cell_code: str) -> str | None:
     return f"{text}: {source}" if source else text
 
 
-def _is_shell(file: str) -> bool:
-    return file.replace("\\", "/").endswith("IPython/core/interactiveshell.py")
+def _is_entry(file: str, func: str) -> bool:
+    """The frame that runs the user's code: IPython's cell runner, or ipyparallel's ``apply``."""
+    path = file.replace("\\", "/")
+    return path.endswith("IPython/core/interactiveshell.py") or (
+        path.endswith("ipyparallel/engine/kernel.py") and func == "do_apply"
+    )
+
+
+def _is_jaxnb(file: str) -> bool:
+    """A frame of jaxnb's own engine code (how a function is called, reports sent)."""
+    path = file.replace("\\", "/")
+    return "/jaxnb/_engine/" in path or "/jaxnb/_core/" in path
 
 
 def _is_library(file: str) -> bool:

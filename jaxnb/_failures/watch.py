@@ -18,13 +18,13 @@ import psutil
 
 from jaxnb._core.errors import ProcessFailure, traceback_text
 from jaxnb._core.messages import RESET, RESTART, first_line, label, labels
-from jaxnb._core.state import Group
+from jaxnb._core.state import Group, Suspect
 from jaxnb._failures import cause, detect, explain, free, stacks
 
 #: After the first process finishes, how long the others may still run before
 #: jaxnb looks at where they are (they may be waiting in a collective).
 DIVERGENCE_GRACE_SECONDS = 3.0
-#: How often engine liveness is checked while a cell runs.
+#: How often engine liveness is checked while a cell or training run runs.
 LIVENESS_PERIOD_SECONDS = 0.25
 #: A process using less CPU than this (in cores) counts as waiting, not computing.
 WAITING_CPU = 0.25
@@ -43,7 +43,7 @@ def died(
     for JAX's heartbeat)."""
     where = stacks.collect(group, running, code) if running else ""
     survivors = free.stop_survivors(group, dead)
-    group.suspect = "a process died"
+    group.mark_suspect(Suspect.PROCESS_DIED)
     notes = ["Where the other processes were:\n" + where if where else ""]
     if survivors:
         notes.append(
@@ -59,10 +59,12 @@ def died(
     )
 
 
-class CellWatch:
-    """Checks one running cell; :meth:`check` raises when it must not be waited on."""
+class Watch:
+    """Checks one running cell or training run; :meth:`check` raises when it must not be
+    waited on. Cells and training runs share it: one liveness period, one grace after the
+    first process finishes, one way of releasing the processes left waiting."""
 
-    def __init__(self, group: Group, code: str, timeout: float | None):
+    def __init__(self, group: Group, code: str = "", timeout: float | None = None):
         self.group = group
         self.code = code
         self.timeout = timeout
@@ -95,7 +97,7 @@ class CellWatch:
             dumps = stacks.read(stacks.request(self.group, running))
             self._fail(
                 f"the cell ran past its timeout of {self.timeout:g} s ({self._at(running, dumps)})",
-                "a cell timed out",
+                Suspect.TIMED_OUT,
                 running,
                 by_process,
                 dumps,
@@ -124,7 +126,7 @@ class CellWatch:
             finished.append(f"{label(p)} {how}")
         self._fail(
             f"processes diverged: {'; '.join(finished)}; {self._at(running, dumps)}",
-            "processes diverged",
+            Suspect.DIVERGED,
             running,
             by_process,
             dumps,
@@ -177,14 +179,14 @@ class CellWatch:
     def _fail(
         self,
         what: str,
-        reason: str,
+        reason: Suspect,
         running: list[int],
         by_process: dict,
         dumps: dict[int, str],
     ) -> None:
         where = "\n".join(stacks.section(self.group, p, dumps.get(p), self.code) for p in running)
         released = free.release(self.group, running)
-        self.group.suspect = reason
+        self.group.mark_suspect(reason)
         notes = [
             _traceback(p, by_process[p]["error"])
             for p in sorted(by_process)
@@ -202,7 +204,7 @@ class CellWatch:
         running = [p for p, md in by_process.items() if md.get("completed") is None]
         if not running:
             return
-        self.group.suspect = "a cell was interrupted"
+        self.group.mark_suspect(Suspect.CELL_INTERRUPTED)
         paths = stacks.request(self.group, running)
         released = free.release(self.group, running)
         dumps = stacks.read(paths, timeout=0.2)

@@ -111,7 +111,7 @@ def join_group(group: Group) -> None:
     if group.options.hosts:  # remember each remote engine's launcher while ipyparallel has it
         for index in range(len(engine_ids)):
             remote.launcher_of(group, index)
-    group.suspect = None
+    group.clear_suspect()
 
 
 def wait_joined(

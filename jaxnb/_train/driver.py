@@ -15,7 +15,7 @@ from jaxnb._core.contract import EngineCall
 from jaxnb._core.errors import ClusterStateError, remote_error
 from jaxnb._core.messages import BUSY, RESET, RESTART
 from jaxnb._core.run_folder import check_fresh_run
-from jaxnb._core.state import Group
+from jaxnb._core.state import Group, Suspect
 from jaxnb._train import function, handover
 from jaxnb._train.interrupts import InterruptCounter
 from jaxnb._train.monitor import Monitor
@@ -158,7 +158,7 @@ def _follow_blocking(
                 monitor.interrupt()
     except BaseException as exc:  # third interrupt, or jaxnb itself failed: record, re-raise
         monitor.gave_up = exc
-        monitor.group.suspect = "the notebook stopped following a training run"
+        monitor.group.mark_suspect(Suspect.UNFOLLOWED)
         _conclude(monitor, on_result)
         raise
     return _conclude(monitor, on_result)

@@ -6,19 +6,18 @@ import contextvars
 import signal
 import sys
 import threading
-import time
 from typing import Any
 
 from jaxnb._cells.live import LiveMerger
 from jaxnb._cells.live_panel import live_options
 from jaxnb._core import ipp_internals
 from jaxnb._core.contract import STOP_SIGNAL
-from jaxnb._core.errors import RemoteError, remote_error
-from jaxnb._core.messages import RESET, RESTART, label, labels
+from jaxnb._core.errors import ProcessFailure
+from jaxnb._core.messages import label
 from jaxnb._core.run_folder import Checkpoint, remember_user_checkpoint
-from jaxnb._core.state import Group
-from jaxnb._failures import detect, free, stacks
-from jaxnb._failures.watch import died
+from jaxnb._core.state import Group, Suspect
+from jaxnb._failures import free
+from jaxnb._failures.watch import Watch
 from jaxnb._train.receive import Receiver
 from jaxnb._train.result import Result
 from jaxnb._widgets.dashboard import Dashboard
@@ -27,17 +26,8 @@ from jaxnb._widgets.dashboard import Dashboard
 POLL_SECONDS = 0.02
 #: How often the dashboard thread offers a redraw (the dashboard throttles itself too).
 REFRESH_SECONDS = 0.05
-#: After one process failed, how long the others may run on before jaxnb gives up on them.
-FAILURE_GRACE_SECONDS = 5.0
-LIVENESS_SECONDS = 0.5
 #: After the last process returned, how long to wait for its last messages.
 OUTPUT_WAIT_SECONDS = 10.0
-
-STUCK = (
-    "{who} still running {grace:g} s after the failure (probably waiting in a collective "
-    "for the failed process); jaxnb interrupted them. If the next cell hangs, "
-    + RESET + " (or " + RESTART + ")"
-)
 
 
 class Monitor:
@@ -59,8 +49,9 @@ class Monitor:
         self.stop_requested = False
         self.interrupted = False
         self.gave_up: BaseException | None = None
-        self._first_error_at: float | None = None
-        self._next_liveness = time.monotonic() + LIVENESS_SECONDS
+        # The same watch as a cell's: deaths, and processes left waiting once one finished.
+        self.watch = Watch(group)
+        self._asked_others_to_stop = False
         self._ended = threading.Event()
         self._refresher = threading.Thread(target=contextvars.copy_context().run,
                                            args=(self._refresh_loop,), name="jaxnb-dashboard",
@@ -80,7 +71,7 @@ class Monitor:
     def interrupt(self) -> None:
         """Interrupt every running process (SIGINT), like an interrupt of a cell."""
         self.interrupted = True
-        self.group.suspect = "a training run was interrupted"
+        self.group.mark_suspect(Suspect.RUN_INTERRUPTED)
         self._signal(signal.SIGINT)
 
     def _signal(self, signum: int) -> None:
@@ -157,39 +148,27 @@ class Monitor:
         result.metrics = records[-1]["metrics"]
 
     def _check(self) -> None:
-        now = time.monotonic()
-        if now >= self._next_liveness:
-            self._next_liveness = now + LIVENESS_SECONDS
-            if self._check_dead():
-                return
-        if self._first_error_at is None:
-            if self.errors():
-                self._first_error_at = now
-                self._signal(STOP_SIGNAL)  # the others may stop cleanly at should_stop()
-        elif now - self._first_error_at > FAILURE_GRACE_SECONDS:
-            self.gave_up = self._stuck()
+        """Give up with the watch's error on a death, or when processes are left waiting."""
+        by_process = self._outcomes()
+        if not self._asked_others_to_stop and any(o["error"] is not None for o in by_process.values()):
+            self._asked_others_to_stop = True
+            self._signal(STOP_SIGNAL)  # the others may stop cleanly at should_stop()
+        done = {p for p, f in self.futures.items() if f.done()}
+        try:
+            self.watch.check(done, by_process)
+        except ProcessFailure as failure:
+            self.gave_up = failure
 
-    def _check_dead(self) -> bool:
-        """Give up with the death as the error if a process died (as in a cell: named
-        first, the others' errors as consequences, survivors stopped); whether one did."""
-        dead = detect.dead_processes(self.group)
-        if dead:
-            running = [p for p, f in self.futures.items() if not f.done() and p not in dead]
-            self.gave_up = died(self.group, dead, running, errors=self.errors())
-        return bool(dead)
+    def _check_dead(self) -> None:
+        """After the run: a death is the error, whatever the others returned."""
+        try:
+            self.watch.check_dead(self._outcomes())
+        except ProcessFailure as failure:
+            self.gave_up = failure
 
-    def _stuck(self) -> RemoteError:
-        running = [p for p, f in self.futures.items() if not f.done()]
-        error = remote_error(self.errors())
-        who = labels(running)
-        note = STUCK.format(who=f"process {who} was" if len(running) == 1 else f"processes {who} were",
-                            grace=FAILURE_GRACE_SECONDS)
-        error.tracebacks.append(_stacks(self.group, running, note))
-        self.interrupt()
-        self.group.suspect = "processes were left running after a failure"
-        error.summary += f"; {note}"
-        error.args = (error.summary,)
-        return error
+    def _outcomes(self) -> dict[int, dict[str, Any]]:
+        errors = self.errors()
+        return {p: {"error": errors.get(p)} for p in self.processes}
 
 
 def _checkpoint(record: dict[str, Any], run_dir: str) -> Checkpoint:
@@ -198,10 +177,3 @@ def _checkpoint(record: dict[str, Any], run_dir: str) -> Checkpoint:
     if checkpoint.user_managed:  # jaxnb's own saves are found on disk; the user's are noted
         remember_user_checkpoint(run_dir, checkpoint.step, checkpoint.path)
     return checkpoint
-
-
-def _stacks(group: Group, running: list[int], note: str) -> str:
-    try:
-        return f"{note}.\n{stacks.collect(group, running)}"
-    except Exception:  # stacks are a help, not a requirement
-        return note + "."
