@@ -11,15 +11,13 @@ that say where the cell (or the training function, run through ipyparallel's
 from __future__ import annotations
 
 import collections
-import ctypes
 import functools
-import os
 import re
 import time
 
-from jaxnb._core.contract import STACK_SIGNAL, stack_file
 from jaxnb._core.messages import label
 from jaxnb._core.state import Group
+from jaxnb._failures import site
 
 #: How long to wait for the engines to write their dumps.
 DUMP_TIMEOUT_SECONDS = 1.0
@@ -83,20 +81,7 @@ def section(group: Group, p: int, dump: str | None, cell_code: str = "") -> str:
 
 def request(group: Group, processes: list[int]) -> dict[int, str]:
     """Ask the processes to dump their stacks now; their dump files by process."""
-    if not group.options.is_local:  # on their hosts, over ssh; local copies
-        from jaxnb._hosts import remote
-
-        return remote.request_stacks(group, processes)
-    paths = {}
-    for p in processes:
-        info = group.processes[p]
-        path = stack_file(group.stacks_dir or "", info.pid)
-        if not group.options.is_local or not os.path.exists(path):
-            continue
-        _truncate(path)
-        if _signal_main_thread(info.pid, STACK_SIGNAL):
-            paths[p] = path
-    return paths
+    return site.of(group).request_stacks(group, processes)
 
 
 def read(paths: dict[int, str], timeout: float = DUMP_TIMEOUT_SECONDS) -> dict:
@@ -250,29 +235,6 @@ def _short(file: str) -> str:
 def _fold(packages: list[str]) -> str:
     names = ", ".join(dict.fromkeys(packages))
     return f"... {len(packages)} more frame{'s' if len(packages) > 1 else ''} in {names}"
-
-
-def _signal_main_thread(pid: int, signum: int) -> bool:
-    """Send ``signum`` to the main thread of process ``pid`` (``tgkill``), not any thread."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.tgkill(pid, pid, signum) == 0:
-            return True
-    except (OSError, AttributeError):  # no tgkill here: any thread will do
-        pass
-    try:
-        os.kill(pid, signum)
-    except OSError:
-        return False
-    return True
-
-
-def _truncate(path: str) -> None:
-    try:
-        with open(path, "r+") as f:
-            f.truncate()
-    except OSError:
-        pass
 
 
 def _read(path: str) -> str:

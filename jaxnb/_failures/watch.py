@@ -19,7 +19,7 @@ import psutil
 from jaxnb._core.errors import ProcessFailure, traceback_text
 from jaxnb._core.messages import RESET, RESTART, first_line, label, labels
 from jaxnb._core.state import Group, Suspect
-from jaxnb._failures import cause, detect, explain, free, stacks
+from jaxnb._failures import cause, detect, explain, free, site, stacks
 
 #: After the first process finishes, how long the others may still run before
 #: jaxnb looks at where they are (they may be waiting in a collective).
@@ -150,7 +150,7 @@ class Watch:
         ``time.sleep`` or socket reads do not) and the process used little CPU
         since the last look. Remote engines: the innermost frame is in JAX.
         """
-        if not self.group.options.is_local:
+        if not site.of(self.group).inspects_processes:
             return stacks.waiting_in_jax(dump)
         wchan = _wchan(self.group.processes[p].pid)
         if wchan.strip("0\n") and "futex" not in wchan:
@@ -165,7 +165,7 @@ class Watch:
         return (after - before) / elapsed < WAITING_CPU
 
     def _cpu_seconds(self, processes: list[int]) -> dict[int, float]:
-        if not self.group.options.is_local:
+        if not site.of(self.group).inspects_processes:
             return {}
         found = {}
         for p in processes:

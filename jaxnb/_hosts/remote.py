@@ -13,6 +13,7 @@ from typing import Any
 
 import ipyparallel as ipp
 
+from jaxnb._core.contract import STACK_SIGNAL, stack_file
 from jaxnb._core.errors import StartError
 from jaxnb._core.options import ClusterOptions
 from jaxnb._core.state import Group
@@ -221,7 +222,7 @@ libc = ctypes.CDLL(None, use_errno=True)
 for pid, path in jobs.items():
     try:
         open(path, "r+").truncate()
-        libc.tgkill(int(pid), int(pid), signal.SIGUSR1)
+        libc.tgkill(int(pid), int(pid), {signal})
     except OSError:
         pass
 def read(path):
@@ -237,7 +238,7 @@ while time.monotonic() < deadline:
         break
     time.sleep(0.02)
 print(json.dumps({pid: read(path) for pid, path in jobs.items()}))
-"""
+""".replace("{signal}", str(int(STACK_SIGNAL)))
 
 
 def request_stacks(group: Group, processes: list[int]) -> dict[int, str]:
@@ -258,7 +259,7 @@ def request_stacks(group: Group, processes: list[int]) -> dict[int, str]:
     def dump(location: str) -> dict[int, str]:
         launcher, ps = hosts[location]
         pids = {p: group.processes[p].pid for p in ps}
-        jobs = {str(pid): os.path.join(folder, f"jaxnb-stacks-{pid}.txt") for pid in pids.values()}
+        jobs = {str(pid): stack_file(folder, pid) for pid in pids.values()}
         seen = _unreachable.get(location)
         if seen is not None and time.monotonic() - seen < UNREACHABLE_MEMORY_SECONDS:
             return {}

@@ -1,4 +1,4 @@
-"""Cut the gloo connections of engines on other hosts (what :mod:`jaxnb._failures.free` does locally).
+"""Cut the gloo connections of engines on other hosts (:mod:`.sockets` does it on this machine).
 
 A process blocked inside a gloo collective only returns once its connections
 fail. On each host (all at once, over the shared ssh connections) jaxnb lists
@@ -14,10 +14,10 @@ import pathlib
 from typing import Any
 
 from jaxnb._core.state import Group
-from jaxnb._hosts import remote, ssh
+from jaxnb._hosts import remote, sockets, ssh
 
 #: Run on the hosts, sent as text (the same module cuts local engines' connections).
-_SOCKETS_SCRIPT = pathlib.Path(__file__).with_name("_sockets.py")
+_SOCKETS_SCRIPT = pathlib.Path(__file__).with_name("sockets.py")
 
 
 def _run(launcher: Any, request: dict) -> Any:
@@ -46,19 +46,7 @@ def cut(group: Group) -> int:
 
     with concurrent.futures.ThreadPoolExecutor(len(hosts)) as pool:
         listed = dict(zip(hosts, pool.map(listing, list(hosts)), strict=True))
-    addresses = {info.address for info in group.processes}
-    coordinator = group.coordinator or ""
-    coordinator_port = int(coordinator.rsplit(":", 1)[1]) if ":" in coordinator else -1
-    owned = {tuple(c[1]) for conns in listed.values() for cs in conns.values() for c in cs}
-    plan: dict[str, dict[str, list]] = {}
-    for location, conns in listed.items():
-        for pid, cs in conns.items():
-            for fd, local, peer in cs:
-                if peer[0] not in addresses or tuple(peer) not in owned:
-                    continue  # the controller or the notebook: not another engine
-                if coordinator_port in (local[1], peer[1]):
-                    continue  # jax.distributed's coordination service: keep it
-                plan.setdefault(location, {}).setdefault(pid, []).append([fd, local])
+    plan = sockets.gloo_plan(listed, group.coordinator)
     if not plan:
         return 0
 

@@ -32,6 +32,24 @@ def connections(pids: list[int]) -> dict[str, list[list]]:
     return found
 
 
+def gloo_plan(listed: dict[str, dict[str, list[list]]], coordinator: str | None) -> dict:
+    """Which connections to cut: host → pid → [[fd, local]], from each host's
+    :func:`connections`. Kept: connections to another engine (the peer is one of the listed
+    endpoints), except the coordination service's (``coordinator`` is ``host:port``)."""
+    port = int(coordinator.rsplit(":", 1)[1]) if coordinator and ":" in coordinator else -1
+    owned = {tuple(c[1]) for conns in listed.values() for cs in conns.values() for c in cs}
+    plan: dict[str, dict[str, list]] = {}
+    for location, conns in listed.items():
+        for pid, cs in conns.items():
+            for fd, local, peer in cs:
+                if tuple(peer) not in owned:
+                    continue  # the controller or the notebook: not another engine
+                if port in (local[1], peer[1]):
+                    continue  # jax.distributed's coordination service: keep it
+                plan.setdefault(location, {}).setdefault(pid, []).append([fd, local])
+    return plan
+
+
 def shut_down(pid: int, fds: list[tuple[int, tuple[str, int]]]) -> int:
     """Shut down the sockets ``fds`` of process ``pid`` (through ``pidfd_getfd``); how many."""
     libc = ctypes.CDLL(None, use_errno=True)

@@ -17,7 +17,7 @@ import psutil
 from jaxnb._core import ipp_internals
 from jaxnb._core.contract import EngineCall
 from jaxnb._core.state import Group
-from jaxnb._failures import detect
+from jaxnb._failures import processes
 from jaxnb._hosts import remote
 
 #: How long stopped processes get to disappear after SIGKILL.
@@ -82,4 +82,4 @@ def _kill_all(engines: list[psutil.Process], ipp_cluster: object) -> None:
     for proc in family:
         with contextlib.suppress(psutil.Error):
             proc.kill()
-    detect.wait_gone(family, KILL_WAIT_SECONDS)
+    processes.wait_gone(family, KILL_WAIT_SECONDS)

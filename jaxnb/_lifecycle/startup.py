@@ -20,7 +20,7 @@ from jaxnb._core.contract import ENV_CLEANUP_FILES, ENV_CONTROLLER_PID, ENV_PARE
 from jaxnb._core.errors import StartError
 from jaxnb._core.join_plan import coordinator_address, join_params
 from jaxnb._core.state import Group, ProcessInfo
-from jaxnb._failures import detect, explain
+from jaxnb._failures import explain, processes
 from jaxnb._hosts import remote
 from jaxnb._lifecycle import launch
 
@@ -124,9 +124,9 @@ def wait_joined(
     infos: dict[int, dict] = {}
 
     def raise_if_dead(index: int) -> None:
-        launcher = detect.launcher_of(group, pids[index])
+        launcher = processes.launcher_of(group, pids[index])
         process = ipp_internals.launcher_process(launcher) if launcher is not None else None
-        how = detect.exit_of(process) if process is not None else None
+        how = processes.exit_of(process) if process is not None else None
         if how is not None:
             raise StartError(
                 f"process {index} (pid {pids[index]}) {how} while joining jax.distributed; "
@@ -170,7 +170,7 @@ def raise_if_engines_exited(group: Group) -> None:
     group.launchers.update(ipp_internals.launched_engines(group.ipp))
     for launcher in group.launchers.values():
         process = ipp_internals.launcher_process(launcher)
-        how = detect.exit_of(process) if process is not None else None
+        how = processes.exit_of(process) if process is not None else None
         if how is not None:
             raise StartError(
                 f"an engine (pid {process.pid}) {how} during start-up; see its last lines "
@@ -179,7 +179,7 @@ def raise_if_engines_exited(group: Group) -> None:
 
 
 def _tail(launcher: Any) -> str:
-    return explain.indented_tail(explain.launcher_log(launcher))
+    return explain.indented_tail(processes.launcher_log(launcher))
 
 
 def _not_joined(pending: dict[int, Any], infos: dict[int, dict], failed: int) -> str:

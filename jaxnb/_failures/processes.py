@@ -1,0 +1,113 @@
+"""Engines on this machine as processes: their launcher, whether and how they ended, waiting
+until they are gone."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import re
+import signal
+import time
+from typing import Any
+
+import psutil
+
+from jaxnb._core import ipp_internals
+from jaxnb._core.state import Group
+
+
+def launcher_of(group: Group, pid: int) -> Any:
+    """The ipyparallel launcher of the local engine ``pid`` (``None`` for remote engines).
+
+    Kept in ``group.launchers`` once seen: ipyparallel forgets a launcher as soon
+    as its process exits, which is exactly when jaxnb needs it.
+    """
+    launcher = group.launchers.get(pid)
+    if launcher is None:
+        launcher = ipp_internals.launched_engines(group.ipp).get(pid)
+        if launcher is not None:
+            group.launchers[pid] = launcher
+    return launcher
+
+
+def exit_of(process: psutil.Process) -> str | None:
+    """``None`` while ``process`` runs; else how it ended (signal name or exit status)."""
+    if not has_exited(process):
+        return None
+    code = None
+    for _ in range(10):  # ipyparallel's launcher thread may be reaping it right now
+        try:
+            code = process.wait(timeout=0)
+        except (psutil.TimeoutExpired, psutil.Error, ChildProcessError):
+            code = None
+        if code is not None:
+            break
+        time.sleep(0.02)
+    if code is None:
+        return "exited"
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"was killed by {signal.Signals(-code).name}"
+        return f"was killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+def has_exited(process: psutil.Process) -> bool:
+    """True once ``process`` has ended; a zombie counts as ended."""
+    try:
+        return process.status() == psutil.STATUS_ZOMBIE or not process.is_running()
+    except psutil.NoSuchProcess:
+        return True
+
+
+def gone(process: psutil.Process) -> bool:
+    """Ended and reaped: our own zombie children are reaped here; others' are init's."""
+    try:
+        if process.status() != psutil.STATUS_ZOMBIE:
+            return False
+        if process.ppid() != os.getpid():
+            return True
+    except psutil.NoSuchProcess:
+        return True
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(process.pid, os.WNOHANG)
+    return not psutil.pid_exists(process.pid)
+
+
+def wait_gone(processes: list[psutil.Process], seconds: float, poll: float = 0.005) -> list:
+    """Wait up to ``seconds`` until every process is gone; those still there."""
+    deadline = time.monotonic() + seconds
+    left = [p for p in processes if not gone(p)]
+    while left and time.monotonic() < deadline:
+        time.sleep(poll)
+        left = [p for p in left if not gone(p)]
+    return left
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def launcher_log(launcher: object) -> str:
+    """What the engine an ipyparallel launcher started wrote, colours removed."""
+    return _ANSI.sub("", ipp_internals.launcher_output(launcher))
+
+
+def launcher_process(launcher: object) -> psutil.Process | None:
+    """The process an ipyparallel launcher started (``None`` if it started none)."""
+    return ipp_internals.launcher_process(launcher)
+
+
+def signal_main_thread(pid: int, signum: int) -> bool:
+    """Send ``signum`` to the main thread of process ``pid`` (``tgkill``), not any thread."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.tgkill(pid, pid, signum) == 0:
+            return True
+    except (OSError, AttributeError):  # no tgkill here: any thread will do
+        pass
+    try:
+        os.kill(pid, signum)
+    except OSError:
+        return False
+    return True
