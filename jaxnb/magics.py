@@ -19,6 +19,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from jaxnb import _mesh
 from jaxnb._cluster import JaxCluster
 from jaxnb._core.errors import ClusterStateError, StartError
+from jaxnb._core.host_entries import HostError, parse_hosts
 from jaxnb._core.messages import ALREADY_RUNNING, NOT_STARTED
 from jaxnb._core.options import OptionError
 from jaxnb._train import magic as train_magic
@@ -146,6 +147,11 @@ class JaxnbMagics(Magics):
         if self.cluster is not None and self.cluster.running:
             raise UsageError(ALREADY_RUNNING)
         hosts = [h.strip() for h in (args.hosts or "").split(",") if h.strip()]
+        try:
+            if args.hosts is not None:
+                parse_hosts(args.hosts)  # `--hosts ,` names no host: say so, start nothing
+        except HostError as exc:
+            raise UsageError(str(exc)) from None
         try:
             cluster = JaxCluster(
                 args.n,

@@ -30,6 +30,7 @@ pytestmark = pytest.mark.engines
         ("start --platform quantum", "unknown --platform 'quantum'"),
         ("start --devices-per-process 0", "--devices-per-process must be at least 1"),
         ("start --timeout -3", "--timeout must be a positive number"),
+        ("start --hosts ,", "--hosts names no host"),
     ],
 )
 def test_bad_input_is_a_one_line_usage_error(ip, line, message):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from support.clusters import two_processes
 
-from jaxnb import JaxCluster, ProcessFailure, RemoteError
+from jaxnb import JaxCluster, ProcessFailure
 
 #: Starts engines, kernels or a browser: not in `bash dev test fast`.
 pytestmark = pytest.mark.engines
@@ -80,12 +80,12 @@ def test_process_killed_mid_run_names_it_and_keeps_history(cluster, tmp_path, vi
 
 @pytest.mark.timeout(120)
 def test_failure_while_another_process_waits_in_a_collective(cluster, tmp_path):
-    with pytest.raises(RemoteError) as info:
+    with pytest.raises(ProcessFailure) as info:  # reported as in a cell: divergence, with stacks
         cluster.train(fails_while_the_other_waits, storage=tmp_path)
     message = str(info.value)
-    assert info.value.processes == [1]
-    assert "RuntimeError: lost the data loader" in message
-    assert "process [p0] was still running" in message
+    assert info.value.processes == [0]  # the one left waiting, stopped by jaxnb
+    assert "processes diverged: [p1] raised RuntimeError: lost the data loader" in message
+    assert "still running: [p0] at " in message and "in fails_while_the_other_waits" in message
     result = info.value.result
     assert [h["step"] for h in result.history] == list(range(1, len(result.history) + 1))
     assert cluster.busy_with is None

@@ -1,7 +1,8 @@
-"""Every use of ipyparallel's internals, in one place (written against ipyparallel 9.2).
+"""ipyparallel's internals that jaxnb reads, in one place (written against ipyparallel 9.2).
 
-jaxnb drives ipyparallel through its public API, except for these few reads
-of its objects' insides: the per-engine futures of an ``AsyncResult``, the
+jaxnb drives ipyparallel through its public API (and extends its ssh launcher in
+:mod:`jaxnb._hosts.ssh`), except for these few reads of its objects' insides:
+the per-engine futures of an ``AsyncResult``, the
 launchers of an engine set and their processes and log files, the
 controller's process, and the controller's connection files. If an
 ipyparallel release moves one of them, this is the module to change.

@@ -1,8 +1,10 @@
 """Stopping a cluster: every engine and the controller gone, fast, and nothing left behind.
 
 Local processes are SIGKILLed all at once: a JAX engine has nothing to save,
-and one blocked in a collective would ignore anything gentler. Remote engines
-first leave ``jax.distributed``, then ipyparallel stops them.
+and one blocked in a collective would ignore anything gentler. Engines on ssh
+hosts are SIGKILLed on their hosts the same way (no goodbyes); engines a batch
+launcher placed (mpi, slurm) first leave ``jax.distributed``, then ipyparallel
+stops them.
 """
 
 from __future__ import annotations

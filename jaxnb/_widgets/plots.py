@@ -1,7 +1,8 @@
 """Metric curves as a PNG: one panel per metric family, drawn with matplotlib Agg.
 
 No pyplot: a ``Figure`` with its own Agg canvas keeps no global state, so
-nothing leaks and nothing flickers; the PNG bytes go into an ``ipywidgets.Image``.
+nothing leaks. The live dashboard draws SVG (:mod:`.svg_plot`); this PNG is the static copy
+that a notebook saved headless (papermill, nbconvert) shows in any viewer.
 """
 
 from __future__ import annotations
