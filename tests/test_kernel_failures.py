@@ -16,6 +16,7 @@ import time
 
 import psutil
 import pytest
+from support.clusters import wait_until
 from support.fault_cells import ASYNC_LOOP, EXPECTED, SETUP, SYNC_LOOP, VERIFY, WEDGED
 from support.kernel_checks import PREPARE, dead, healthy, pids, restart, totals
 from support.kernel_harness import Kernel, Output
@@ -177,7 +178,7 @@ def test_a_death_during_background_training_is_the_runs_error(kernel, tmp_path):
     out = kernel.ok(f"%jax_train dies_mid_run --config dict(victim=1, at=10**9, pause=0.05) "
                     f"--storage {tmp_path} --background -o run")
     assert out.seconds < 30
-    time.sleep(1.0)
+    wait_until(lambda: kernel.value("len(run.history) > 0"), what="the first report")
     assert kernel.value("run.running")
     os.kill(pid, signal.SIGKILL)
     error = kernel.value("repr(run.wait(60).error)")
@@ -217,7 +218,7 @@ def test_divergence_inside_a_background_run_is_its_error(kernel, tmp_path):
 def test_stacks_show_the_training_functions_frames(kernel, tmp_path):
     healthy(kernel)
     kernel.ok(f"%jax_train stops_when_asked --storage {tmp_path} --background -o run")
-    kernel.collect(kernel.send("import time; time.sleep(3)"), timeout=30)
+    wait_until(lambda: kernel.value("len(run.history) > 0"), what="the first report")
     out = kernel.ok("%jax_cluster stacks")
     assert "in stops_when_asked" in out.stdout + str(out.displays), out.shown
     assert "idle" not in out.stdout, out.shown

@@ -78,3 +78,14 @@ def totals(cluster: Any, verify: str) -> list[float]:
     with contextlib.redirect_stdout(out):
         cluster.run(verify, all=True, timeout=60)
     return parse_totals(out.getvalue())
+
+
+def wait_until(condition: Any, timeout: float = 60.0, what: str = "the condition") -> None:
+    """Poll ``condition()`` until it is true; fail the test after ``timeout`` seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {timeout:g} s")
+        time.sleep(0.1)
