@@ -62,9 +62,10 @@ def split_expressions(line: str) -> tuple[str, dict[str, str]]:
         match = re.search(r"(?:^|\s)" + re.escape(flag) + r"(?:=|\s+|$)", line)
         if match is None:
             continue
-        following = _NEXT_FLAG.search(line, match.end())
+        after_flag = line.index(flag, match.start()) + len(flag)
+        following = _NEXT_FLAG.search(line, after_flag)
         end = following.start() if following else len(line)
-        expr = line[match.end():end].strip()
+        expr = line[match.end():end].strip() if end > match.end() else ""
         if not expr:
             raise UsageError(f"{flag} needs a Python expression; e.g. "
                              + ("--space dict(lr=jaxnb.tune.loguniform(1e-4, 1e-1))"
