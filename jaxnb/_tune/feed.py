@@ -47,10 +47,12 @@ class TrialFeed:
             metrics = rec.get("metrics") or {}
             if len(self.keys) < 64:
                 self.keys.update(metrics)
+            step = int(rec["step"])
+            if self.view is not None:
+                self.view.saw_step(self.number, step)
             value = _number(metrics.get(self.metric))
             if value is None:
                 continue
-            step = int(rec["step"])
             self.last, self.last_step = value, step
             if self.view is not None:
                 self.view.add(self.number, step, value)

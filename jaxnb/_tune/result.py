@@ -68,6 +68,7 @@ class TrialResult(Result):
     config: dict[str, Any] = dataclasses.field(default_factory=dict)
     state: str = "RUNNING"  # then "COMPLETE", "PRUNED" or "FAIL"
     value: float | None = None  # the last report of the metric
+    seconds: float | None = None  # how long the trial took
 
     @classmethod
     def of(cls, result: Result, number: int, config: dict[str, Any], state: str,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import os
 import sys
+import time
 from typing import Any
 
 from jaxnb._errors import ClusterStateError, RemoteError
@@ -70,6 +71,7 @@ class _Search:
         self.view = (TuneView(self.study.study_name, opts.metric, opts.mode, opts.trials,
                               on_stop=self._request_stop) if opts.show else None)
         self.extra = _pass_through(opts)
+        self._started = time.monotonic()
 
     def _request_stop(self) -> None:
         self.stop_requested = True
@@ -122,6 +124,7 @@ class _Search:
         feed = TrialFeed(trial, self.opts.metric, self.view, self._stop_current)
         run: Result | None = None
         error: BaseException | None = None
+        self._started = time.monotonic()
         try:
             run = driver.train(self.group, self.fn, config, name=run_name, storage=self.result.path,
                                total_steps=self.opts.steps, view=feed, **self.extra)
@@ -178,7 +181,9 @@ class _Search:
 
     def _record(self, number: int, run: Result, config: dict[str, Any], state: str,
                 value: float | None) -> None:
-        self.result.trials.append(TrialResult.of(run, number, config, state, value))
+        trial = TrialResult.of(run, number, config, state, value)
+        trial.seconds = time.monotonic() - self._started
+        self.result.trials.append(trial)
         if self.view is not None:
             self.view.trial_ended(number, state, value)
 
@@ -193,7 +198,8 @@ class _Search:
         self.view.trial_started(past.number, params)
         for record in past.history:
             self.view.add(past.number, record["step"], record[self.opts.metric])
-        self.view.trial_ended(past.number, past.state, past.value)
+            self.view.saw_step(past.number, record["step"])
+        self.view.trial_ended(past.number, past.state, past.value, seconds=past.seconds)
 
 
 def _pass_through(opts: TuneOptions) -> dict[str, Any]:
@@ -228,5 +234,7 @@ def _past_trials(study: Any, folder: str, metric: str, base: dict[str, Any] | No
         value = t.value if t.state == TrialState.COMPLETE else (
             history[-1][metric] if history else None)
         trial = TrialResult.of(run, t.number, {**(base or {}), **t.params}, t.state.name, value)
+        if t.datetime_start and t.datetime_complete:
+            trial.seconds = (t.datetime_complete - t.datetime_start).total_seconds()
         past.append((trial, dict(t.params)))
     return past

@@ -42,9 +42,13 @@ class TrialRow:
     ended: float = 0.0
     steps: array = field(default_factory=lambda: array("d"))
     values: array = field(default_factory=lambda: array("d"))
+    last_step: int = 0  # the last step the trial reported (any metric)
+    took: float | None = None  # seconds, for trials of an earlier session
 
     @property
     def seconds(self) -> float:
+        if self.took is not None:
+            return self.took
         return (self.ended or time.monotonic()) - self.started
 
 
@@ -96,10 +100,15 @@ class TuneView:
             row.values.append(value)
             self._dirty = True
 
-    def trial_ended(self, number: int, state: str, value: float | None) -> None:
+    def saw_step(self, number: int, step: int) -> None:
+        """The trial reported ``step`` (any metric; O(1))."""
+        self.rows[number].last_step = step
+
+    def trial_ended(self, number: int, state: str, value: float | None,
+                    seconds: float | None = None) -> None:
         with self._lock:
             row = self.rows[number]
-            row.state, row.value, row.ended = state, value, time.monotonic()
+            row.state, row.value, row.ended, row.took = state, value, time.monotonic(), seconds
             self._dirty = True
         self.refresh(force=True)
 
@@ -137,7 +146,7 @@ class TuneView:
     def table_html(self) -> str:
         """Trials table: number, parameters, metric, state, steps, time."""
         with self._lock:
-            rows = [(r, r.values[-1] if r.values else None, len(r.steps)) for r in self.rows.values()]
+            rows = [(r, r.values[-1] if r.values else None, r.last_step) for r in self.rows.values()]
         best = self.best()
         head = row_html(["trial", "parameters", html.escape(self.metric), "state", "steps", "time"],
                         head=True)
@@ -156,7 +165,7 @@ class TuneView:
         """The metric of every trial (best and running labelled), and best-so-far by trial."""
         with self._lock:
             rows = [TrialRow(r.number, r.params, r.state, r.value, r.started, r.ended,
-                             array("d", r.steps), array("d", r.values))
+                             array("d", r.steps), array("d", r.values), r.last_step, r.took)
                     for r in sorted(self.rows.values(), key=lambda r: r.number)]
         best = next((r for r in rows if r.number == getattr(self.best(), "number", None)), None)
         faint = [r for r in rows if r is not best and r.state != "RUNNING" and len(r.steps)]
