@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import itertools
 import os
 import statistics
 import sys
@@ -53,7 +54,7 @@ def bench_trial(config):
 
 def gaps(histories: list[list[dict]]) -> list[float]:
     """Engine time from each trial's last report to the next trial's first."""
-    return [b[0]["t"] - a[-1]["t"] for a, b in zip(histories, histories[1:]) if a and b]
+    return [b[0]["t"] - a[-1]["t"] for a, b in itertools.pairwise(histories) if a and b]
 
 
 def rates(histories: list[list[dict]]) -> list[float]:

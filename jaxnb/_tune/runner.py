@@ -93,7 +93,8 @@ class _Search:
                 why = self._one_trial(first)
                 first = False
                 if why:
-                    status, message = "failed", why
+                    status = "finished" if why.startswith("stopped") else "failed"
+                    message = why
                     self.result.stopped_because = why
                     break
         except BaseException as exc:
