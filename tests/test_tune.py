@@ -154,3 +154,17 @@ def test_help_lists_every_flag(shared_magics):
     for flag in ("--space", "--trials", "--metric", "--mode", "--pruner", "--config", "--name",
                  "--storage", "--steps", "--datasets", "--max-failures", "--resume", "-o"):
         assert flag in captured.stdout, flag
+
+
+def reads_x_only(config):
+    import jaxnb
+
+    jaxnb.report({"loss": config["x"], "step": 1})
+
+
+def test_a_sampled_key_the_function_never_reads_is_warned_once(cluster, tmp_path):
+    space = {"x": tune.uniform(0, 1), "widht": tune.choice([1, 2])}
+    with capture_output() as out:
+        result = cluster.tune(reads_x_only, space, trials=2, storage=str(tmp_path), show=False)
+    assert out.stderr.count("samples 'widht' but reads_x_only never reads it") == 1
+    assert [t.state for t in result.trials] == ["COMPLETE", "COMPLETE"]

@@ -122,3 +122,12 @@ def test_view_table_plot_and_best_so_far():
     assert [s.label for s in panels[0].series] == [None, None, "best: trial 2"]
     assert panels[1].series[0].y.tolist() == [1, 1, 0.5]  # best so far, by trial
     assert view.png()[:4] == b"\x89PNG"
+
+
+def test_stop_search_button_asks_once_and_says_so():
+    asked = []
+    view = TuneView("s", "loss", "min", 5, on_stop=lambda: asked.append(1))
+    view.stop_button.click()  # what a click in the page does
+    view.stop_button.click()
+    assert asked == [1] and view.status == "stopping"
+    assert "after the current trial" in view.message

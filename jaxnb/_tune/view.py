@@ -79,6 +79,11 @@ class TuneView:
         """The live ipywidgets layout."""
         return self._box
 
+    @property
+    def stop_button(self) -> w.Button:
+        """The **Stop search** button."""
+        return self._stop
+
     # ---- what the search tells the view -------------------------------------------------
 
     def show(self) -> None:
