@@ -68,8 +68,10 @@ class _Search:
         self.group, self.fn, self.sample, self.opts, self.result = group, fn, sample, opts, result
         self.study = result.study
         self.stop_requested = False
-        self.view = (TuneView(self.study.study_name, opts.metric, opts.mode, opts.trials,
-                              on_stop=self._request_stop) if opts.show else None)
+        # No Stop button: while the cell runs, the kernel takes no widget clicks (as for a
+        # blocking %jax_train); interrupting the kernel stops the current trial and the search.
+        self.view = (TuneView(self.study.study_name, opts.metric, opts.mode, opts.trials)
+                     if opts.show else None)
         self.extra = _pass_through(opts)
         self._started = time.monotonic()
 
