@@ -115,10 +115,15 @@ class _Search:
 
         trial = self.study.ask()
         try:
-            params = self.sample(trial)
-        except BaseException:
-            self.study.tell(trial, state=TrialState.FAIL)
+            return self._run_trial(trial, first)
+        except BaseException:  # an interrupt between two steps of ours: never left RUNNING
+            self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
             raise
+
+    def _run_trial(self, trial: Any, first: bool) -> str | None:
+        from optuna.trial import TrialState
+
+        params = self.sample(trial)
         config = {**(self.opts.config or {}), **params}
         run_name = trial_run_name(trial.number)
         trial.set_user_attr("run", run_name)
