@@ -77,7 +77,8 @@ def run(cluster: Any, fn: Any, space: Any, **options: Any) -> TuneResult:
     ``options``: ``trials`` (20), ``metric`` ("loss"), ``mode`` ("min"|"max"),
     ``pruner`` ("median"|"asha"|"none"), ``config`` (base config the sampled
     values update), ``name`` (study, default fn's name), ``storage`` (folder,
-    default ``./jaxnb_runs``), ``steps``, ``max_failures``, ``resume``, ``show``.
+    default ``./jaxnb_runs``), ``steps``, ``max_failures``, ``datasets``, ``resume``,
+    ``background`` (return the live TuneResult at once), ``seed``, ``show``.
     See ``%jax_tune?``.
     """
     return cluster.tune(fn, space, **options)

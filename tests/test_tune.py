@@ -152,7 +152,8 @@ def test_help_lists_every_flag(shared_magics):
     with capture_output() as captured:
         shared_magics.run_cell("%jax_tune?")
     for flag in ("--space", "--trials", "--metric", "--mode", "--pruner", "--config", "--name",
-                 "--storage", "--steps", "--datasets", "--max-failures", "--resume", "-o"):
+                 "--storage", "--steps", "--datasets", "--max-failures", "--resume", "--background",
+                 "-o"):
         assert flag in captured.stdout, flag
 
 
@@ -168,3 +169,20 @@ def test_a_sampled_key_the_function_never_reads_is_warned_once(cluster, tmp_path
         result = cluster.tune(reads_x_only, space, trials=2, storage=str(tmp_path), show=False)
     assert out.stderr.count("samples 'widht' but reads_x_only never reads it") == 1
     assert [t.state for t in result.trials] == ["COMPLETE", "COMPLETE"]
+
+
+def test_a_background_search_returns_at_once_and_stops_after_the_current_trial(cluster, tmp_path):
+    import time
+
+    result = cluster.tune(quadratic, {"x": tune.uniform(1, 3)}, trials=20, pruner="none",
+                          config={"steps": 20}, storage=str(tmp_path), show=False, background=True)
+    assert result.running
+    deadline = time.monotonic() + 60
+    while not result.trials and time.monotonic() < deadline:
+        time.sleep(0.05)
+    result.stop()
+    result.wait(120)
+    assert not result.running and 1 <= len(result.trials) < 20
+    assert result.stopped_because.startswith("stopped on request after trial")
+    assert all(t.state == "COMPLETE" for t in result.trials)  # the current trial was finished
+    assert all(t.state.name == "COMPLETE" for t in result.study.trials)

@@ -30,7 +30,10 @@ SPACE = """def good_then_bad(trial):
     return {"x": trial.suggest_float("x", 1.9, 2.1)}"""
 SEARCH = "%jax_tune slow_quadratic --space good_then_bad --trials 30 --config dict(steps=40) -o search"
 RESULT = "print('trials', len(search.trials), 'stopped:', search.stopped_because)"
-CELLS = [SETUP, FUNCS, SPACE, SEARCH, RESULT]
+BACKGROUND = ("%jax_tune slow_quadratic --space good_then_bad --trials 30 --config dict(steps=40) "
+              "--name bg --background -o bg")
+WAIT = "bg.wait(120); print('bg trials', len(bg.trials), 'stopped:', bg.stopped_because)"
+CELLS = [SETUP, FUNCS, SPACE, SEARCH, RESULT, BACKGROUND, WAIT]
 
 
 @pytest.fixture(scope="module")
@@ -87,4 +90,20 @@ def test_view_updates_while_trials_run_and_stop_ends_the_search(lab: Watched) ->
     assert "stopped on request after trial" in view.inner_text()
     out = run_and_wait(page, 4)
     assert "stopped: stopped on request after trial" in out.inner_text()
+    lab.check_clean()
+
+
+def test_stop_search_button_ends_a_background_search_after_the_current_trial(lab: Watched) -> None:
+    page = lab.page
+    run_and_wait(page, 5)  # returns at once; the search goes on
+    view = cell(page, 5).locator(".jaxnb-tune").first
+    wait_for(lambda: len(rows(view)) >= 2 and rows(view)[0][3] == "COMPLETE", timeout_s=120,
+             what="a finished trial")
+    view.get_by_role("button", name="Stop search").click()
+    out = run_and_wait(page, 6, timeout_s=150)
+    text = out.inner_text()
+    assert "stopped: stopped on request after trial" in text
+    final = rows(view)
+    assert len(final) < 30 and all(r[3] in ("COMPLETE", "PRUNED") for r in final)
+    assert "stopped on request" in view.inner_text()
     lab.check_clean()

@@ -15,7 +15,8 @@ from jaxnb._tune.options import DEFAULT_METRIC, DEFAULT_TRIALS
 
 _EXPR_FLAGS = ("--space", "--config")
 _ALL_FLAGS = ("--space", "--config", "--trials", "--metric", "--mode", "--pruner", "--name",
-              "--storage", "--steps", "--datasets", "--max-failures", "--resume", "-o", "--output")
+              "--storage", "--steps", "--datasets", "--max-failures", "--resume", "--background",
+              "-o", "--output")
 _NEXT_FLAG = re.compile(r"\s(?:" + "|".join(re.escape(f) for f in _ALL_FLAGS) + r")(?=[\s=]|$)")
 
 
@@ -39,11 +40,13 @@ _NEXT_FLAG = re.compile(r"\s(?:" + "|".join(re.escape(f) for f in _ALL_FLAGS) + 
 @argument("--max-failures", default=None, metavar="N", help="restarts per trial after a process dies, "
           "as for %%jax_train (where this jaxnb build has it)")
 @argument("--resume", action="store_true", help="continue study STUDY (after a kernel restart)")
+@argument("--background", action="store_true", help="return at once; VAR holds the live "
+          "TuneResult; the view's Stop search button ends the search after the current trial")
 @argument("-o", "--output", default=None, metavar="VAR", help="store the TuneResult in VAR")
 def jax_tune(line: str) -> None:
     """%jax_tune FUNC --space EXPR [--trials N] [--metric NAME] [--mode min|max]
     [--pruner median|asha|none] [--config EXPR] [--name STUDY] [--storage DIR] [--steps N]
-    [--datasets NAME=VAR,…] [--max-failures N] [--resume] [-o VAR]
+    [--datasets NAME=VAR,…] [--max-failures N] [--resume] [--background] [-o VAR]
 
     Hyperparameter search with Optuna: each trial runs FUNC on every JAX process
     (as %jax_train) with the base config updated by the sampled values; reports of
@@ -99,12 +102,17 @@ def run(cluster_of: Callable[[], Any], shell: Any, line: str, local_ns: dict | N
             shell.user_ns[args.output] = result
 
     try:
-        return cluster.tune(fn, space, trials=trials, metric=args.metric, mode=args.mode,
-                            pruner=args.pruner, config=config, name=args.name,
-                            storage=args.storage, steps=steps, max_failures=max_failures,
-                            datasets=datasets, resume=args.resume, on_result=store)
+        result = cluster.tune(fn, space, trials=trials, metric=args.metric, mode=args.mode,
+                              pruner=args.pruner, config=config, name=args.name,
+                              storage=args.storage, steps=steps, max_failures=max_failures,
+                              datasets=datasets, resume=args.resume,
+                              background=args.background, on_result=store)
     except (ValueError, FileExistsError, ClusterStateError) as exc:
         raise UsageError(str(exc).splitlines()[0]) from None
+    if args.background:
+        store(result)  # the live TuneResult: .running, .wait(), .stop()
+        return None
+    return result
 
 
 def _whole(flag: str, text: str | None, default: int | None, zero: bool = False) -> int | None:

@@ -29,6 +29,7 @@ class TuneOptions:
     max_failures: int | None = None
     datasets: dict[str, Any] | None = None
     resume: bool = False
+    background: bool = False
     seed: int | None = None
     show: bool = True
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from jaxnb._train.result import Result
@@ -17,7 +19,9 @@ class TuneResult:
     ``state`` "COMPLETE"/"PRUNED"/"FAIL" and ``number``), ``best_config`` /
     ``best_value`` / ``best_result`` the best finished trial's (``None`` when
     none finished), ``path`` the study folder and ``stopped_because`` why the
-    search ended before ``--trials`` (``None`` when it ran them all).
+    search ended before ``--trials`` (``None`` when it ran them all). A
+    ``--background`` search's TuneResult fills in while it runs: ``wait()`` for
+    the end, ``stop()`` to end it after the current trial.
     """
 
     study: Any
@@ -26,6 +30,32 @@ class TuneResult:
     mode: str
     trials: list[TrialResult] = dataclasses.field(default_factory=list)
     stopped_because: str | None = None
+    _done: threading.Event = dataclasses.field(default_factory=threading.Event, repr=False)
+    _stop: Callable[[], None] | None = dataclasses.field(default=None, repr=False)
+
+    @property
+    def running(self) -> bool:
+        """True until the search has ended."""
+        return not self._done.is_set()
+
+    def wait(self, timeout: float | None = None) -> TuneResult:
+        """Wait until the search ends (at most ``timeout`` seconds); returns ``self``."""
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"the search is still running after {timeout:g} s")
+        return self
+
+    def stop(self) -> None:
+        """End a ``--background`` search after the current trial."""
+        if self.running and self._stop is not None:
+            self._stop()
+
+    def set_stopper(self, stop: Callable[[], None]) -> None:
+        """(jaxnb) What :meth:`stop` calls while the search goes on."""
+        self._stop = stop
+
+    def set_done(self) -> None:
+        """(jaxnb) The search has ended."""
+        self._done.set()
 
     @property
     def best_result(self) -> TrialResult | None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import os
 import sys
+import threading
 import time
 from typing import Any
 
@@ -54,12 +56,31 @@ def tune(group: Group, fn: Any, space: Any, *, on_result: Any = None, **options:
                                 optuna.samplers.TPESampler(seed=opts.seed), opts.resume)
     result = TuneResult(opened.study, folder, opts.metric, opts.mode)
     search = _Search(group, fn, sample, opts, result)
+    if opts.background:
+        result.set_stopper(search.request_stop)
+        follow = contextvars.copy_context().run  # output goes to the cell that started it
+        threading.Thread(target=follow, args=(_in_background, search, opened, on_result),
+                         name=f"jaxnb-tune-{name}", daemon=True).start()
+        return result
     try:
         search.run(opened)
     finally:
+        result.set_done()
         if on_result is not None:
             on_result(result)
     return result
+
+
+def _in_background(search: _Search, opened: studies.Opened, on_result: Any) -> None:
+    try:
+        search.run(opened)
+    except Exception as exc:  # the thread always ends the search
+        print(f"jaxnb: background search {search.study.study_name!r} failed: "
+              f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
+    finally:
+        search.result.set_done()
+        if on_result is not None:
+            on_result(search.result)
 
 
 class _Search:
@@ -68,15 +89,19 @@ class _Search:
         self.group, self.fn, self.sample, self.opts, self.result = group, fn, sample, opts, result
         self.study = result.study
         self.stop_requested = False
-        # No Stop button: while the cell runs, the kernel takes no widget clicks (as for a
-        # blocking %jax_train); interrupting the kernel stops the current trial and the search.
-        self.view = (TuneView(self.study.study_name, opts.metric, opts.mode, opts.trials)
-                     if opts.show else None)
+        # Stop only in the background: while a cell runs, the kernel takes no widget clicks (as
+        # for a blocking %jax_train); interrupting the kernel stops the current trial and the search.
+        on_stop = self.request_stop if opts.background else None
+        self.view = (TuneView(self.study.study_name, opts.metric, opts.mode, opts.trials,
+                              on_stop=on_stop) if opts.show else None)
         self.extra = _pass_through(opts)
         self._started = time.monotonic()
 
-    def _request_stop(self) -> None:
+    def request_stop(self) -> None:
+        """End the search after the current trial."""
         self.stop_requested = True
+        if self.view is not None and self.view.status == "running":
+            self.view.set_status("stopping", "the search ends after the current trial")
 
     def run(self, opened: studies.Opened) -> None:
         for past, params in _past_trials(self.study, self.result.path, self.opts.metric,
@@ -89,7 +114,8 @@ class _Search:
         try:
             while studies.counted(self.study) < self.opts.trials:
                 if self.stop_requested:
-                    message = STOPPED.format(n=self.result.trials[-1].number)
+                    done = self.result.trials
+                    message = STOPPED.format(n=done[-1].number) if done else "stopped on request"
                     self.result.stopped_because = message
                     break
                 why = self._one_trial(first)
