@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import lab_server
+from support import lab_server
 import pytest
 
 WHY = lab_server.missing()
 if WHY:
     pytest.skip(f"browser tests: {WHY}", allow_module_level=True)
 
-from browser_page import Watched, cell, open_notebook, run_and_wait, run_cell, wait_done, wait_for  # noqa: E402
+from support.browser_page import Watched, cell, open_notebook, run_and_wait, run_cell, wait_done, wait_for  # noqa: E402
 from playwright.sync_api import Browser, BrowserContext, sync_playwright  # noqa: E402
 
 SETUP = "%load_ext jaxnb\n%jax_cluster start -n 2"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import two_processes
+from support.clusters import two_processes
 
 
 @pytest.fixture(scope="module")

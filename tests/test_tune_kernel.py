@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 import optuna
-from kernel_harness import Kernel
+from support.kernel_harness import Kernel
 
 FUNCS = '''
 import jaxnb

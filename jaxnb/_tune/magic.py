@@ -10,7 +10,7 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from jaxnb._errors import ClusterStateError
+from jaxnb._core.errors import ClusterStateError
 from jaxnb._tune.options import DEFAULT_METRIC, DEFAULT_TRIALS
 
 _EXPR_FLAGS = ("--space", "--config")

@@ -10,9 +10,9 @@ import threading
 import time
 from typing import Any
 
-from jaxnb._errors import ClusterStateError, RemoteError
+from jaxnb._core.errors import ClusterStateError, RemoteError
 from jaxnb._failures import detect
-from jaxnb._state import Group
+from jaxnb._core.state import Group
 from jaxnb._train import driver, function
 from jaxnb._train.result import Result
 from jaxnb._tune import keys
