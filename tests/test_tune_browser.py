@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from support import lab_server
 import pytest
+from support import lab_server
 
 WHY = lab_server.missing()
 if WHY:
     pytest.skip(f"browser tests: {WHY}", allow_module_level=True)
 
-from support.browser_page import Watched, cell, open_notebook, run_and_wait, run_cell, wait_done, wait_for  # noqa: E402
 from playwright.sync_api import Browser, BrowserContext, sync_playwright  # noqa: E402
+from support.browser_page import Watched, cell, open_notebook, run_and_wait, run_cell, wait_done, wait_for  # noqa: E402
 
 SETUP = "%load_ext jaxnb\n%jax_cluster start -n 2"
 FUNCS = """%%jax_cluster

@@ -11,8 +11,8 @@ import time
 from typing import Any
 
 from jaxnb._core.errors import ClusterStateError, RemoteError
-from jaxnb._failures import detect
 from jaxnb._core.state import Group
+from jaxnb._failures import detect
 from jaxnb._train import driver, function
 from jaxnb._train.result import Result
 from jaxnb._tune import keys
