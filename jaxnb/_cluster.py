@@ -265,6 +265,17 @@ class JaxCluster:
         repair.ensure_ready(self.group)
         return driver.train(self.group, fn, config, **options)
 
+    def tune(self, fn: Any, space: Any, **options: Any) -> Any:
+        """Hyperparameter search: each trial one ``train`` run on every process; a ``TuneResult``.
+
+        See :func:`jaxnb.tune.run` for ``options``.
+        """
+        from jaxnb._tune.runner import tune
+
+        self.group.require_running()
+        repair.ensure_ready(self.group)
+        return tune(self.group, fn, space, **options)
+
     def __repr__(self) -> str:
         state = f"{self.num_processes} processes" if self.running else "stopped"
         return f"<JaxCluster {state}, platform={self.options.platform}>"

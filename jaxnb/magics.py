@@ -23,6 +23,7 @@ from jaxnb._core.host_entries import HostError, parse_hosts
 from jaxnb._core.messages import ALREADY_RUNNING, NOT_STARTED
 from jaxnb._core.options import OptionError
 from jaxnb._train import magic as train_magic
+from jaxnb._tune import magic as tune_magic
 
 SUBCOMMANDS = ("start", "status", "stop", "restart", "reset", "stacks")
 #: ``%jax_cluster start``'s flags (argparse destinations); no other subcommand takes any.
@@ -271,9 +272,16 @@ class JaxnbMagics(Magics):
         """Run FUNC on every process with a live dashboard; returns its ``Result``."""
         return train_magic.run(self._require, self.shell, line, local_ns)
 
+    @needs_local_scope
+    @line_magic
+    def jax_tune(self, line: str, local_ns: dict | None = None) -> Any:
+        """Hyperparameter search (Optuna); each trial one %jax_train run; a ``TuneResult``."""
+        return tune_magic.run(self._require, self.shell, line, local_ns)
+
 
 # %jax_train's help is its parser's (every flag, --config included).
 JaxnbMagics.jax_train.__doc__ = train_magic.HELP
+JaxnbMagics.jax_tune.__doc__ = tune_magic.HELP
 
 
 def _show_status(cluster: JaxCluster) -> None:

@@ -164,8 +164,9 @@ LAYERS: dict[str, set[str]] = {
     "jaxnb._lifecycle": {"jaxnb._core", "jaxnb._hosts", "jaxnb._failures"},
     "jaxnb._cells": {"jaxnb._core", "jaxnb._failures"},
     "jaxnb._train": {"jaxnb._core", "jaxnb._failures", "jaxnb._cells", "jaxnb._widgets"},
+    "jaxnb._tune": {"jaxnb._core", "jaxnb._failures", "jaxnb._train", "jaxnb._widgets"},
 }
-TOP = {"jaxnb", "jaxnb._cluster", "jaxnb._mesh", "jaxnb.magics", "jaxnb.show_notebook"}
+TOP = {"jaxnb", "jaxnb._cluster", "jaxnb._mesh", "jaxnb.magics", "jaxnb.show_notebook", "jaxnb.tune"}
 
 
 def _package(module: str) -> str:

@@ -76,6 +76,12 @@ EXPECTED_TEXT = {
         "JAX_COORDINATOR_ADDRESS=",
         "epoch 30: loss",
     ],
+    "06_tuning.ipynb": [
+        "trials run: 6",
+        "best trial finished: COMPLETE",
+        "trials in the study: 7",
+        "earlier trials kept: True",
+    ],
 }
 
 #: Notebooks whose outputs must include a PNG (the training dashboard's static plot).
@@ -83,6 +89,7 @@ EXPECT_PNG = {
     "03_data_parallel_training.ipynb",
     "04_gpt2_nnx.ipynb",
     "05_from_ray_and_kubeflow.ipynb",
+    "06_tuning.ipynb",
 }
 
 #: Seconds one notebook may take (a loaded 2-core CI machine; they usually take far less).

@@ -55,6 +55,7 @@ def train(
     background: bool = False,
     total_steps: int | None = None,
     on_result: Callable[[Result], None] | None = None,
+    view: Callable[..., Any] | None = None,
 ) -> Result:
     """Run ``fn()`` or ``fn(config)`` on every process; the `Result` (live if ``background``).
 
@@ -63,7 +64,9 @@ def train(
     name>``); ``resume`` continues it from its latest checkpoint. ``on_result``
     is called with the final Result, before an error is raised. ``total_steps``
     (else an int ``config["total_steps"]``, ``["num_steps"]`` or ``["max_steps"]``)
-    gives the dashboard its progress bar and ETA. A failure on
+    gives the dashboard its progress bar and ETA. ``view`` (jaxnb) replaces the
+    dashboard: called like ``Dashboard(name, size, total_steps=, on_stop=)``,
+    it returns an object with Dashboard's ``show/add/refresh/set_status/finish``. A failure on
     any process raises :class:`jaxnb.RemoteError` (its ``.result`` holds the
     history so far).
     """
@@ -83,13 +86,13 @@ def train(
     result = Result(run, run_dir)
     total = expected_steps(config, total_steps)
     if background:
-        monitor = _launch(group, result, total, background=True)
+        monitor = _launch(group, result, total, background=True, view=view)
         follow = contextvars.copy_context().run  # output goes to the cell that started the run
         threading.Thread(target=follow, args=(_follow_background, monitor, on_result),
                          name=f"jaxnb-train-{run}", daemon=True).start()
         return result
     with InterruptCounter() as ctrl_c:  # from before the run starts: no interrupt is lost
-        monitor = _launch(group, result, total, background=False)
+        monitor = _launch(group, result, total, background=False, view=view)
         error = _follow_blocking(monitor, on_result, ctrl_c)
     if error is not None:
         raise error
@@ -110,11 +113,12 @@ def expected_steps(config: Any, total_steps: int | None) -> int | None:
     return None
 
 
-def _launch(group: Group, result: Result, total: int | None, background: bool) -> Monitor:
+def _launch(group: Group, result: Result, total: int | None, background: bool,
+            view: Callable[..., Any] | None = None) -> Monitor:
     """Show the dashboard, start the function on every process, and follow it."""
     following: list[Monitor] = []
     on_stop = (lambda: following[0].request_stop()) if background else None
-    dashboard = Dashboard(result.name, group.size, total_steps=total, on_stop=on_stop)
+    dashboard = (view or Dashboard)(result.name, group.size, total_steps=total, on_stop=on_stop)
     dashboard.show()
     ar = group.view.apply_async(_EXECUTE)
     group.busy_with = result.name

@@ -1,0 +1,83 @@
+"""One trial's reports -> Optuna (``trial.report``, pruning) and the search's view.
+
+A :class:`TrialFeed` stands in for the training dashboard of the trial's run
+(``driver.train(view=...)``): the run's monitor hands it every report batch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from jaxnb._tune.view import TuneView
+
+LEAD = 0  # process 0's reports are the run's (as for the Result)
+
+
+class TrialFeed:
+    """Feeds process 0's reports of ``metric`` to ``trial``; calls ``stop()`` once it should prune."""
+
+    def __init__(self, trial: Any, metric: str, view: TuneView | None,
+                 stop: Callable[[], None]) -> None:
+        self.trial, self.metric, self.view, self._stop = trial, metric, view, stop
+        self.number = trial.number
+        self.pruned = False
+        self.reports = 0
+        self.keys: set[str] = set()  # every metric name process 0 reported
+        self.last: float | None = None
+        self.last_step: int | None = None
+
+    # ---- the dashboard interface the run's monitor calls ------------------------------
+
+    def __call__(self, run_name: str, num_processes: int, total_steps: int | None = None,
+                 on_stop: Any = None) -> TrialFeed:
+        """``driver.train``'s dashboard factory: this feed is the run's dashboard."""
+        return self
+
+    def show(self) -> None:
+        """(the search's view is already shown)"""
+
+    def add(self, records: list[dict[str, Any]]) -> None:
+        """Book process 0's reports; report the metric to Optuna and prune if it says so."""
+        for rec in records:
+            if rec["process"] != LEAD:
+                continue
+            self.reports += 1
+            metrics = rec.get("metrics") or {}
+            if len(self.keys) < 64:
+                self.keys.update(metrics)
+            step = int(rec["step"])
+            if self.view is not None:
+                self.view.saw_step(self.number, step)
+            value = _number(metrics.get(self.metric))
+            if value is None:
+                continue
+            self.last, self.last_step = value, step
+            if self.view is not None:
+                self.view.add(self.number, step, value)
+            if self.pruned or not math.isfinite(value):
+                continue
+            self.trial.report(value, step)
+            if self.trial.should_prune():
+                self.pruned = True
+                self._stop()
+
+    def refresh(self, force: bool = False) -> bool:
+        return self.view.refresh(force) if self.view is not None else False
+
+    def set_status(self, status: str, message: str = "") -> None:
+        """(the search's view shows the trial's state once it ends)"""
+
+    def finish(self, status: str = "finished", message: str = "") -> None:
+        """(the runner tells the view how the trial ended)"""
+
+
+def _number(value: Any) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    return v

@@ -1,0 +1,274 @@
+"""The search loop: ask Optuna for a trial, train it on the whole cluster, tell Optuna how it ended."""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+from jaxnb._core.errors import ClusterStateError, RemoteError
+from jaxnb._core.state import Group
+from jaxnb._failures import detect
+from jaxnb._train import driver, function
+from jaxnb._train.result import Result
+from jaxnb._tune import keys
+from jaxnb._tune import space as spaces
+from jaxnb._tune import study as studies
+from jaxnb._tune.feed import TrialFeed
+from jaxnb._tune.options import TuneOptions, make_pruner
+from jaxnb._tune.result import TrialResult, TuneResult
+from jaxnb._tune.view import TuneView
+
+NO_METRIC = ("no report of trial {n} carries metric {metric!r} (its reports have: {have}); "
+             "pass --metric with one of them")
+NO_REPORT = ("trial {n} made no report; call jaxnb.report({{{metric!r}: value}}) in the train "
+             "function, or pass --metric NAME")
+UNREAD = ("jaxnb: the search samples {keys} but {fn} never reads {them} (no such string in its "
+          "code); check --space against the config keys {fn} uses")
+NOT_HERE = "jaxnb: {flag} is not available in this jaxnb build; it is ignored"
+CANNOT_GO_ON = "the cluster cannot run more trials: {why}"
+STOPPED = "stopped on request after trial {n}"
+
+
+def trial_run_name(number: int) -> str:
+    """The run folder of trial ``number`` under the study folder."""
+    return f"trial_{number:04d}"
+
+
+def tune(group: Group, fn: Any, space: Any, *, on_result: Any = None, **options: Any) -> TuneResult:
+    """Run the search (see ``jaxnb.tune.run``); ``on_result`` gets the TuneResult before an error."""
+    opts = TuneOptions(**options)
+    sample = spaces.sampler(space)
+    preview = spaces.check(sample)
+    import optuna
+
+    name = function.run_name(fn, opts.name)
+    folder = os.path.abspath(os.path.join(os.fspath(opts.storage or driver.DEFAULT_STORAGE), name))
+    missing = keys.unread(fn, preview)
+    if missing:
+        print(UNREAD.format(keys=", ".join(map(repr, missing)), fn=function.label_of(fn),
+                            them="it" if len(missing) == 1 else "them"), file=sys.stderr)
+    opened = studies.open_study(folder, name, opts.direction, make_pruner(opts.pruner),
+                                optuna.samplers.TPESampler(seed=opts.seed), opts.resume)
+    result = TuneResult(opened.study, folder, opts.metric, opts.mode)
+    search = _Search(group, fn, sample, opts, result)
+    if opts.background:
+        result.set_stopper(search.request_stop)
+        follow = contextvars.copy_context().run  # output goes to the cell that started it
+        threading.Thread(target=follow, args=(_in_background, search, opened, on_result),
+                         name=f"jaxnb-tune-{name}", daemon=True).start()
+        return result
+    try:
+        search.run(opened)
+    finally:
+        result.set_done()
+        if on_result is not None:
+            on_result(result)
+    return result
+
+
+def _in_background(search: _Search, opened: studies.Opened, on_result: Any) -> None:
+    try:
+        search.run(opened)
+    except Exception as exc:  # the thread always ends the search
+        print(f"jaxnb: background search {search.study.study_name!r} failed: "
+              f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
+    finally:
+        search.result.set_done()
+        if on_result is not None:
+            on_result(search.result)
+
+
+class _Search:
+    def __init__(self, group: Group, fn: Any, sample: Any, opts: TuneOptions,
+                 result: TuneResult) -> None:
+        self.group, self.fn, self.sample, self.opts, self.result = group, fn, sample, opts, result
+        self.study = result.study
+        self.stop_requested = False
+        # Stop only in the background: while a cell runs, the kernel takes no widget clicks (as
+        # for a blocking %jax_train); interrupting the kernel stops the current trial and the search.
+        on_stop = self.request_stop if opts.background else None
+        self.view = (TuneView(self.study.study_name, opts.metric, opts.mode, opts.trials,
+                              on_stop=on_stop) if opts.show else None)
+        self.extra = _pass_through(opts)
+        self._started = time.monotonic()
+
+    def request_stop(self) -> None:
+        """End the search after the current trial."""
+        self.stop_requested = True
+        if self.view is not None and self.view.status == "running":
+            self.view.set_status("stopping", "the search ends after the current trial")
+
+    def run(self, opened: studies.Opened) -> None:
+        for past, params in _past_trials(self.study, self.result.path, self.opts.metric,
+                                         self.opts.config):
+            self.result.trials.append(past)
+            self._show_past(past, params)
+        if self.view is not None:
+            self.view.show()
+        status, message, first = "finished", "", True
+        try:
+            while studies.counted(self.study) < self.opts.trials:
+                if self.stop_requested:
+                    done = self.result.trials
+                    message = STOPPED.format(n=done[-1].number) if done else "stopped on request"
+                    self.result.stopped_because = message
+                    break
+                why = self._one_trial(first)
+                first = False
+                if why:
+                    status = "finished" if why.startswith("stopped") else "failed"
+                    message = why
+                    self.result.stopped_because = why
+                    break
+        except BaseException as exc:
+            status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+            self._finish(status, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            raise
+        self._finish(status, message)
+
+    def _finish(self, status: str, message: str) -> None:
+        if self.view is not None:
+            self.view.finish(status, message)
+
+    def _one_trial(self, first: bool) -> str | None:
+        """Run one trial; why the search cannot go on, or None."""
+        from optuna.trial import TrialState
+
+        trial = self.study.ask()
+        try:
+            return self._run_trial(trial, first)
+        except BaseException:  # an interrupt between two steps of ours: never left RUNNING
+            self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+            raise
+
+    def _run_trial(self, trial: Any, first: bool) -> str | None:
+        from optuna.trial import TrialState
+
+        params = self.sample(trial)
+        config = {**(self.opts.config or {}), **params}
+        run_name = trial_run_name(trial.number)
+        trial.set_user_attr("run", run_name)
+        if self.view is not None:
+            self.view.trial_started(trial.number, params)
+        feed = TrialFeed(trial, self.opts.metric, self.view, self._stop_current)
+        run: Result | None = None
+        error: BaseException | None = None
+        self._started = time.monotonic()
+        try:
+            run = driver.train(self.group, self.fn, config, name=run_name, storage=self.result.path,
+                               total_steps=self.opts.steps, view=feed, **self.extra)
+        except RemoteError as exc:
+            error = exc
+            run = getattr(exc, "result", None)
+        except BaseException as exc:  # could not start (busy, bad function) or interrupted
+            self.study.tell(trial, state=TrialState.FAIL)
+            self._record(trial.number, Result(run_name, os.path.join(self.result.path, run_name),
+                                              error=exc if isinstance(exc, Exception) else None),
+                         config, "FAIL", None)
+            if isinstance(exc, ClusterStateError):
+                return CANNOT_GO_ON.format(why=str(exc).splitlines()[0])
+            raise
+        assert run is not None
+        state, why = self._conclude(trial, feed, run, error, first)
+        self._record(trial.number, run, config, state, feed.last)
+        if error is not None:
+            print(f"jaxnb: trial {trial.number} failed: {getattr(error, 'summary', error)}",
+                  file=sys.stderr)
+            dead = detect.dead_processes(self.group)
+            if dead:
+                return CANNOT_GO_ON.format(why=f"processes {sorted(dead)} died; restart the "
+                                           "cluster and continue with --resume")
+        return why
+
+    def _conclude(self, trial: Any, feed: TrialFeed, run: Result, error: BaseException | None,
+                  first: bool) -> tuple[str, str | None]:
+        """Tell Optuna how the trial ended: its state, and why the search must end (or None)."""
+        from optuna.trial import TrialState
+
+        if error is not None:
+            self.study.tell(trial, state=TrialState.FAIL)
+            return "FAIL", None
+        if feed.pruned:
+            self.study.tell(trial, state=TrialState.PRUNED)
+            return "PRUNED", None
+        if run.stopped:  # the user stopped this trial (kernel interrupt): the search ends too
+            self.study.tell(trial, state=TrialState.FAIL)
+            return "FAIL", STOPPED.format(n=trial.number)
+        if feed.last is None:
+            self.study.tell(trial, state=TrialState.FAIL)
+            if first or not feed.reports:
+                have = ", ".join(sorted(feed.keys)) or "nothing"
+                text = (NO_METRIC.format(n=trial.number, metric=self.opts.metric, have=have)
+                        if feed.reports else NO_REPORT.format(n=trial.number, metric=self.opts.metric))
+                raise ValueError(text)
+            return "FAIL", None
+        if feed.last != feed.last:  # NaN: Optuna fails the trial
+            self.study.tell(trial, state=TrialState.FAIL)
+            return "FAIL", None
+        self.study.tell(trial, feed.last)
+        return "COMPLETE", None
+
+    def _record(self, number: int, run: Result, config: dict[str, Any], state: str,
+                value: float | None) -> None:
+        trial = TrialResult.of(run, number, config, state, value)
+        trial.seconds = time.monotonic() - self._started
+        self.result.trials.append(trial)
+        if self.view is not None:
+            self.view.trial_ended(number, state, value)
+
+    def _stop_current(self) -> None:
+        monitor = self.group.current_run
+        if monitor is not None:
+            monitor.request_stop()
+
+    def _show_past(self, past: TrialResult, params: dict[str, Any]) -> None:
+        if self.view is None:
+            return
+        self.view.trial_started(past.number, params)
+        for record in past.history:
+            self.view.add(past.number, record["step"], record[self.opts.metric])
+            self.view.saw_step(past.number, record["step"])
+        self.view.trial_ended(past.number, past.state, past.value, seconds=past.seconds)
+
+
+def _pass_through(opts: TuneOptions) -> dict[str, Any]:
+    """``--max-failures`` and ``--datasets`` go to each trial's run when this build has them."""
+    accepted = inspect.signature(driver.train).parameters
+    extra = {}
+    for flag, key in (("--max-failures", "max_failures"), ("--datasets", "datasets")):
+        value = getattr(opts, key)
+        if value is None:
+            continue
+        if key in accepted:
+            extra[key] = value
+        else:
+            print(NOT_HERE.format(flag=flag), file=sys.stderr)
+    return extra
+
+
+def _past_trials(study: Any, folder: str, metric: str, base: dict[str, Any] | None
+                 ) -> list[tuple[TrialResult, dict[str, Any]]]:
+    """The finished trials of a resumed study, as TrialResults (history from Optuna's record)."""
+    from optuna.trial import TrialState
+
+    past = []
+    for t in study.get_trials(deepcopy=False):
+        if t.state not in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL):
+            continue
+        name = t.user_attrs.get("run", trial_run_name(t.number))
+        history = [{"step": s, metric: v} for s, v in sorted(t.intermediate_values.items())]
+        run = Result(name, os.path.join(folder, name), metrics=history[-1] if history else None,
+                     history=history)
+        run.set_done()
+        value = t.value if t.state == TrialState.COMPLETE else (
+            history[-1][metric] if history else None)
+        trial = TrialResult.of(run, t.number, {**(base or {}), **t.params}, t.state.name, value)
+        if t.datetime_start and t.datetime_complete:
+            trial.seconds = (t.datetime_complete - t.datetime_start).total_seconds()
+        past.append((trial, dict(t.params)))
+    return past

@@ -1,0 +1,89 @@
+"""The Optuna study of a search, kept in a journal file under ``DIR/STUDY`` (no database server)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+JOURNAL = "study.journal"
+#: User attribute on a trial the kernel lost while it ran (marked FAIL, re-run on resume).
+INTERRUPTED = "jaxnb_interrupted"
+RERUN_OF = "jaxnb_rerun_of"
+
+EXISTS = ("study {name!r} already exists in {dir}; pass --resume to continue it, or --name NEW "
+          "for a new study")
+NO_STUDY_YET = "jaxnb: study {name!r} has no trials yet in {dir}; starting it"
+WRONG_DIRECTION = ("study {name!r} in {dir} was made with --mode {was}; pass --mode {was} to "
+                   "resume it, or --name NEW for a new study")
+
+
+@dataclass
+class Opened:
+    """A study ready for trials: ``study``, how many trials count as done, which were re-queued."""
+
+    study: Any
+    folder: str
+    done: int = 0
+    requeued: list[int] = field(default_factory=list)
+
+
+def open_study(folder: str, name: str, direction: str, pruner: Any, sampler: Any,
+               resume: bool) -> Opened:
+    """Create (or, with ``resume``, load) study ``name`` kept in ``folder/study.journal``.
+
+    Resuming marks a trial left RUNNING by a lost kernel FAIL and queues its
+    parameters again; finished trials are kept.
+    """
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    path = os.path.join(folder, JOURNAL)
+    exists = os.path.exists(path) and os.path.getsize(path) > 0
+    if exists and not resume:
+        raise FileExistsError(EXISTS.format(name=name, dir=folder))
+    if resume and not exists:
+        print(NO_STUDY_YET.format(name=name, dir=folder))
+    os.makedirs(folder, exist_ok=True)
+    storage = JournalStorage(JournalFileBackend(path))
+    study = optuna.create_study(study_name=name, storage=storage, direction=direction,
+                                pruner=pruner, sampler=sampler, load_if_exists=resume)
+    was = study.direction.name.lower()
+    if was != direction:
+        raise ValueError(WRONG_DIRECTION.format(name=name, dir=folder,
+                                                was="min" if was == "minimize" else "max"))
+    opened = Opened(study, folder)
+    if resume:
+        _recover(opened)
+    return opened
+
+
+def _recover(opened: Opened) -> None:
+    from optuna.trial import TrialState
+
+    study = opened.study
+    for trial in study.get_trials(deepcopy=False):
+        if trial.state == TrialState.RUNNING:
+            study.set_user_attr(f"{INTERRUPTED}_{trial.number}", True)
+            study.tell(trial.number, state=TrialState.FAIL)
+            study.enqueue_trial(trial.params, user_attrs={RERUN_OF: trial.number},
+                                skip_if_exists=False)
+            opened.requeued.append(trial.number)
+    opened.done = counted(study)
+
+
+def counted(study: Any) -> int:
+    """Trials that count towards ``--trials``: finished, except those lost with the kernel."""
+    from optuna.trial import TrialState
+
+    lost = {k for k in study.user_attrs if k.startswith(INTERRUPTED)}
+    finished = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+    return sum(1 for t in study.get_trials(deepcopy=False)
+               if t.state in finished and f"{INTERRUPTED}_{t.number}" not in lost)
+
+
+def lost_with_kernel(study: Any, number: int) -> bool:
+    """Whether trial ``number`` was left RUNNING by a lost kernel (and re-queued)."""
+    return bool(study.user_attrs.get(f"{INTERRUPTED}_{number}"))

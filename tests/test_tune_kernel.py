@@ -1,0 +1,88 @@
+"""``%jax_tune`` in a real Jupyter kernel: pruning stops bad trials early; ``--resume`` after
+the kernel died in the middle of a trial."""
+
+from __future__ import annotations
+
+import time
+
+import optuna
+import pytest
+from support.kernel_harness import Kernel
+
+#: Starts kernels and engines: not in `bash dev test fast`.
+pytestmark = pytest.mark.engines
+
+FUNCS = '''
+import jaxnb
+from jaxnb import tune
+
+def slow_quadratic(config):
+    import time
+    import jaxnb
+    for step in range(1, config["steps"] + 1):
+        if jaxnb.should_stop():
+            return
+        jaxnb.report({"loss": (config["x"] - 2.0) ** 2 + 1.0 / step, "step": step})
+        time.sleep(config["sleep"])
+
+def good_then_bad(trial):
+    if trial.number < 2:
+        return {"x": trial.suggest_float("x", 1.9, 2.1)}
+    return {"x": trial.suggest_float("x_far", 8.0, 9.0)}
+'''
+
+
+def _start(k: Kernel) -> None:
+    k.ok("%load_ext jaxnb")
+    k.ok("%jax_cluster start -n 2 --devices-per-process 1")
+    k.ok(FUNCS)
+
+
+def test_pruning_stops_bad_trials_early_in_a_notebook(tmp_path):
+    with Kernel() as k:
+        _start(k)
+        out = k.ok(f"%jax_tune slow_quadratic --space good_then_bad --trials 4 --metric loss "
+                   f"--config dict(steps=25, sleep=0.02) --storage {tmp_path} -o search")
+        states = k.value("[t.state for t in search.trials]")
+        steps = k.value("[len(t.history) for t in search.trials]")
+        assert states == ["COMPLETE", "COMPLETE", "PRUNED", "PRUNED"]
+        assert steps[:2] == [25, 25] and max(steps[2:]) < 25
+        assert k.value("1.9 <= search.best_config['x'] <= 2.1")
+        widget = [d for d in out.displays if "application/vnd.jupyter.widget-view+json" in d["data"]]
+        assert widget, "the live view was not shown"
+        final = out.displays[-1]["data"]["text/html"]  # the static fallback, updated at the end
+        assert "PRUNED" in final and "★" in final and "<img" in final
+
+
+def test_resume_after_the_kernel_died_during_a_trial(tmp_path):
+    journal = tmp_path / "s" / "study.journal"
+    line = (f"%jax_tune slow_quadratic --space {{'x': tune.uniform(1, 3)}} --trials 3 "
+            f"--config dict(steps=40, sleep=0.05) --storage {tmp_path} --name s --pruner none")
+    with Kernel() as k:
+        _start(k)
+        k.send(line)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:  # wait for trial 1 to be under way, then kill the kernel
+            time.sleep(0.5)
+            if not journal.exists():
+                continue
+            storage = optuna.storages.JournalStorage(
+                optuna.storages.journal.JournalFileBackend(str(journal)))
+            try:
+                trials = optuna.load_study(study_name="s", storage=storage).trials
+            except KeyError:
+                continue
+            if len(trials) == 2 and trials[1].intermediate_values:
+                break
+        else:
+            raise AssertionError("trial 1 never started")
+        k.kill()
+    with Kernel() as k:
+        _start(k)
+        k.ok(line.replace("steps=40", "steps=4") + " --resume -o search")
+        states = k.value("[t.state for t in search.trials]")
+        numbers = k.value("[t.number for t in search.trials]")
+        assert numbers == [0, 1, 2, 3]
+        assert states == ["COMPLETE", "FAIL", "COMPLETE", "COMPLETE"]
+        assert k.value("search.trials[2].config['x'] == search.study.trials[1].params['x']")
+        assert k.value("len(search.trials[0].history)") == 40  # kept from before the restart
