@@ -16,7 +16,7 @@ from jaxnb._errors import ClusterStateError, remote_error
 from jaxnb._messages import BUSY, RESET, RESTART
 from jaxnb._run_folder import check_fresh_run
 from jaxnb._state import Group
-from jaxnb._train import function, handover
+from jaxnb._train import dataset_names, function, handover
 from jaxnb._train.interrupts import InterruptCounter
 from jaxnb._train.monitor import Monitor
 from jaxnb._train.result import Result
@@ -55,6 +55,7 @@ def train(
     background: bool = False,
     total_steps: int | None = None,
     on_result: Callable[[Result], None] | None = None,
+    datasets: Mapping[str, str] | None = None,
 ) -> Result:
     """Run ``fn()`` or ``fn(config)`` on every process; the `Result` (live if ``background``).
 
@@ -63,7 +64,8 @@ def train(
     name>``); ``resume`` continues it from its latest checkpoint. ``on_result``
     is called with the final Result, before an error is raised. ``total_steps``
     (else an int ``config["total_steps"]``, ``["num_steps"]`` or ``["max_steps"]``)
-    gives the dashboard its progress bar and ETA. A failure on
+    gives the dashboard its progress bar and ETA. ``datasets`` maps names to
+    engine-side variables for ``jaxnb.get_dataset_shard(name)``. A failure on
     any process raises :class:`jaxnb.RemoteError` (its ``.result`` holds the
     history so far).
     """
@@ -72,6 +74,7 @@ def train(
         raise ClusterStateError(BUSY.format(name=group.busy_with))
     run = function.run_name(fn, name)
     spec = function.package(fn, config)
+    spec["datasets"] = dataset_names.check(datasets)
     run_dir = os.path.abspath(os.path.join(os.fspath(storage or DEFAULT_STORAGE), run))
     resume_from = check_fresh_run(run_dir, resume)
     if resume and resume_from is None:
