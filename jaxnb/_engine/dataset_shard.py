@@ -5,9 +5,10 @@ every process has the same number of rows and therefore the same number of
 batches per pass (an uneven remainder would leave the others waiting forever in
 a collective); the last ``N mod P`` rows of each epoch are left out. Each call
 of ``iter_batches`` / ``iter_jax_batches`` is one pass (one epoch) over the share,
-in order or shuffled anew each epoch. The pipeline is Grain's:
-``MapDataset.range`` → ``shuffle`` → ``batch`` → ``map(read)`` → ``to_iter_dataset``
-(batches read ahead by Grain's threads), plus ``ThreadPrefetchIterDataset`` for
+in order or shuffled anew each epoch (a NumPy permutation seeded by the seed and the
+epoch). The pipeline is Grain's: ``MapDataset.range`` over the batches → ``map`` (the
+batch's row indices, then one read of those rows) → ``to_iter_dataset`` (batches read
+ahead by Grain's threads), plus ``ThreadPrefetchIterDataset`` for
 the device transfer of ``iter_jax_batches``; its ``get_state()`` is the position
 that goes with every checkpoint.
 """
@@ -21,9 +22,6 @@ import grain
 import numpy as np
 
 from jaxnb._engine.dataset_source import DatasetError, Source
-
-#: Mixes the epoch into the shuffle seed (a large odd constant: every epoch its own order).
-_EPOCH_MIX = 0x9E3779B1
 
 
 class BatchIterator(Iterator[dict[str, Any]]):
@@ -92,7 +90,7 @@ class DatasetShard:
         """One epoch of dicts of NumPy arrays, ``batch_size`` rows of this process each.
 
         ``local_shuffle_buffer_size`` (any positive number) shuffles the share anew
-        each epoch (a full permutation, Grain's ``MapDataset.shuffle``), seeded by
+        each epoch (a full permutation of its rows, not a buffer), seeded by
         ``local_shuffle_seed`` (default: drawn once, and saved with the position).
         """
         if batch_format not in ("numpy", "default"):
@@ -187,13 +185,18 @@ class DatasetShard:
         return {**settings, "shuffle_seed": saved["shuffle_seed"]}, saved["state"]
 
     def pipeline(self, settings: dict[str, Any], epoch: int, to_device: Any) -> Any:
-        """The Grain iterator over one epoch of this share."""
-        p, n = self.process, self.num_processes
-        ds = grain.MapDataset.range(p, n * self.rows, n)
-        if settings["shuffle_seed"] is not None:
-            ds = ds.shuffle(seed=(settings["shuffle_seed"] + epoch * _EPOCH_MIX) % (1 << 32))
-        ds = ds.batch(settings["batch_size"], drop_remainder=settings["drop_last"])
-        ds = ds.map(self.source.read)
+        """The Grain iterator over one epoch of this share: batch b reads its rows at once."""
+        p, n, rows, size = self.process, self.num_processes, self.rows, settings["batch_size"]
+        order = None
+        if settings["shuffle_seed"] is not None:  # a new permutation of the share each epoch
+            order = np.random.default_rng([settings["shuffle_seed"], epoch]).permutation(rows)
+        count = rows // size if settings["drop_last"] else -(-rows // size)
+
+        def rows_of(b: int) -> np.ndarray:
+            at = np.arange(b * size, min((b + 1) * size, rows))
+            return p + n * (at if order is None else order[at])
+
+        ds = grain.MapDataset.range(count).map(rows_of).map(self.source.read)
         prefetch = settings["prefetch"]
         it_ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=min(prefetch, 4),
                                                      prefetch_buffer_size=prefetch))
