@@ -4,7 +4,8 @@
 1. steps/s of the GPT-2 page's model (``tests/gpt2_port.py``, tiny sizes) on 2 processes
    under ``JaxCluster.train``, fed by ``get_dataset_shard("train").iter_batches`` (Grain,
    ``prefetch_batches=2``) vs fed from batches already in memory; the two feeds alternate in
-   rounds inside one run; the ratio is the median of the per-round ratios (target >= 0.95).
+   rounds inside one run (which goes first alternates too); the ratio is the median of the
+   per-round ratios (target >= 0.95).
 2. ``iter_batches`` rows/s of one process's share (process 0 of 2) of a 2-D ``np.memmap``
    vs a plain NumPy loop slicing the same memmap (in this process, no cluster).
 3. bytes of the saved position per process (one dataset's iterator; one positions-log line).
@@ -71,9 +72,9 @@ def feed_comparison(config: dict) -> None:
         memory_it, shard_it = from_memory(), from_shard()
         run(memory_it, 5), run(shard_it, 5)  # compile and warm up
         rounds = []
-        for _ in range(config["rounds"]):
-            rounds.append({"memory": run(memory_it, config["steps"]),
-                           "shard": run(shard_it, config["steps"])})
+        for i in range(config["rounds"]):  # which feed goes first alternates
+            feeds = [("memory", memory_it), ("shard", shard_it)][:: 1 if i % 2 else -1]
+            rounds.append({name: run(it, config["steps"]) for name, it in feeds})
         position = json.dumps(shard.current.position())
         jaxnb.report({"rounds": rounds, "position_bytes": len(position.encode())})
     finally:
