@@ -28,8 +28,9 @@ class BatchIterator(Iterator[dict[str, Any]]):
     """One pass over a process's share: batches, and the position after the last one taken."""
 
     def __init__(self, shard: DatasetShard, settings: dict[str, Any], epoch: int,
-                 state: dict[str, Any] | None, to_device: Any = None) -> None:
+                 state: dict[str, Any] | None, to_device: Any = None, taken: int = 0) -> None:
         self.shard, self.settings, self.epoch = shard, settings, epoch
+        self.batches, self.taken = shard.batch_count(settings), taken
         self._it = shard.pipeline(settings, epoch, to_device)
         self._final: dict[str, Any] | None = None
         if state is not None:
@@ -42,7 +43,9 @@ class BatchIterator(Iterator[dict[str, Any]]):
         if self._it is None:
             raise StopIteration
         try:
-            return next(self._it)
+            batch = next(self._it)
+            self.taken += 1
+            return batch
         except StopIteration:
             self.close()
             raise
@@ -50,7 +53,8 @@ class BatchIterator(Iterator[dict[str, Any]]):
     def position(self) -> dict[str, Any]:
         """Where the next batch comes from (JSON): epoch, Grain's state, the settings."""
         state = self._it.get_state() if self._it is not None else self._final
-        return {"epoch": self.epoch, "state": state, **self.settings,
+        return {"epoch": self.epoch, "state": state, "taken": self.taken, "batches": self.batches,
+                **self.settings,
                 "num_processes": self.shard.num_processes, "rows": self.shard.source.length}
 
     def close(self) -> None:
@@ -153,14 +157,16 @@ class DatasetShard:
     def _open(self, settings: dict[str, Any], to_device: Any) -> BatchIterator:
         if self.current is not None:
             self.current.close()
-        state = None
+        state, taken = None, 0
         if self._resume is not None:
             saved, self._resume = self._resume, None
             settings, state = self._continue(saved, settings)
-            self._epoch = int(saved["epoch"])
+            self._epoch, taken = int(saved["epoch"]), int(saved["taken"])
+            if taken >= saved["batches"]:  # that pass was read to its end: this is the next one
+                state, taken, self._epoch = None, 0, self._epoch + 1
         else:
             self._epoch += 1
-        self.current = BatchIterator(self, settings, self._epoch, state, to_device)
+        self.current = BatchIterator(self, settings, self._epoch, state, to_device, taken)
         return self.current
 
     def _continue(self, saved: dict[str, Any], settings: dict[str, Any]
@@ -184,13 +190,18 @@ class DatasetShard:
                 "shuffled; pass the same local_shuffle_buffer_size as the saved run")
         return {**settings, "shuffle_seed": saved["shuffle_seed"]}, saved["state"]
 
+    def batch_count(self, settings: dict[str, Any]) -> int:
+        """Batches in one pass over this share (the same on every process)."""
+        whole, rest = divmod(self.rows, settings["batch_size"])
+        return whole + (1 if rest and not settings["drop_last"] else 0)
+
     def pipeline(self, settings: dict[str, Any], epoch: int, to_device: Any) -> Any:
         """The Grain iterator over one epoch of this share: batch b reads its rows at once."""
         p, n, rows, size = self.process, self.num_processes, self.rows, settings["batch_size"]
         order = None
         if settings["shuffle_seed"] is not None:  # a new permutation of the share each epoch
             order = np.random.default_rng([settings["shuffle_seed"], epoch]).permutation(rows)
-        count = rows // size if settings["drop_last"] else -(-rows // size)
+        count = self.batch_count(settings)
 
         def rows_of(b: int) -> np.ndarray:
             at = np.arange(b * size, min((b + 1) * size, rows))
