@@ -217,3 +217,57 @@ def test_sources_of_every_kind_and_their_refusals():
             source_of("d", bad)
     with pytest.raises(DatasetError, match="its records are lists, not dicts of arrays"):
         source_of("d", [[1], [2]]).read(np.array([1, 0]))
+
+
+def _shard(n_rows, process, processes, resume=None):
+    from jaxnb._engine.dataset_shard import DatasetShard
+    from jaxnb._engine.dataset_source import source_of
+
+    return DatasetShard(source_of("d", {"id": np.arange(n_rows)}), process, processes, resume)
+
+
+def _ids(iterator):
+    return [b["id"].tolist() for b in iterator]
+
+
+@pytest.mark.parametrize("n_rows", [37, 40, 41])
+@pytest.mark.parametrize("processes", [2, 3, 4])
+@pytest.mark.parametrize("drop_last", [True, False])
+def test_every_process_gets_as_many_batches_and_no_row_twice(n_rows, processes, drop_last):
+    passes = [_ids(_shard(n_rows, p, processes).iter_batches(batch_size=4, drop_last=drop_last))
+              for p in range(processes)]
+    assert len({len(batches) for batches in passes}) == 1
+    rows = [r for batches in passes for b in batches for r in b]
+    assert len(rows) == len(set(rows))
+    assert set(rows) <= set(range(n_rows // processes * processes))
+
+
+def test_a_saved_position_continues_the_pass_or_starts_the_next_at_its_end():
+    kw = {"batch_size": 3, "local_shuffle_buffer_size": 10, "local_shuffle_seed": 7}
+    straight = _shard(20, 1, 2)
+    first = straight.iter_batches(**kw)
+    head = [next(first)["id"].tolist() for _ in range(2)]
+    saved = first.position()
+    tail = _ids(first)
+    next_pass = _ids(straight.iter_batches(**kw))
+    assert len(head + tail) == 4 and next_pass != head + tail  # another order next epoch
+
+    resumed = _shard(20, 1, 2, resume=saved)
+    assert _ids(resumed.iter_batches(**kw)) == tail
+    assert _ids(resumed.iter_batches(**kw)) == next_pass
+    at_end = _shard(20, 1, 2, resume=first.position())  # saved after the pass's last batch
+    assert _ids(at_end.iter_batches(**kw)) == next_pass
+
+
+def test_a_saved_position_with_other_settings_is_refused_in_one_line():
+    first = _shard(20, 0, 2).iter_batches(batch_size=3)
+    next(first)
+    for shard, kw, says in [
+        (_shard(20, 0, 2, first.position()), {"batch_size": 4}, "saved in batches of batch_size=3"),
+        (_shard(20, 0, 4, first.position()), {"batch_size": 3}, "20 rows over 2 processes and "
+                                                                 "now has 20 over 4"),
+        (_shard(20, 0, 2, first.position()), {"batch_size": 3, "local_shuffle_buffer_size": 5},
+         "saved unshuffled")]:
+        with pytest.raises(ValueError, match=says) as info:
+            shard.iter_batches(**kw)
+        assert "\n" not in str(info.value)
