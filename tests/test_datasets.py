@@ -71,7 +71,10 @@ def read_global(config):
         shardings.add(str(ids.sharding.spec))
         seen.append(np.asarray(multihost_utils.process_allgather(ids, tiled=True)).tolist())
         assert batch["x"].shape == (config["global_batch_size"], 3)
-    jaxnb.report({"seen": seen, "specs": sorted(shardings)})
+    again = jaxnb.get_dataset_shard("data").iter_jax_batches(config["global_batch_size"],
+                                                             prefetch_batches=3)
+    next(again)
+    jaxnb.report({"seen": seen, "specs": sorted(shardings), "position": again.position()})
 
 
 def uses(config):
@@ -115,6 +118,8 @@ def test_global_batches_are_split_over_every_device(engines, tmp_path):
     # process 0's rows, then process 1's
     assert report["seen"] == [[8 * k + 2 * i + p for p in (0, 1) for i in range(4)]
                               for k in range(4)]
+    position = report["position"]  # what was taken, not what the threads read ahead
+    assert (position["epoch"], position["taken"], position["state"]) == (1, 1, {"next_index": 1})
 
 
 @pytest.mark.parametrize("datasets, config, message", [
