@@ -79,6 +79,10 @@ def _gpt2_style_model(config):
                     or got.dtype != want.dtype or got.committed != want.committed:
                 problems.append(f"{jax.tree_util.keystr(path)}: {got!r:.80} vs {want.sharding}")
         assert not problems, problems
+        as_saved = jax.tree.leaves(ck.restore())  # no target: keys and arrays as they were saved
+        assert [x.dtype for x in as_saved] == [x.dtype for x in jax.tree.leaves(target)]
+        assert all(x.sharding.is_equivalent_to(y.sharding, x.ndim)
+                   for x, y in zip(as_saved, jax.tree.leaves(target), strict=True))
         state = nnx.state(model)
         nnx.replace_by_pure_dict(state, restored)
         nnx.update(model, state)
