@@ -71,9 +71,17 @@ def read_global(config):
         shardings.add(str(ids.sharding.spec))
         seen.append(np.asarray(multihost_utils.process_allgather(ids, tiled=True)).tolist())
         assert batch["x"].shape == (config["global_batch_size"], 3)
-    again = jaxnb.get_dataset_shard("data").iter_jax_batches(config["global_batch_size"],
-                                                             prefetch_batches=3)
-    next(again)
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.make_mesh((jax.process_count(), jax.local_device_count()), ("data", "model"))
+    again = jaxnb.get_dataset_shard("data").iter_jax_batches(
+        config["global_batch_size"], sharding=NamedSharding(mesh, P("data", None)),
+        prefetch_batches=3)
+    x = next(again)["x"]  # the GPT-2 page's layout: rows over "data", columns whole
+    assert x.sharding.spec == P("data", None) and x.shape == (config["global_batch_size"], 3)
+    assert np.asarray(x.addressable_shards[0].data)[:, 0].tolist() == [
+        3 * (2 * i + jax.process_index()) for i in range(4)]
     jaxnb.report({"seen": seen, "specs": sorted(shardings), "position": again.position()})
 
 
