@@ -107,3 +107,20 @@ def test_a_resume_without_saved_positions_starts_the_data_from_the_beginning(eng
     again = engines.train(shuffled_regression, {"steps": 22}, name="w", storage=tmp_path,
                           datasets=datasets, resume=True)
     assert [h["ids"] for h in again.history] == [h["ids"] for h in whole.history[:2]]
+
+
+def test_a_resume_on_another_number_of_processes_is_refused_before_it_starts(engines, tmp_path):
+    from jaxnb import JaxCluster
+
+    datasets = {"train": "resume_train", "val": "resume_val"}
+    engines.train(shuffled_regression, {"steps": 10}, name="two", storage=tmp_path,
+                  datasets=datasets)
+    with JaxCluster(n=1) as one:
+        one.run(DATA_CELL)
+        with pytest.raises(ValueError) as info:
+            one.train(shuffled_regression, {"steps": 12}, name="two", storage=tmp_path,
+                      datasets=datasets, resume=True)
+    assert str(info.value) == (
+        "the datasets' positions at step 10 were saved by 2 processes and this cluster has 1: "
+        "they cannot be carried over exactly; resume on 2 processes, or start a new run "
+        "(--name NEW)")
