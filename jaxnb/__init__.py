@@ -2,7 +2,8 @@
 
 In a notebook: ``%load_ext jaxnb`` then ``%jax_cluster start``. In Python:
 :class:`JaxCluster`. Inside cells and train functions on the engines:
-:func:`report`, :func:`get_context`, :func:`get_checkpoint`, :func:`should_stop`,
+:func:`report`, :func:`get_context`, :func:`get_checkpoint`, :func:`get_dataset_shard`,
+:func:`should_stop`,
 :class:`Checkpoint`.
 """
 
@@ -22,6 +23,7 @@ from jaxnb._core.errors import StartError as StartError
 from jaxnb._core.run_folder import Checkpoint as Checkpoint
 from jaxnb._core.state import ProcessInfo as ProcessInfo
 from jaxnb._engine.context import get_context as get_context
+from jaxnb._engine.datasets import get_dataset_shard as get_dataset_shard
 from jaxnb._engine.reporting import get_checkpoint as get_checkpoint
 from jaxnb._engine.reporting import report as report
 from jaxnb._engine.reporting import should_stop as should_stop

@@ -12,7 +12,7 @@ from support.clusters import real_shell, two_processes
 #: leaves out. Tests that start such things themselves carry ``@pytest.mark.engines``.
 HEAVY_FIXTURES = {
     "cluster", "shared_magics", "lab", "server", "browser", "context", "kernel", "k",
-    "kernel_env", "with_kernel", "desc", "loaded", "shell",
+    "kernel_env", "with_kernel", "desc", "loaded", "shell", "any_cluster", "two_by_two",
 }
 
 

@@ -229,6 +229,7 @@ def test_key_files_are_private(cluster):
         ("jax_cluster", "stacks --timeout 3", None, "`%jax_cluster stacks` takes no flags"),
         ("jax_train", "train --all", None, "unrecognized arguments: --all"),
         ("jax_train", "train --steps ten", None, "--steps takes a positive whole number"),
+        ("jax_train", "train --datasets train", None, "--datasets takes NAME=VAR pairs"),
         ("jax_mesh", "mesh --all", None, "%jax_mesh takes no flags (got --all)"),
         ("jax_pull", "x --process 0", None, "%jax_pull takes no flags (got --process)"),
         ("jax_push", "x y-z", None, "'y-z' is not a Python name"),
@@ -255,7 +256,7 @@ def test_stray_flags_are_one_line_usage_errors(ip, magic, line, cell, message):
                            "--no-init", "--timeout", "--init-timeout", "start, status, stop"]),
         ("%%jax_cluster?", ["--all", "--process", "--timeout", "SPMD"]),
         ("%jax_train?", ["--config", "--name", "--storage", "-o", "--resume", "--background",
-                         "--steps"]),
+                         "--steps", "--datasets"]),
     ],
 )
 def test_help_lists_every_flag(ip, cell, flags):

@@ -116,7 +116,8 @@ def test_the_notebook_side_never_loads_jax_or_orbax():
         "import importlib, sys\n"
         f"for name in {notebook!r}:\n"
         "    importlib.import_module(name)\n"
-        "bad = sorted(m for m in ('jax', 'jaxlib', 'orbax', 'orbax.checkpoint') if m in sys.modules)\n"
+        "bad = sorted(m for m in ('jax', 'jaxlib', 'orbax', 'orbax.checkpoint', 'grain')\n"
+        "             if m in sys.modules)\n"
         "print(bad)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -137,7 +138,8 @@ with jaxnb.JaxCluster(n=2) as cluster:
     result = cluster.train(train, {}, storage=sys.argv[1])
     assert result.error is None and len(result.history) == 3, result
     assert result.checkpoint.step == 3, result.checkpoint  # steps count reports from 1
-print("LOADED", sorted(m for m in ("jax", "jaxlib", "orbax", "orbax.checkpoint") if m in sys.modules))
+print("LOADED", sorted(m for m in ("jax", "jaxlib", "orbax", "orbax.checkpoint", "grain")
+                       if m in sys.modules))
 """
 
 

@@ -70,6 +70,11 @@ EXPECTED_TEXT = {
         "resumed from step 40",
         "validation loss",
     ],
+    "07_gpt2_ray_port.ipynb": [
+        "first run: last report at step 25 | checkpoint at step 20",
+        "resumed from step 20 and reported steps [25, 30, 30, 35, 40, 40]",
+        "identical to the uninterrupted run: True",
+    ],
     "05_from_ray_and_kubeflow.ipynb": [
         "Final loss:",
         "loss went down: True",
@@ -90,6 +95,7 @@ EXPECT_PNG = {
     "04_gpt2_nnx.ipynb",
     "05_from_ray_and_kubeflow.ipynb",
     "06_tuning.ipynb",
+    "07_gpt2_ray_port.ipynb",
 }
 
 #: Seconds one notebook may take (a loaded 2-core CI machine; they usually take far less).

@@ -144,6 +144,9 @@ def _restore_arrays(item_dir: str, records: list[dict[str, Any]], targets: list[
             args[name] = numpy
             continue
         t = targets[i]
+        if isinstance(t, jax.Array) and not t.committed:
+            args[name] = numpy  # given back uncommitted, as the target is
+            continue
         sharding = getattr(t, "sharding", None) if t is not None else _saved_sharding(meta)
         if "key_impl" in records[i] and t is not None:
             sharding = None  # the target's sharding is for the keys, not for their data

@@ -200,6 +200,8 @@ def _prepare_array(path: str, x: jax.Array, num_processes: int) -> Leaf:
             "a jitted step, or .delete() was called); pass the array the step returned instead"
         )
     record: dict[str, Any] = {}
+    if not x.committed:
+        record["committed"] = False  # given back uncommitted (jit may place it with the others)
     if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
         record["key_impl"] = str(jax.random.key_impl(x))
         x = jax.random.key_data(x)
@@ -462,7 +464,9 @@ def from_bytes(record: dict[str, Any], raw: bytes) -> Any:
 def as_saved(record: dict[str, Any], value: Any) -> Any:
     """``value`` (NumPy, a restored global array or a Python value) as the kind that was saved."""
     kind = record["kind"]
-    if kind == LOCAL:
+    if kind in (LOCAL, GLOBAL) and record.get("committed") is False:
+        value = jax.device_put(np.asarray(value).reshape(record["shape"]))
+    elif kind == LOCAL:
         value = jax.device_put(np.asarray(value).reshape(record["shape"]),
                                sharding_of(record["layout"]))
     elif kind == NUMPY:
@@ -489,15 +493,38 @@ def like(record: dict[str, Any], value: Any, target: Any) -> Any:
             "leaf of the saved kind, or call restore() without a target"
         )
     sharding = getattr(target, "sharding", None)
+    if isinstance(target, jax.Array) and not target.committed:
+        sharding = None  # the target was never committed to a device: neither is its value
     if isinstance(value, jax.Array) and not key and value.dtype == target.dtype and (
-            sharding is None or value.sharding == sharding):
+            value.sharding == sharding or (sharding is None and not value.committed)):
         return value
     if key:
-        keys = jax.random.wrap_key_data(np.asarray(value), impl=record["key_impl"])
-        return keys if sharding is None else jax.device_put(keys, sharding)
+        return _keys(np.asarray(value), record["key_impl"], sharding)
     host = np.asarray(value).reshape(target.shape).astype(target.dtype, copy=False)
+    return _place(host, sharding)
+
+
+def _place(host: np.ndarray, sharding: Any) -> jax.Array:
+    """``host`` as a jax.Array with ``sharding`` (uncommitted when None); never a
+    ``device_put`` to devices of other processes: each process places its own shards."""
     if sharding is None:
         return jax.device_put(host)
     if sharding.is_fully_addressable:
         return jax.device_put(host, sharding)
     return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+
+def _keys(data: np.ndarray, impl: str, sharding: Any) -> jax.Array:
+    """PRNG keys from their key data, laid out with the keys' ``sharding``."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    if sharding is None or sharding.is_fully_addressable:
+        keys = jax.random.wrap_key_data(_place(data, None), impl=impl)
+        return keys if sharding is None else jax.device_put(keys, sharding)
+    if isinstance(sharding, NamedSharding):  # the key data's extra last axis is not split
+        data_sharding = NamedSharding(sharding.mesh, sharding.spec)
+    else:
+        devices = np.array(sorted(sharding.device_set, key=lambda d: d.id))
+        data_sharding = NamedSharding(Mesh(devices, ("jaxnb_devices",)), PartitionSpec())
+    wrap = jax.jit(lambda d: jax.random.wrap_key_data(d, impl=impl), out_shardings=sharding)
+    return wrap(_place(data, data_sharding))

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jaxnb._core.run_folder import Checkpoint
-from jaxnb._engine import stopping
+from jaxnb._engine import datasets, stopping
 from jaxnb._engine.publisher import BatchPublisher, datapub_sender
 
 #: Reports whose JAX values may still be computing; ``report()`` waits on the value
@@ -93,6 +93,7 @@ def report(metrics: dict[str, Any], checkpoint: Any = None) -> None:
         "metrics": dict(metrics),
         "checkpoint": None,
     }
+    datasets.record(step, checkpoint is not None)
     if checkpoint is not None:
         saved = _save(run, step, checkpoint)
         record["checkpoint"] = saved.path
@@ -129,13 +130,18 @@ def prepare(spec: dict[str, Any]) -> dict[str, Any]:
     except (LookupError, TypeError) as exc:
         return {"error": str(exc)}
     process, n = context.process_index(), context.num_processes()
+    resume = spec.get("resume")
+    try:
+        named = datasets.resolve(spec.get("datasets") or {}, _user_ns())
+        datasets.start(named, spec["run_dir"], process, n, resume.step if resume else None)
+    except (LookupError, ValueError) as exc:
+        return {"error": str(exc)}
     if process == 0:
         stopping.clear_keys()
         from jaxnb._engine import gather
 
         gather.clear_keys()
     stopping.arm()
-    resume = spec.get("resume")
     _run = _Run(
         run_dir=spec["run_dir"],
         process=process,
@@ -162,6 +168,7 @@ def execute() -> dict[str, Any]:
         ok = True
     finally:
         _run = None
+        datasets.end()
         if not ok:
             run.stop.abort()
         run.publisher.close()

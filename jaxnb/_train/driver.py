@@ -16,7 +16,7 @@ from jaxnb._core.errors import ClusterStateError, remote_error
 from jaxnb._core.messages import BUSY, RESET, RESTART
 from jaxnb._core.run_folder import check_fresh_run
 from jaxnb._core.state import Group, Suspect
-from jaxnb._train import function, handover
+from jaxnb._train import dataset_names, function, handover
 from jaxnb._train.interrupts import InterruptCounter
 from jaxnb._train.monitor import Monitor
 from jaxnb._train.result import Result
@@ -56,6 +56,7 @@ def train(
     total_steps: int | None = None,
     on_result: Callable[[Result], None] | None = None,
     view: Callable[..., Any] | None = None,
+    datasets: Mapping[str, str] | None = None,
 ) -> Result:
     """Run ``fn()`` or ``fn(config)`` on every process; the `Result` (live if ``background``).
 
@@ -64,7 +65,8 @@ def train(
     name>``); ``resume`` continues it from its latest checkpoint. ``on_result``
     is called with the final Result, before an error is raised. ``total_steps``
     (else an int ``config["total_steps"]``, ``["num_steps"]`` or ``["max_steps"]``)
-    gives the dashboard its progress bar and ETA. ``view`` (jaxnb) replaces the
+    gives the dashboard its progress bar and ETA. ``datasets`` maps names to
+    engine-side variables for ``jaxnb.get_dataset_shard(name)``. ``view`` (jaxnb) replaces the
     dashboard: called like ``Dashboard(name, size, total_steps=, on_stop=)``,
     it returns an object with Dashboard's ``show/add/refresh/set_status/finish``. A failure on
     any process raises :class:`jaxnb.RemoteError` (its ``.result`` holds the
@@ -75,6 +77,7 @@ def train(
         raise ClusterStateError(BUSY.format(name=group.busy_with))
     run = function.run_name(fn, name)
     spec = function.package(fn, config)
+    spec["datasets"] = dataset_names.check(datasets)
     run_dir = os.path.abspath(os.path.join(os.fspath(storage or DEFAULT_STORAGE), run))
     resume_from = check_fresh_run(run_dir, resume)
     if resume and resume_from is None:

@@ -1,5 +1,5 @@
 """``%jax_train FUNC [--config EXPR] [--name RUN] [--storage DIR] [-o VAR] [--resume] [--background]
-[--steps N]``: parse the line, resolve FUNC and the config in the notebook, train."""
+[--steps N] [--datasets NAME=VAR,…]``: parse the line, resolve FUNC and the config in the notebook, train."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ from IPython.core.error import UsageError
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from jaxnb._core.errors import ClusterStateError
+from jaxnb._train import dataset_names
 
 _CONFIG = re.compile(r"(?:^|\s)--config(?:=|\s+|$)")
 _NEXT_FLAG = re.compile(
-    r"\s(?:--name|--storage|-o|--output|--resume|--background|--steps)(?=[\s=]|$)"
+    r"\s(?:--name|--storage|-o|--output|--resume|--background|--steps|--datasets)(?=[\s=]|$)"
 )
 
 
@@ -28,9 +29,11 @@ _NEXT_FLAG = re.compile(
 @argument("--resume", action="store_true", help="continue run RUN from its latest checkpoint")
 @argument("--background", action="store_true", help="return at once; VAR holds the live Result")
 @argument("--steps", default=None, metavar="N", help="steps the run will report (progress and ETA)")
+@argument("--datasets", default=None, metavar="NAME=VAR,…", help="engine-side datasets that "
+          "jaxnb.get_dataset_shard(NAME) shards across the processes")
 def jax_train(line: str) -> None:
     """%jax_train FUNC [--config EXPR] [--name RUN] [--storage DIR] [-o VAR] [--resume]
-    [--background] [--steps N]
+    [--background] [--steps N] [--datasets NAME=VAR,…]
 
     Run FUNC (no argument, or the config) on every JAX process with a live
     dashboard. --config EXPR is evaluated in the notebook (the rest of the
@@ -66,6 +69,10 @@ def run(cluster_of: Callable[[], Any], shell: Any, line: str, local_ns: dict | N
     if args.output is not None and not args.output.isidentifier():
         raise UsageError(f"-o takes a Python name, got {args.output!r}; e.g. -o result")
     steps = _step_count(args.steps)
+    try:
+        datasets = dataset_names.parse(args.datasets) if args.datasets is not None else None
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     cluster = cluster_of()
     fn = _function(args.func, shell.user_ns, local_ns or {})
     config = _evaluate(config_expr, shell.user_ns, local_ns or {})
@@ -77,7 +84,7 @@ def run(cluster_of: Callable[[], Any], shell: Any, line: str, local_ns: dict | N
     try:
         result = cluster.train(fn, config, name=args.name, storage=args.storage,
                                resume=args.resume, background=args.background, total_steps=steps,
-                               on_result=store)
+                               on_result=store, datasets=datasets)
     except (ValueError, FileExistsError, ClusterStateError) as exc:
         raise UsageError(str(exc)) from None
     if args.background:

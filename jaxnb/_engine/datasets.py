@@ -1,0 +1,191 @@
+"""``jaxnb.get_dataset_shard(name)``: the datasets of a run, and where their iterators stand.
+
+``%jax_train FUNC --datasets train=train_ds`` names engine-side variables; each
+process looks them up when the run is prepared. Every report made while a
+dataset iterator is open appends the position of each dataset's latest
+iterator to this process's ``RUN/datasets/process_<i>.jsonl`` (a few hundred
+bytes; the file keeps the recent reports). ``--resume`` from step S gives each
+dataset's first iterator the position of the report that carried the
+checkpoint at step S (any report at step S when this process did not carry it,
+as in Ray loops where only rank 0 reports the directory), so the resumed run
+gets exactly the batches an uninterrupted run would have.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+#: The positions file is rewritten with its last ``KEEP_LINES`` lines when it grows past
+#: ``MAX_LINES`` (a resume looks only at the step it resumes from).
+MAX_LINES, KEEP_LINES = 4096, 512
+
+OUTSIDE_RUN = (
+    "jaxnb.get_dataset_shard() works only inside a function run by `%jax_train FUNC --datasets "
+    "NAME=VAR` (or `JaxCluster.train(fn, datasets={'NAME': 'VAR'})`)"
+)
+
+
+class DataRun:
+    """The datasets passed to one run on this process, their shards and their positions log."""
+
+    def __init__(self, datasets: dict[str, tuple[str, Any]], run_dir: str, process: int,
+                 num_processes: int, resume: dict[str, Any] | None) -> None:
+        self.datasets, self.process, self.num_processes = datasets, process, num_processes
+        self.resume = resume or {}
+        self.shards: dict[str, Any] = {}
+        folder = os.path.join(run_dir, "datasets")
+        os.makedirs(folder, exist_ok=True)
+        self.path = positions_file(run_dir, process)
+        self._log = open(self.path, "a" if resume is not None else "w")  # noqa: SIM115
+        self._lines = len(_entries(self.path)) if resume is not None else 0
+
+    def shard(self, name: str) -> Any:
+        if name not in self.datasets:
+            passed = ", ".join(self.datasets) or "none"
+            raise KeyError(
+                f"get_dataset_shard({name!r}): no dataset named {name!r} was passed to this run "
+                f"(passed: {passed}); add --datasets {name}=VAR to %jax_train, or "
+                f"datasets={{{name!r}: 'VAR'}} to JaxCluster.train")
+        if name not in self.shards:
+            from jaxnb._engine.dataset_shard import DatasetShard
+            from jaxnb._engine.dataset_source import source_of
+
+            label, value = self.datasets[name]
+            source = source_of(name, value, label)
+            self.shards[name] = DatasetShard(source, self.process, self.num_processes,
+                                             self.resume.get(name))
+        return self.shards[name]
+
+    def positions(self) -> dict[str, Any]:
+        """The position of each dataset's latest iterator (JSON)."""
+        return {name: shard.current.position() for name, shard in self.shards.items()
+                if shard.current is not None}
+
+    def record(self, step: int, checkpoint: bool) -> None:
+        """Note where every open iterator stands at the report of ``step``."""
+        positions = self.positions()
+        if not positions:
+            return
+        line = json.dumps({"step": step, "checkpoint": checkpoint,
+                           "num_processes": self.num_processes, "positions": positions})
+        self._log.write(line + "\n")
+        self._log.flush()
+        self._lines += 1
+        if self._lines > MAX_LINES:
+            self._trim()
+
+    def _trim(self) -> None:
+        self._log.close()
+        with open(self.path) as f:
+            lines = f.readlines()[-KEEP_LINES:]
+        with open(self.path + ".tmp", "w") as f:
+            f.writelines(lines)
+        os.replace(self.path + ".tmp", self.path)
+        self._log, self._lines = open(self.path, "a"), len(lines)  # noqa: SIM115
+
+    def close(self) -> None:
+        for shard in self.shards.values():
+            if shard.current is not None:
+                shard.current.close()
+        self._log.close()
+
+
+_data: DataRun | None = None
+
+
+def get_dataset_shard(name: str) -> Any:
+    """This process's share of the dataset passed as ``--datasets name=VAR``, as Ray's
+    ``ray.train.get_dataset_shard``: ``iter_batches(...)`` and ``iter_jax_batches(...)``."""
+    if _data is None:
+        raise RuntimeError(OUTSIDE_RUN)
+    return _data.shard(name)
+
+
+# ---- set up and end a run (called by reporting.prepare / execute) ------------------------
+
+
+def resolve(names: Mapping[str, str], namespace: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
+    """Each dataset's variable in the engine namespace; ``LookupError`` naming a missing one."""
+    found = {}
+    for name, var in names.items():
+        head, *rest = var.split(".")
+        if head not in namespace:
+            raise LookupError(
+                f"dataset {name!r}: {var!r} is not defined on the engines; build it in a "
+                f"%%jax_cluster cell first (every process needs its own), then --datasets {name}={var}")
+        value = namespace[head]
+        for part in rest:
+            value = getattr(value, part)
+        found[name] = (var, value)
+    return found
+
+
+def start(datasets: dict[str, tuple[str, Any]], run_dir: str, process: int, num_processes: int,
+          resume_step: int | None) -> None:
+    """Make the datasets of the run being prepared available to ``get_dataset_shard``."""
+    global _data
+    end()
+    if not datasets:
+        return
+    resume = None
+    if resume_step is not None:
+        resume = saved_positions(run_dir, process, num_processes, resume_step)
+    from jaxnb._engine.dataset_source import source_of
+
+    for name, (label, value) in datasets.items():
+        source_of(name, value, label)  # an unusable dataset is refused before the run starts
+    _data = DataRun(datasets, run_dir, process, num_processes, resume)
+
+
+def record(step: int, checkpoint: bool) -> None:
+    """At every report: note the open iterators' positions (nothing when none is open)."""
+    if _data is not None:
+        _data.record(step, checkpoint)
+
+
+def end() -> None:
+    """Stop the run's reading threads and close its positions log."""
+    global _data
+    data, _data = _data, None
+    if data is not None:
+        data.close()
+
+
+# ---- the positions files ------------------------------------------------------------------
+
+
+def positions_file(run_dir: str, process: int) -> str:
+    return os.path.join(run_dir, "datasets", f"process_{process}.jsonl")
+
+
+def _entries(path: str) -> list[dict[str, Any]]:
+    try:
+        with open(path) as f:
+            return [json.loads(line) for line in f if line.endswith("\n")]
+    except (OSError, ValueError):
+        return []
+
+
+def saved_positions(run_dir: str, process: int, num_processes: int, step: int
+                    ) -> dict[str, Any] | None:
+    """The positions this process noted with the checkpoint of ``step`` (``{}``: none noted).
+
+    Raises ``ValueError`` when they were noted by another number of processes.
+    """
+    mine = [e for e in _entries(positions_file(run_dir, process)) if e.get("step") == step]
+    if not mine and process != 0:  # a process the saved run did not have: ask process 0's file
+        others = [e for e in _entries(positions_file(run_dir, 0)) if e.get("step") == step]
+        mine = [{**e, "positions": {}} for e in others]
+    if not mine:
+        return {}
+    chosen = ([e for e in mine if e.get("checkpoint")] or mine)[-1]
+    saved_n = chosen.get("num_processes")
+    if saved_n != num_processes:
+        raise ValueError(
+            f"the datasets' positions at step {step} were saved by {saved_n} processes and this "
+            f"cluster has {num_processes}: they cannot be carried over exactly; resume on "
+            f"{saved_n} processes, or start a new run (--name NEW)")
+    return chosen["positions"]
