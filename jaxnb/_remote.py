@@ -13,8 +13,9 @@ from typing import Any
 
 import ipyparallel as ipp
 
-from jaxnb import _ssh
+from jaxnb import _preflight, _ssh
 from jaxnb._errors import StartError
+from jaxnb._hosts import engine_counts
 from jaxnb._options import ClusterOptions
 from jaxnb._state import Group
 
@@ -32,45 +33,57 @@ def control_dir(ipp_cluster: ipp.Cluster) -> str:
 
 
 def start_launch(ipp_cluster: ipp.Cluster, options: ClusterOptions, env: dict[str, str]) -> Any:
-    """Check the hosts and launch their engines, in the background (while the controller
-    starts); call the result to join it: it raises :class:`StartError` for hosts that cannot
-    run an engine (what the check found), or engines that could not be launched."""
+    """Check the hosts (the preflight: see :mod:`jaxnb._preflight`), then launch their engines,
+    in the background (while the controller starts); call the result to join it: it raises
+    :class:`StartError` for hosts that cannot run an engine or whose versions differ from the
+    notebook's (before anything is launched), or engines that could not be launched; it returns
+    the host entries launched (``--platform gpu``: counted, one engine per GPU)."""
     errors: list[BaseException] = []
+    launched: list[tuple] = [options.host_entries()]
     forward = {k: v for k, v in env.items() if k == "PYTHONPATH"}
 
     remote = tuple(e for e in options.host_entries() if e.target != options.local_host)
 
     def check() -> None:
-        if remote:
-            _ssh.check_hosts(
-                remote, options.resolved_python(), forward,
-                control_dir(ipp_cluster), _ssh.remote_log_dir(ipp_cluster.profile_dir),
-                timeout=min(options.init_timeout, 20.0),
+        if not remote:
+            return
+        reports = _ssh.check_hosts(
+            remote, options.resolved_python(), forward,
+            control_dir(ipp_cluster), _ssh.remote_log_dir(ipp_cluster.profile_dir),
+            timeout=min(options.init_timeout, 20.0), count_gpus=options.platform == "gpu",
+        )
+        here = _preflight.local_report()
+        lines = _preflight.mismatch_lines(here, reports, options.resolved_python())
+        if options.platform == "gpu":
+            lines += _preflight.no_gpu_lines(remote, reports)
+        if lines:
+            raise StartError(
+                f"preflight: {len(lines)} of {len(reports)} hosts differ from this notebook; "
+                "nothing was launched; fix them or leave them out of --hosts\n"
+                + "\n".join(f"    {line}" for line in lines)
             )
+        if options.platform == "gpu":
+            entries = _preflight.counted_entries(options.host_entries(), reports)
+            launched[0] = entries
+            ipp_cluster.config.SSHEngineSetLauncher.engines = engine_counts(entries)
+            if options.n is None:
+                ipp_cluster.n = sum(e.count for e in entries)
 
     def check_then_launch() -> None:
-        # The check and the launch run at once; the check's message wins (it says why).
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            checked = pool.submit(check)
-            # Launch once the check's connections are up (the launch then shares them).
-            targets = len({e.target for e in remote})
-            _ssh.wait_connected(control_dir(ipp_cluster), targets, checked.done, timeout=10)
-            try:
-                ipp_cluster.start_engines_sync(environment=env)
-            except BaseException as exc:
-                errors.append(exc)
-            try:
-                checked.result()
-            except BaseException as exc:  # re-raised on the caller's thread
-                errors.insert(0, exc)
+        try:
+            check()  # opens the shared connections; the launch then uses them
+            ipp_cluster.start_engines_sync(environment=env)
+        except BaseException as exc:  # re-raised on the caller's thread
+            errors.append(exc)
 
     thread = threading.Thread(target=check_then_launch, name="jaxnb-launch-hosts", daemon=True)
     thread.start()
 
-    def join() -> None:
+    def join() -> tuple:
         thread.join()
         if errors:
             raise errors[0]
+        return launched[0]
 
     return join
 

@@ -80,19 +80,23 @@ def new_control_dir() -> str:
 
 def check_hosts(
     entries: tuple[HostEntry, ...], python: str, env: dict[str, str], control_dir: str,
-    log_dir: str, timeout: float,
-) -> None:
-    """Reach every host at once (opening its shared connection); check its interpreter and jaxnb.
+    log_dir: str, timeout: float, count_gpus: bool = False,
+) -> dict[str, dict]:
+    """Reach every host at once (opening its shared connection); check its interpreter and jaxnb;
+    return each host's preflight report (versions, GPUs: see :mod:`jaxnb._preflight`).
 
     Raises :class:`StartError` naming every host that failed, with what it printed.
     """
+    from jaxnb import _preflight
+
     targets = list(dict.fromkeys(entry.target for entry in entries))
     assign = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     remote = (
         f"test -x {shlex.quote(python)} || {{ echo 'no interpreter {python} on this host' >&2; "
-        f"exit 127; }}; env {assign} {shlex.quote(python)} -c {shlex.quote(_CHECK)} "
-        f"{shlex.quote(log_dir)}"
+        f"exit 127; }}; env {assign} {shlex.quote(python)} -c "
+        f"{shlex.quote(_CHECK + _preflight.REPORT)} {shlex.quote(log_dir)} {int(count_gpus)}"
     )
+    reports: dict[str, dict] = {}
 
     def check(target: str) -> str | None:
         try:
@@ -103,6 +107,7 @@ def check_hosts(
         except subprocess.TimeoutExpired:
             return f"no answer within {timeout:g} s"
         if out.returncode == 0:
+            reports[target] = _preflight.parse(out.stdout)
             return None
         said = (out.stderr.strip() or out.stdout.strip()).splitlines()[-6:]
         if out.returncode == 255:
@@ -118,6 +123,7 @@ def check_hosts(
             f"({', '.join(problems)}); fix them (ssh access, --python {python}, jaxnb installed "
             "there) or leave them out of --hosts\n" + "\n".join(lines)
         )
+    return reports
 
 
 def wait_connected(control_dir: str, count: int, done: Any, timeout: float) -> None:

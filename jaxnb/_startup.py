@@ -8,6 +8,7 @@ log lines; :meth:`JaxCluster.start` then stops whatever was started.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import tempfile
@@ -45,7 +46,10 @@ def start_engines(group: Group) -> None:
     launched = _remote.start_launch(ipp_cluster, options, env) if options.hosts else None
     ipp_cluster.start_controller_sync(controller_cmd=CONTROLLER_CMD, environment=watchdog)
     if launched is not None:
-        launched()  # a StartError naming each host that cannot run an engine
+        entries = launched()  # a StartError naming each host that cannot run an engine
+        if tuple(str(e) for e in entries) != options.hosts:  # --platform gpu: GPUs counted
+            options = group.options = dataclasses.replace(options, hosts=tuple(str(e) for e in entries))
+            n = ipp_cluster.n
         _remote.send_connection_file(ipp_cluster, options.init_timeout)  # the engines wait for it
     if options.is_local:
         env.update(watchdog)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -86,6 +87,11 @@ class Lab:
     hosts: list[Host] = field(default_factory=list)
     directory: str = ""
     bridge_address: str = f"{SUBNET}.1"
+    #: Folders put first on PATH in the hosts' ssh sessions (e.g. a fake ``nvidia-smi``).
+    path: tuple[str, ...] = ()
+    #: Folders each host sees empty and its own (a tmpfs in the host's mount namespace): what
+    #: the notebook's machine has there, the hosts do not (as without shared storage).
+    private: tuple[str, ...] = ()
 
     @property
     def bridge(self) -> str:
@@ -133,10 +139,12 @@ class Lab:
             host.run("ip", "link", "set", "lo", "up")
             host.run("ip", "addr", "add", f"{host.address}/24", "dev", "eth0")
             host.run("ip", "link", "set", "eth0", "up")
+            mounts = "".join(f"mount -t tmpfs jxlab {shlex.quote(p)} && " for p in self.private)
             with open(os.path.join(self.directory, f"sshd{i}.log"), "w") as log:
                 host.sshd = subprocess.Popen(
-                    ["ip", "netns", "exec", host.netns, "unshare", "--uts", "sh", "-c",
-                     f"hostname {host.hostname} && exec {SSHD} -D -e -f {self._sshd_config(host)}"],
+                    ["ip", "netns", "exec", host.netns, "unshare", "--uts", "--mount", "sh", "-c",
+                     f"hostname {host.hostname} && {mounts}"
+                     f"exec {SSHD} -D -e -f {self._sshd_config(host)}"],
                     stdout=subprocess.DEVNULL, stderr=log, start_new_session=True,
                 )
         for host in self.hosts:
@@ -202,6 +210,8 @@ class Lab:
                 "AcceptEnv *\n"
                 "Subsystem sftp internal-sftp\n"
             )
+            if self.path:
+                f.write(f"SetEnv PATH={':'.join(self.path)}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin\n")
         return path
 
     def down(self) -> None:
