@@ -68,6 +68,8 @@ class JaxCluster:
         init_timeout: float = 60.0,
         collective_timeout: int | None = None,
         env: dict[str, str] | None = None,
+        workdir: str | None = None,
+        workdir_exclude: list[str] | tuple[str, ...] = (),
     ) -> None:
         extra = {} if collective_timeout is None else {"collective_timeout": collective_timeout}
         if hostfile is not None:  # one [user@]host[:count] per line, after any --hosts
@@ -91,6 +93,8 @@ class JaxCluster:
             python=python,
             address=address,
             local_host=local_host,
+            workdir=workdir,
+            workdir_exclude=tuple(workdir_exclude),
             **extra,
         )
         self.group = Group(options)

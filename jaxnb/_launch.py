@@ -16,7 +16,7 @@ from typing import Any
 import ipyparallel as ipp
 from traitlets.config import Config
 
-from jaxnb._contract import ENV_CONTROLLER_ADDRESS, ENV_PLATFORM, ENV_STACKS_DIR
+from jaxnb._contract import ENV_CONTROLLER_ADDRESS, ENV_PLATFORM, ENV_STACKS_DIR, ENV_WORKDIR
 from jaxnb._options import ClusterOptions
 
 #: Controller heartbeat period (ms): engines register after their first beat.
@@ -52,6 +52,8 @@ def engine_environment(options: ClusterOptions, stacks_dir: str) -> dict[str, st
     elif options.platform == "tpu":
         env["JAX_PLATFORMS"] = "tpu,cpu"
     env["XLA_FLAGS"] = " ".join(f for f in xla_flags if f).strip()
+    if options.workdir:  # hosts that need a copy get its place instead (see jaxnb._workdir)
+        env[ENV_WORKDIR] = options.workdir
     if not options.is_local:
         env[ENV_CONTROLLER_ADDRESS] = controller_ip(options)
         if options.python is None and os.environ.get("PYTHONPATH"):

@@ -13,7 +13,7 @@ from typing import Any
 
 import ipyparallel as ipp
 
-from jaxnb import _preflight, _ssh
+from jaxnb import _preflight, _ssh, _workdir
 from jaxnb._errors import StartError
 from jaxnb._hosts import engine_counts
 from jaxnb._options import ClusterOptions
@@ -37,9 +37,11 @@ def start_launch(ipp_cluster: ipp.Cluster, options: ClusterOptions, env: dict[st
     in the background (while the controller starts); call the result to join it: it raises
     :class:`StartError` for hosts that cannot run an engine or whose versions differ from the
     notebook's (before anything is launched), or engines that could not be launched; it returns
-    the host entries launched (``--platform gpu``: counted, one engine per GPU)."""
+    the host entries launched (``--platform gpu``: counted, one engine per GPU) and lines to
+    show (``--workdir``: what was copied where)."""
     errors: list[BaseException] = []
     launched: list[tuple] = [options.host_entries()]
+    notes: list[str] = []
     forward = {k: v for k, v in env.items() if k == "PYTHONPATH"}
 
     remote = tuple(e for e in options.host_entries() if e.target != options.local_host)
@@ -68,6 +70,13 @@ def start_launch(ipp_cluster: ipp.Cluster, options: ClusterOptions, env: dict[st
             ipp_cluster.config.SSHEngineSetLauncher.engines = engine_counts(entries)
             if options.n is None:
                 ipp_cluster.n = sum(e.count for e in entries)
+        if options.workdir:  # the folder on every host (copied where it is not the same)
+            placed = _workdir.place(
+                [e.target for e in remote], options.workdir, options.workdir_exclude,
+                options.resolved_python(), _ssh.ssh_options(control_dir(ipp_cluster)),
+            )
+            ipp_cluster.config.FastSSHEngineSetLauncher.workdirs = {p.target: p.folder for p in placed}
+            notes.extend(_workdir.summary(options.workdir, placed))
 
     def check_then_launch() -> None:
         try:
@@ -79,11 +88,11 @@ def start_launch(ipp_cluster: ipp.Cluster, options: ClusterOptions, env: dict[st
     thread = threading.Thread(target=check_then_launch, name="jaxnb-launch-hosts", daemon=True)
     thread.start()
 
-    def join() -> tuple:
+    def join() -> tuple[tuple, list[str]]:
         thread.join()
         if errors:
             raise errors[0]
-        return launched[0]
+        return launched[0], notes
 
     return join
 

@@ -30,8 +30,9 @@ from typing import Any
 import psutil
 from ipyparallel.cluster.launcher import LocalEngineLauncher, SSHEngineLauncher, SSHEngineSetLauncher
 from ipyparallel.cluster.shellcmd import ShellCommandSend
-from traitlets import List, Unicode
+from traitlets import Dict, List, Unicode
 
+from jaxnb._contract import ENV_WORKDIR
 from jaxnb._errors import StartError
 from jaxnb._hosts import HostEntry
 
@@ -280,6 +281,7 @@ class FastSSHEngineSetLauncher(SSHEngineSetLauncher):
     launcher_class = FastSSHEngineLauncher
     control_dir = Unicode("", config=True, help="folder of the shared ssh connections' sockets")
     local_targets = List(Unicode(), config=True, help="entries whose engines run on this machine")
+    workdirs = Dict(config=True, help="--workdir: target -> the folder its engines start in")
 
     def start(self, n: int) -> list[str]:
         engine_traits = self.launcher_class.class_traits(config=True)
@@ -302,6 +304,9 @@ class FastSSHEngineSetLauncher(SSHEngineSetLauncher):
                     launcher = self.launchers[key] = self.launcher_class(
                         parent=self, identifier=key, to_send=[], **kwargs
                     )
+                    if full_host in self.workdirs:  # its copy of --workdir
+                        launcher.environment = {**launcher.environment,
+                                                ENV_WORKDIR: self.workdirs[full_host]}
                 launcher.loop  # noqa: B018 - bind the event loop on this thread
                 launcher.jaxnb_place = (full_host, i)  # its --hosts entry and its index there
                 launcher.on_stop(self._notice_engine_stopped)

@@ -46,7 +46,9 @@ def start_engines(group: Group) -> None:
     launched = _remote.start_launch(ipp_cluster, options, env) if options.hosts else None
     ipp_cluster.start_controller_sync(controller_cmd=CONTROLLER_CMD, environment=watchdog)
     if launched is not None:
-        entries = launched()  # a StartError naming each host that cannot run an engine
+        entries, notes = launched()  # a StartError naming each host that cannot run an engine
+        for note in notes:
+            print(note)
         if tuple(str(e) for e in entries) != options.hosts:  # --platform gpu: GPUs counted
             options = group.options = dataclasses.replace(options, hosts=tuple(str(e) for e in entries))
             n = ipp_cluster.n

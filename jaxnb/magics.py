@@ -34,6 +34,8 @@ START_FLAGS = {
     "hostfile": "--hostfile",
     "python": "--python",
     "address": "--address",
+    "workdir": "--workdir",
+    "workdir_exclude": "--workdir-exclude",
     "no_init": "--no-init",
     "timeout": "--timeout",
     "init_timeout": "--init-timeout",
@@ -104,6 +106,11 @@ class JaxnbMagics(Magics):
     @argument("--hostfile", default=None, metavar="PATH", help="start: one [user@]host[:count] a line")
     @argument("--python", default=None, metavar="PATH", help="start: interpreter on the hosts")
     @argument("--address", default=None, metavar="ADDR", help="start: this machine's address for hosts")
+    @argument("--workdir", default=None, metavar="DIR", help="start: engines start in DIR on every host")
+    @argument(
+        "--workdir-exclude", default=None, metavar="PATTERNS",
+        help="start: comma-separated file patterns left out of --workdir's copy, e.g. '*.ckpt,data'",
+    )
     @argument("--no-init", action="store_true", default=None, help="start: leave jax.distributed to you")
     @argument("--timeout", type=_seconds("--timeout"), default=None, metavar="S", help="start: cell timeout")
     @argument(
@@ -156,6 +163,8 @@ class JaxnbMagics(Magics):
                 hostfile=args.hostfile,
                 python=args.python,
                 address=args.address,
+                workdir=args.workdir,
+                workdir_exclude=[p.strip() for p in (args.workdir_exclude or "").split(",") if p.strip()],
                 init=not args.no_init,
                 timeout=args.timeout,
                 init_timeout=args.init_timeout or DEFAULT_INIT_TIMEOUT,

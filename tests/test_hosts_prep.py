@@ -117,3 +117,62 @@ def test_gpu_hosts_get_one_engine_per_gpu_unless_counted(prep_lab):
     finally:
         cluster.stop()
     assert engine_pids(prep_lab) == []
+
+
+def test_workdir_copied_where_hosts_lack_it_then_only_what_changed(prep_lab, capsys):
+    """The folder lies in the lab's private folder: no host sees it, so each gets a copy
+    (rsync over the shared ssh connection); *.bin files stay behind; a second start copies
+    nothing, a changed module only itself."""
+    import shutil
+
+    project = os.path.join(prep_lab.private_dir, "proj")
+    os.makedirs(os.path.join(project, "data"))
+    with open(os.path.join(project, "mymodel.py"), "w") as f:
+        f.write("VALUE = 42\n")
+    with open(os.path.join(project, "data", "big.bin"), "wb") as f:
+        f.write(os.urandom(1 << 20))
+    cluster = JaxCluster(hosts=prep_lab.addresses, workdir=project, workdir_exclude=["*.bin"])
+    copies = []
+    try:
+        capsys.readouterr()
+        cluster.start()
+        shown = capsys.readouterr().out
+        for host in prep_lab.hosts:
+            line = next((ln for ln in shown.splitlines() if f"copied to {host.address}:" in ln), "")
+            assert line.endswith("(1 files, 11 B in " + line.split(" in ")[-1]), shown
+            assert f"-{host.hostname} (" in line and "rsync)" in line, line
+            copies.append(line.split(f"{host.address}:", 1)[1].split(" (")[0])
+        cluster.run(
+            "import os, socket, mymodel\n"
+            "assert mymodel.VALUE == 42\n"
+            "assert os.getcwd().endswith('-' + socket.gethostname()), os.getcwd()\n"
+            "assert os.path.isdir('data') and not os.path.exists('data/big.bin')\n"
+        )
+        cluster.restart()
+        shown = capsys.readouterr().out
+        assert "unchanged copy on " + ", ".join(prep_lab.addresses) in shown, shown
+        with open(os.path.join(project, "mymodel.py"), "w") as f:
+            f.write("VALUE = 43\n")
+        cluster.restart()
+        shown = capsys.readouterr().out
+        assert shown.count("(1 files, 11 B in ") == 2, shown
+        cluster.run("import mymodel\nassert mymodel.VALUE == 43")
+    finally:
+        cluster.stop()
+        for copy in copies:
+            shutil.rmtree(copy, ignore_errors=True)
+    assert copies and all(c.startswith(os.path.expanduser("~/.cache/jaxnb/workdirs/proj-")) for c in copies)
+
+
+def test_workdir_a_host_already_sees_is_not_copied(prep_lab, tmp_path, capsys):
+    (tmp_path / "mymodel.py").write_text("VALUE = 7\n")
+    cluster = JaxCluster(hosts=prep_lab.addresses[:1], workdir=str(tmp_path))
+    try:
+        capsys.readouterr()
+        cluster.start()
+        shown = capsys.readouterr().out
+        assert f"--workdir {tmp_path}: already on {prep_lab.addresses[0]} (same content)" in shown
+        assert "copied" not in shown
+        cluster.run(f"import os, mymodel\nassert mymodel.VALUE == 7 and os.getcwd() == {str(tmp_path)!r}")
+    finally:
+        cluster.stop()
