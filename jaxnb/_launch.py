@@ -111,6 +111,17 @@ def build_cluster(options: ClusterOptions) -> ipp.Cluster:
             config.FastSSHEngineSetLauncher.local_targets = [options.local_host]
         config.SSHLauncher.ssh_args = _ssh.ssh_options(control_dir)
         config.SSHLauncher.scp_args = _ssh.ssh_options(control_dir)
+    if options.engines == "mpi":  # mpiexec through ipyparallel's MPI launcher (see jaxnb._mpi)
+        from jaxnb import _mpi, _ssh
+        from jaxnb._errors import StartError
+
+        why = _mpi.missing()
+        if why:
+            raise StartError(why)
+
+        entries = options.host_entries()
+        ssh_args = _ssh.ssh_options(config.FastSSHEngineSetLauncher.get("control_dir") or "/tmp")
+        config.JaxnbMPIEngineSetLauncher.mpi_args = _mpi.mpi_args(entries, ssh_args, controller_ip(options))
     # Local: loopback only. Remote engines: the one address that routes to them.
     kwargs: dict = {"controller_ip": controller_ip(options)}
     cluster = ipp.Cluster(
@@ -127,7 +138,7 @@ def build_cluster(options: ClusterOptions) -> ipp.Cluster:
         # Local engines find the controller's connection file themselves, so they can
         # start (and import JAX) while the controller is still starting.
         # (Engines on --hosts start before the controller and get the file sent: see _remote.)
-        send_engines_connection_env=not options.is_local and not options.hosts,
+        send_engines_connection_env=not options.is_local and not over_ssh(options),
         **kwargs,
     )
     return cluster
@@ -140,9 +151,18 @@ def _quiet_logger() -> logging.Logger:
     return log
 
 
+def over_ssh(options: ClusterOptions) -> bool:
+    """Whether jaxnb's own ssh launcher starts the engines (``--hosts`` without another launcher)."""
+    return bool(options.hosts) and options.engines in ("local", "ssh")
+
+
 def _engine_launcher(options: ClusterOptions) -> Any:
-    if options.hosts and options.engines in ("local", "ssh"):
+    if over_ssh(options):
         from jaxnb._ssh import FastSSHEngineSetLauncher
 
         return FastSSHEngineSetLauncher
+    if options.engines == "mpi":
+        from jaxnb._mpi import JaxnbMPIEngineSetLauncher
+
+        return JaxnbMPIEngineSetLauncher
     return options.engines

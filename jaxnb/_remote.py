@@ -32,7 +32,9 @@ def control_dir(ipp_cluster: ipp.Cluster) -> str:
     return str(ipp_cluster.config.FastSSHEngineSetLauncher.get("control_dir", ""))
 
 
-def start_launch(ipp_cluster: ipp.Cluster, options: ClusterOptions, env: dict[str, str]) -> Any:
+def start_launch(
+    ipp_cluster: ipp.Cluster, options: ClusterOptions, env: dict[str, str], launch: bool = True
+) -> Any:
     """Check the hosts (the preflight: see :mod:`jaxnb._preflight`), then launch their engines,
     in the background (while the controller starts); call the result to join it: it raises
     :class:`StartError` for hosts that cannot run an engine or whose versions differ from the
@@ -81,7 +83,8 @@ def start_launch(ipp_cluster: ipp.Cluster, options: ClusterOptions, env: dict[st
     def check_then_launch() -> None:
         try:
             check()  # opens the shared connections; the launch then uses them
-            ipp_cluster.start_engines_sync(environment=env)
+            if launch:  # (mpi: launched once the controller runs, with its connection info)
+                ipp_cluster.start_engines_sync(environment=env)
         except BaseException as exc:  # re-raised on the caller's thread
             errors.append(exc)
 
@@ -228,6 +231,8 @@ def stop(ipp_cluster: ipp.Cluster) -> None:
         if isinstance(engine_set, _ssh.FastSSHEngineSetLauncher):
             engine_set.kill_all()
             ipp_cluster.engines.pop(key)  # done: ipyparallel's own stop would ssh again
+        elif hasattr(engine_set, "kill_all"):  # mpiexec: ends its ranks on every host
+            engine_set.kill_all()
     directory = control_dir(ipp_cluster)
     if directory:
         targets = list(ipp_cluster.config.SSHEngineSetLauncher.get("engines", {}))

@@ -43,7 +43,8 @@ def start_engines(group: Group) -> None:
     watchdog = {ENV_PARENT_PID: str(os.getpid()), ENV_CLEANUP_FILES: cleanup}
     env = _launch.engine_environment(options, group.stacks_dir)
     # --hosts: check the hosts, then launch, in the background while the controller starts.
-    launched = _remote.start_launch(ipp_cluster, options, env) if options.hosts else None
+    ssh = _launch.over_ssh(options)
+    launched = _remote.start_launch(ipp_cluster, options, env, launch=ssh) if options.hosts else None
     ipp_cluster.start_controller_sync(controller_cmd=CONTROLLER_CMD, environment=watchdog)
     if launched is not None:
         entries, notes = launched()  # a StartError naming each host that cannot run an engine
@@ -52,13 +53,14 @@ def start_engines(group: Group) -> None:
         if tuple(str(e) for e in entries) != options.hosts:  # --platform gpu: GPUs counted
             options = group.options = dataclasses.replace(options, hosts=tuple(str(e) for e in entries))
             n = ipp_cluster.n
-        _remote.send_connection_file(ipp_cluster, options.init_timeout)  # the engines wait for it
+        if ssh:
+            _remote.send_connection_file(ipp_cluster, options.init_timeout)  # the engines wait for it
     if options.is_local:
         env.update(watchdog)
         controller = _ipp.controller_process(ipp_cluster)
         if controller is not None:
             env[ENV_CONTROLLER_PID] = str(controller.pid)
-    if launched is None:
+    if launched is None or not ssh:
         ipp_cluster.start_engines_sync(environment=env)
     group.launchers = _ipp.launched_engines(ipp_cluster)
     group.client = client = ipp_cluster.connect_client_sync()
