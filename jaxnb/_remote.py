@@ -7,6 +7,7 @@ Hook points in the cluster lifecycle (:mod:`jaxnb._startup`, :mod:`jaxnb._failur
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import threading
 import time
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import ipyparallel as ipp
 
 from jaxnb import _preflight, _ssh, _workdir
+from jaxnb._contract import ENV_WORKDIR_BY_HOST
 from jaxnb._errors import StartError
 from jaxnb._hosts import engine_counts
 from jaxnb._options import ClusterOptions
@@ -78,6 +80,7 @@ def start_launch(
                 options.resolved_python(), _ssh.ssh_options(control_dir(ipp_cluster)),
             )
             ipp_cluster.config.FastSSHEngineSetLauncher.workdirs = {p.target: p.folder for p in placed}
+            env[ENV_WORKDIR_BY_HOST] = json.dumps({p.hostname: p.folder for p in placed})
             notes.extend(_workdir.summary(options.workdir, placed))
 
     def check_then_launch() -> None:

@@ -31,6 +31,7 @@ _INITIALIZE = EngineCall("jaxnb._engine.process:initialize")
 _HOST_ADDRESS = EngineCall("jaxnb._engine.process:host_address")
 _FREE_PORT = EngineCall("jaxnb._engine.process:free_port")
 _PIDS = EngineCall("jaxnb._engine.process:pids")
+_RANK = EngineCall("jaxnb._engine.rank:launcher_rank")
 
 
 def start_engines(group: Group) -> None:
@@ -86,9 +87,15 @@ def join_group(group: Group) -> None:
     except (ipp.error.CompositeError, ipp.error.EngineError, ipp.error.TimeoutError):
         raise_if_engines_exited(group)
         raise
-    if group.options.hosts:  # process 0 on the first host, and so on (a TPU slice's worker order)
+    ordered = None
+    if _launch.over_ssh(group.options):  # process 0 on the first host, and so on (a TPU slice's order)
         family = view.apply_async(_PIDS).get(timeout=30)
         ordered = _remote.host_order(group, engine_ids, family)
+    elif not group.options.is_local:  # mpiexec, srun: process i is the launcher's rank i
+        ranks = view.apply_async(_RANK).get(timeout=30)
+        if None not in ranks:
+            ordered = [eid for _, eid in sorted(zip(ranks, engine_ids, strict=True))]
+    if ordered is not None:
         identities = [identities[engine_ids.index(eid)] for eid in ordered]
         engine_ids = ordered
         group.view = view = client[engine_ids]

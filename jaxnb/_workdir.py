@@ -67,7 +67,8 @@ path, name, excludes = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 copy = os.path.join(os.path.expanduser("~"), ".cache", "jaxnb", "workdirs",
                     name + "-" + socket.gethostname())
 print({MARKER!r}, json.dumps({{"at_path": _jaxnb_tree(path, excludes)[0], "copy": copy,
-      "at_copy": _jaxnb_tree(copy, excludes)[0], "rsync": bool(shutil.which("rsync"))}}))
+      "at_copy": _jaxnb_tree(copy, excludes)[0], "rsync": bool(shutil.which("rsync")),
+      "hostname": socket.gethostname()}}))
 """
 
 
@@ -77,6 +78,7 @@ class Placed:
 
     target: str
     folder: str
+    hostname: str = ""
     copied: bool = False
     files: int = 0
     size: int = 0
@@ -114,11 +116,12 @@ def place(
         if out.returncode != 0 or found is None:
             said = (out.stderr.strip() or out.stdout.strip()).splitlines()[-3:]
             raise StartError(f"--workdir: cannot check {folder} on {target}: {' | '.join(said)}")
+        name = found["hostname"]
         if found["at_path"] == here:
-            return Placed(target, folder)
+            return Placed(target, folder, name)
         copy = found["copy"]
         if found["at_copy"] == here:
-            return Placed(target, copy)
+            return Placed(target, copy, name)
         started = time.monotonic()
         if local_rsync and found["rsync"]:
             sent, count = _rsync(target, folder, copy, excludes, ssh_args)
@@ -126,7 +129,7 @@ def place(
         else:
             sent, count = _tar(target, folder, copy, excludes, ssh_args), files
             how = "tar over ssh"
-        return Placed(target, copy, True, count, sent, time.monotonic() - started, how)
+        return Placed(target, copy, name, True, count, sent, time.monotonic() - started, how)
 
     with concurrent.futures.ThreadPoolExecutor(max(1, len(targets))) as pool:
         return list(pool.map(one, targets))

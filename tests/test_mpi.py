@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import tempfile
 import time
 
 import psutil
@@ -47,7 +48,9 @@ def leftovers(lab: Lab) -> list[str]:
 def mpi_lab():
     if WHY_NOT:
         pytest.skip(f"MPI lab tests skipped: {WHY_NOT}")
-    built = Lab(2).up()
+    private = tempfile.mkdtemp(prefix="jaxnb-private-")  # the hosts do not see what is in it
+    built = Lab(2, private=(private,)).up()
+    built.private_dir = private  # type: ignore[attr-defined]
     previous = os.environ.get("JAXNB_SSH_CONFIG")
     os.environ["JAXNB_SSH_CONFIG"] = built.ssh_config
     try:
@@ -58,14 +61,25 @@ def mpi_lab():
         else:
             os.environ["JAXNB_SSH_CONFIG"] = previous
         built.down()
+        shutil.rmtree(private, ignore_errors=True)
 
 
 def test_mpi_start_psum_across_hosts_stop_leaves_nothing(mpi_lab, ip, capsys):
+    """With a --workdir the hosts lack: each rank starts in its host's copy."""
     previous = current_cluster(ip)
     use_cluster(None, ip)
+    project = os.path.join(mpi_lab.private_dir, "proj")
+    os.makedirs(project)
+    with open(os.path.join(project, "mymodel.py"), "w") as f:
+        f.write("VALUE = 42\n")
+    copies = []
     try:
         with capture_output() as shown:
-            ip.run_line_magic("jax_cluster", f"start --engines mpi --hosts {','.join(mpi_lab.addresses)}")
+            ip.run_line_magic("jax_cluster", f"start --engines mpi --hosts {','.join(mpi_lab.addresses)} "
+                              f"--workdir {project}")
+        lines = [ln for ln in shown.stdout.splitlines() if " copied to " in ln]
+        copies = [ln.split(":", 2)[2].split(" (")[0] for ln in lines]
+        assert len(copies) == 2, shown.stdout
         cluster = current_cluster(ip)
         assert cluster is not None and cluster.running, shown.stdout
         assert [p.host for p in cluster.processes] == ["labhost1", "labhost2"]
@@ -76,7 +90,7 @@ def test_mpi_start_psum_across_hosts_stop_leaves_nothing(mpi_lab, ip, capsys):
         assert type(launcher).__name__ == "JaxnbMPIEngineSetLauncher"
         assert psutil.Process(launcher.pid).name() in ("mpiexec", "orterun")
         capsys.readouterr()
-        ip.run_cell_magic("jax_cluster", "", PSUM)
+        ip.run_cell_magic("jax_cluster", "", "import mymodel\n" + PSUM)
         assert "psum 3.0 on 2 processes" in capsys.readouterr().out
         ip.run_line_magic("jax_cluster", "stop")
         assert not psutil.pid_exists(launcher.pid) or psutil.Process(launcher.pid).status() == "zombie"
@@ -88,6 +102,8 @@ def test_mpi_start_psum_across_hosts_stop_leaves_nothing(mpi_lab, ip, capsys):
         if current_cluster(ip) is not None:
             current_cluster(ip).stop()
         use_cluster(previous, ip)
+        for copy in copies:
+            shutil.rmtree(copy, ignore_errors=True)
 
 
 def test_mpi_without_mpiexec_is_one_line(ip, monkeypatch):

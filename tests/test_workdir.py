@@ -31,9 +31,9 @@ def test_hash_follows_content_not_path_and_leaves_excluded_files_out(tmp_path):
 
 def test_summary_lines():
     placed = [
-        _workdir.Placed("h1", "/p"),
-        _workdir.Placed("h2", "/c/p-h2"),
-        _workdir.Placed("h3", "/c/p-h3", True, 3, 10_400_000, 0.42, "rsync"),
+        _workdir.Placed("h1", "/p", "n1"),
+        _workdir.Placed("h2", "/c/p-h2", "n2"),
+        _workdir.Placed("h3", "/c/p-h3", "n3", True, 3, 10_400_000, 0.42, "rsync"),
     ]
     assert _workdir.summary("/p", placed) == [
         "jaxnb: --workdir /p: already on h1 (same content)",

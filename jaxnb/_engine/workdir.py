@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from jaxnb._contract import ENV_WORKDIR
+from jaxnb._contract import ENV_WORKDIR, ENV_WORKDIR_BY_HOST
 
 #: ipyparallel's ssh launcher gives the profile folder relative to the home folder.
 _PROFILE_VARIABLE = "IPP_PROFILE_DIR"
@@ -18,6 +18,12 @@ def enter() -> None:
     folder = os.environ.get(ENV_WORKDIR)
     if not folder:
         return
+    if os.environ.get(ENV_WORKDIR_BY_HOST):  # this host's copy (mpiexec: one environment for all)
+        import json
+        import socket
+
+        folder = json.loads(os.environ[ENV_WORKDIR_BY_HOST]).get(socket.gethostname(), folder)
+        os.environ[ENV_WORKDIR] = folder
     profile = os.environ.get(_PROFILE_VARIABLE)
     if profile and not os.path.isabs(profile):
         os.environ[_PROFILE_VARIABLE] = os.path.abspath(profile)
