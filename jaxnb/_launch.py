@@ -122,6 +122,19 @@ def build_cluster(options: ClusterOptions) -> ipp.Cluster:
         entries = options.host_entries()
         ssh_args = _ssh.ssh_options(config.FastSSHEngineSetLauncher.get("control_dir") or "/tmp")
         config.JaxnbMPIEngineSetLauncher.mpi_args = _mpi.mpi_args(entries, ssh_args, controller_ip(options))
+    if options.engines == "slurm":  # sbatch/srun through ipyparallel's Slurm launcher
+        from jaxnb import _slurm
+        from jaxnb._errors import StartError
+
+        why = _slurm.missing()
+        if why:
+            raise StartError(why)
+        given = dict(options.slurm)
+        config.JaxnbSlurmEngineSetLauncher.batch_template = _slurm.batch_template(
+            tuple(given.get("sbatch", "").split("\n")) if given.get("sbatch") else ())
+        config.JaxnbSlurmEngineSetLauncher.queue = given.get("partition", "")
+        config.JaxnbSlurmEngineSetLauncher.account = given.get("account", "")
+        config.JaxnbSlurmEngineSetLauncher.timelimit = given.get("time_limit", "")
     # Local: loopback only. Remote engines: the one address that routes to them.
     kwargs: dict = {"controller_ip": controller_ip(options)}
     cluster = ipp.Cluster(
@@ -165,4 +178,8 @@ def _engine_launcher(options: ClusterOptions) -> Any:
         from jaxnb._mpi import JaxnbMPIEngineSetLauncher
 
         return JaxnbMPIEngineSetLauncher
+    if options.engines == "slurm":
+        from jaxnb._slurm import JaxnbSlurmEngineSetLauncher
+
+        return JaxnbSlurmEngineSetLauncher
     return options.engines

@@ -43,6 +43,8 @@ class ClusterOptions:
     workdir: str | None = None
     #: ``--workdir-exclude``: patterns of files left out of the copy (data, checkpoints).
     workdir_exclude: tuple[str, ...] = ()
+    #: ``--engines slurm``: ``--partition``, ``--time-limit``, ``--account``, ``--sbatch`` options.
+    slurm: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         from jaxnb._hosts import HostError, check_address, parse_entry
@@ -64,6 +66,9 @@ class ClusterOptions:
             object.__setattr__(self, "workdir", os.path.abspath(self.workdir))
         elif self.workdir_exclude:
             raise OptionError("--workdir-exclude needs --workdir DIR")
+        if self.slurm and self.engines != "slurm":
+            flags = ", ".join("--" + k.replace("_", "-") for k, _ in self.slurm)
+            raise OptionError(f"{flags} go with --engines slurm; add it or drop them")
         if self.n is not None and (not isinstance(self.n, int) or self.n < 1):
             raise OptionError(f"-n must be a whole number ≥ 1, got {self.n!r}; e.g. -n 2")
         k = self.devices_per_process

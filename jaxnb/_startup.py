@@ -72,10 +72,20 @@ def start_engines(group: Group) -> None:
             raise StartError(
                 f"only {len(client.ids)} of {n} engines registered within "
                 f"{options.init_timeout:g} s; raise --init-timeout or check the engine logs"
+                + _slurm_note(ipp_cluster)
             )
         time.sleep(0.02)
     group.view = client[sorted(client.ids)[:n]]
     group.view.block = False
+
+
+def _slurm_note(ipp_cluster: Any) -> str:
+    """``--engines slurm``: the job's state and Slurm's reason (a queue that did not start it)."""
+    if not any(type(s).__name__ == "JaxnbSlurmEngineSetLauncher" for s in ipp_cluster.engines.values()):
+        return ""
+    from jaxnb import _slurm
+
+    return _slurm.pending_note(list(ipp_cluster.engines.values()))
 
 
 def join_group(group: Group) -> None:

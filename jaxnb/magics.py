@@ -36,6 +36,10 @@ START_FLAGS = {
     "address": "--address",
     "workdir": "--workdir",
     "workdir_exclude": "--workdir-exclude",
+    "partition": "--partition",
+    "time_limit": "--time-limit",
+    "account": "--account",
+    "sbatch": "--sbatch",
     "no_init": "--no-init",
     "timeout": "--timeout",
     "init_timeout": "--init-timeout",
@@ -111,6 +115,13 @@ class JaxnbMagics(Magics):
         "--workdir-exclude", default=None, metavar="PATTERNS",
         help="start: comma-separated file patterns left out of --workdir's copy, e.g. '*.ckpt,data'",
     )
+    @argument("--partition", default=None, metavar="P", help="start: Slurm partition (--engines slurm)")
+    @argument("--time-limit", default=None, metavar="T", help="start: Slurm time limit, e.g. 1:00:00")
+    @argument("--account", default=None, metavar="A", help="start: Slurm account to charge")
+    @argument(
+        "--sbatch", action="append", default=None, metavar="OPTION",
+        help="start: an extra #SBATCH line, e.g. --sbatch=--gres=gpu:8 (repeat for more)",
+    )
     @argument("--no-init", action="store_true", default=None, help="start: leave jax.distributed to you")
     @argument("--timeout", type=_seconds("--timeout"), default=None, metavar="S", help="start: cell timeout")
     @argument(
@@ -164,6 +175,10 @@ class JaxnbMagics(Magics):
                 python=args.python,
                 address=args.address,
                 workdir=args.workdir,
+                partition=args.partition,
+                time_limit=args.time_limit,
+                account=args.account,
+                sbatch=args.sbatch or (),
                 workdir_exclude=[p.strip() for p in (args.workdir_exclude or "").split(",") if p.strip()],
                 init=not args.no_init,
                 timeout=args.timeout,

@@ -92,6 +92,9 @@ class Lab:
     #: Folders each host sees empty and its own (a tmpfs in the host's mount namespace): what
     #: the notebook's machine has there, the hosts do not (as without shared storage).
     private: tuple[str, ...] = ()
+    #: Also run Slurm on the hosts (``tests/lab/slurm.py``): ``self.slurm`` then has its settings.
+    with_slurm: bool = False
+    slurm: object = None
 
     @property
     def bridge(self) -> str:
@@ -149,6 +152,11 @@ class Lab:
                 )
         for host in self.hosts:
             self._wait_ssh(host)
+        if self.with_slurm:
+            from lab.slurm import Slurm
+
+            self.slurm = Slurm(self)
+            self.slurm.up()
 
     def ssh(self, host: Host, command: str, timeout: float = 20) -> subprocess.CompletedProcess:
         """Run ``command`` on ``host`` over ssh."""
@@ -216,6 +224,9 @@ class Lab:
 
     def down(self) -> None:
         """Remove everything the lab made: processes on its hosts, sshd, namespaces, bridge, files."""
+        if self.slurm is not None:
+            self.slurm.down()
+            self.slurm = None
         for host in self.hosts:
             for pid in host.pids():
                 with contextlib.suppress(OSError):
