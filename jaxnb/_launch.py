@@ -131,10 +131,8 @@ def build_cluster(options: ClusterOptions) -> ipp.Cluster:
             raise StartError(why)
         given = dict(options.slurm)
         config.JaxnbSlurmEngineSetLauncher.batch_template = _slurm.batch_template(
-            tuple(given.get("sbatch", "").split("\n")) if given.get("sbatch") else ())
-        config.JaxnbSlurmEngineSetLauncher.queue = given.get("partition", "")
-        config.JaxnbSlurmEngineSetLauncher.account = given.get("account", "")
-        config.JaxnbSlurmEngineSetLauncher.timelimit = given.get("time_limit", "")
+            tuple(given["sbatch"].split("\n")) if given.get("sbatch") else (),
+            given.get("partition", ""), given.get("time_limit", ""), given.get("account", ""))
     # Local: loopback only. Remote engines: the one address that routes to them.
     kwargs: dict = {"controller_ip": controller_ip(options)}
     cluster = ipp.Cluster(

@@ -172,6 +172,11 @@ def explain_lost(group: Group, processes: list[int]) -> dict[int, str]:
     cannot be reached over a fresh ssh connection (all hosts checked at once)."""
     directory = control_dir(group.ipp) if group.ipp is not None else ""
     found: dict[int, str] = {}
+    for engine_set in (group.ipp.engines.values() if group.ipp is not None else ()):
+        if hasattr(engine_set, "explain_lost"):  # a batch job (Slurm): what its scheduler says
+            for p in processes:
+                found[p] = engine_set.explain_lost(p, group.processes[p].host)
+            return found
     probe: dict[int, str] = {}
     for p in processes:
         launcher = launcher_of(group, p)

@@ -17,7 +17,6 @@ import subprocess
 import time
 
 from ipyparallel.cluster.launcher import SlurmEngineSetLauncher
-from traitlets import List, Unicode
 
 #: How long ``stop`` waits for Slurm to stop listing the cancelled job.
 CANCEL_WAIT_SECONDS = 30.0
@@ -31,14 +30,20 @@ def missing() -> str | None:
     return None
 
 
-def batch_template(lines: tuple[str, ...]) -> str:
-    """The job script: ipyparallel's, with jaxnb's job name and the user's ``#SBATCH`` lines."""
-    extra = "".join(f"#SBATCH {line}\n" for line in lines)
+def batch_template(
+    lines: tuple[str, ...] = (), partition: str = "", time_limit: str = "", account: str = ""
+) -> str:
+    """The job script: ipyparallel's, with jaxnb's job name, the user's partition, time limit,
+    account and extra ``#SBATCH`` lines (braces are kept: the launcher formats the script)."""
+    given = [f"--partition={partition}" if partition else "", f"--time={time_limit}" if time_limit else "",
+             f"--account={account}" if account else "", *lines]
+    extra = "".join(f"#SBATCH {line.replace('{', '{{').replace('}', '}}')}\n" for line in given if line)
     return (
         "#!/bin/sh\n"
         "#SBATCH --export=ALL\n"
         "#SBATCH --job-name=jaxnb-{cluster_id}\n"
         "#SBATCH --ntasks={n}\n"
+        "#SBATCH --output={output_file}\n"
         f"{extra}"
         "srun {program_and_args}\n"
     )
@@ -68,7 +73,9 @@ def job_steps(job_id: str) -> dict[str, str]:
 class JaxnbSlurmEngineSetLauncher(SlurmEngineSetLauncher):
     """ipyparallel's Slurm engine launcher; ``kill_all`` cancels the job and waits it out."""
 
-    sbatch_lines = List(Unicode(), config=True, help="extra #SBATCH lines (the user's options)")
+    def explain_lost(self, task: int, host: str) -> str:
+        """How task ``task`` of this job ended (see :func:`explain_lost`)."""
+        return explain_lost(self, task, host)
 
     def kill_all(self) -> None:
         """``scancel`` the job (every task on every node), then wait until Slurm drops it."""
@@ -84,6 +91,22 @@ class JaxnbSlurmEngineSetLauncher(SlurmEngineSetLauncher):
                                                  "SUSPENDED"):
                 return
             time.sleep(0.2)
+
+
+def explain_lost(engine_set: JaxnbSlurmEngineSetLauncher, task: int, host: str) -> str:
+    """How task ``task`` (on ``host``) of the engines' job ended, as far as Slurm still says."""
+    job = getattr(engine_set, "job_id", None)
+    if not job:
+        return ""
+    step = f"{job}.0"  # srun's step: one task per engine
+    where = f"task {task} on {host}"
+    state = job_state(job)
+    if state is None:
+        return f"ended with its Slurm job {job} ({where}; Slurm no longer lists the job)"
+    steps = job_steps(job)
+    if step not in steps:
+        return f"ended: step {step} of Slurm job {job} is gone ({where}; the job is {state[0]})"
+    return f"died in step {step} of Slurm job {job} ({where}; the step is {steps[step]})"
 
 
 def pending_note(engine_sets: list) -> str:

@@ -254,6 +254,13 @@ if __name__ == "__main__":
     if sys.argv[1:] == ["check"]:  # one line for `bash dev test`
         why = missing()
         print(f"lab tests (several ssh hosts) skipped: {why}" if why else "lab tests: will run")
+        if not why:
+            from tests.lab.slurm import missing as slurm_missing
+
+            no_slurm = slurm_missing()
+            no_mpi = None if shutil.which("mpiexec") else "no mpiexec (apt-get install openmpi-bin)"
+            print(f"Slurm lab tests skipped: {no_slurm}" if no_slurm else "Slurm lab tests: will run")
+            print(f"MPI lab tests skipped: {no_mpi}" if no_mpi else "MPI lab tests: will run")
         sys.exit(0)
     why = missing()
     if why:
