@@ -95,7 +95,8 @@ def test_slurm_start_cell_train_killed_step_stop(slurm_lab, magics, capsys):
     job = engine_set.job_id
     assert f"{job} " in jobs(slurm_lab) and "jaxnb-" in jobs(slurm_lab)
     capsys.readouterr()
-    ip.run_cell_magic("jax_cluster", "", "import jax\nprint('processes', jax.process_count(), jax.device_count())")
+    cell = "import jax\nprint('processes', jax.process_count(), jax.device_count())"
+    ip.run_cell_magic("jax_cluster", "", cell)
     assert "processes 2 2" in capsys.readouterr().out
     ip.run_cell_magic("jax_cluster", "", TRAIN)
     with capture_output():
@@ -117,8 +118,11 @@ def test_slurm_start_cell_train_killed_step_stop(slurm_lab, magics, capsys):
 
 def test_a_job_the_queue_does_not_start_is_named_pending_with_the_reason(slurm_lab, magics):
     with pytest.raises(UsageError) as caught:
-        magics.run_line_magic("jax_cluster", f"start --engines slurm -n 2 --address {slurm_lab.bridge_address} "
-                              "--partition closed --init-timeout 3")
+        magics.run_line_magic(
+            "jax_cluster",
+            f"start --engines slurm -n 2 --address {slurm_lab.bridge_address} --partition closed "
+            "--init-timeout 3",
+        )
     text = str(caught.value)
     assert "only 0 of 2 engines registered within 3 s" in text, text
     assert "is still PENDING (reason: PartitionDown)" in text or "is still PENDING (reason: " in text, text

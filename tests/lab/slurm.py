@@ -41,7 +41,7 @@ def _which(tool: str) -> str:
 class Slurm:
     """The lab's Slurm: ``up(lab)`` starts it, ``down()`` stops it and removes its files."""
 
-    def __init__(self, lab) -> None:  # noqa: ANN001 - tests.lab.lab.Lab
+    def __init__(self, lab) -> None:
         self.lab = lab
         self.dir = os.path.join(lab.directory, "slurm")
         self.procs: list[subprocess.Popen] = []
@@ -98,7 +98,7 @@ class Slurm:
         states = dict(line.split() for line in out.stdout.splitlines() if line.strip())
         return len(states) == len(self.lab.hosts) and all(s == "idle" for s in states.values())
 
-    def _wait(self, ready, what: str, timeout: float = 20) -> None:  # noqa: ANN001
+    def _wait(self, ready, what: str, timeout: float = 20) -> None:
         deadline = time.monotonic() + timeout
         while not ready():
             dead = [p for p in self.procs if p.poll() is not None]
