@@ -68,7 +68,11 @@ class ClusterOptions:
             raise OptionError("--workdir-exclude needs --workdir DIR")
         if self.slurm and self.engines != "slurm":
             flags = ", ".join("--" + k.replace("_", "-") for k, _ in self.slurm)
-            raise OptionError(f"{flags} go with --engines slurm; add it or drop them")
+            one = len(self.slurm) == 1
+            raise OptionError(
+                f"{flags} {'is' if one else 'are'} for --engines slurm only; add --engines slurm "
+                f"or drop {'it' if one else 'them'}"
+            )
         if self.n is not None and (not isinstance(self.n, int) or self.n < 1):
             raise OptionError(f"-n must be a whole number ≥ 1, got {self.n!r}; e.g. -n 2")
         k = self.devices_per_process

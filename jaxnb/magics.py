@@ -179,7 +179,7 @@ class JaxnbMagics(Magics):
                 time_limit=args.time_limit,
                 account=args.account,
                 sbatch=args.sbatch or (),
-                workdir_exclude=[p.strip() for p in (args.workdir_exclude or "").split(",") if p.strip()],
+                workdir_exclude=_patterns(args.workdir_exclude),
                 init=not args.no_init,
                 timeout=args.timeout,
                 init_timeout=args.init_timeout or DEFAULT_INIT_TIMEOUT,
@@ -292,6 +292,14 @@ class JaxnbMagics(Magics):
 
 # %jax_train's help is its parser's (every flag, --config included).
 JaxnbMagics.jax_train.__doc__ = train_magic.HELP
+
+
+def _patterns(text: str | None) -> list[str]:
+    """``--workdir-exclude '*.ckpt,data'`` → ``["*.ckpt", "data"]`` (IPython keeps the quotes)."""
+    unquoted = (text or "").strip()
+    if len(unquoted) > 1 and unquoted[0] == unquoted[-1] and unquoted[0] in "'\"":
+        unquoted = unquoted[1:-1]
+    return [p.strip() for p in unquoted.split(",") if p.strip()]
 
 
 def _show_status(cluster: JaxCluster) -> None:

@@ -140,5 +140,6 @@ def test_slurm_without_sbatch_is_one_line(ip, monkeypatch):
 
 
 def test_slurm_flags_need_engines_slurm(ip):
-    with pytest.raises(UsageError, match="--partition go with --engines slurm"):
+    says = "--partition is for --engines slurm only; add --engines slurm or drop it"
+    with pytest.raises(UsageError, match=says):
         ip.run_line_magic("jax_cluster", "start --partition gpu")

@@ -52,6 +52,13 @@ def test_bad_workdir_is_one_line(ip):
         assert "\n" not in str(caught.value)
 
 
+def test_exclude_patterns_from_the_magic_lose_their_quotes():
+    from jaxnb.magics import _patterns
+
+    assert _patterns("'*.bin,data/raw'") == _patterns('"*.bin,data/raw"') == ["*.bin", "data/raw"]
+    assert _patterns("*.ckpt") == ["*.ckpt"] and _patterns(None) == []
+
+
 def test_local_engines_start_in_workdir_and_import_from_it(tmp_path):
     (tmp_path / "mymodel.py").write_text("VALUE = 5\n")
     with JaxCluster(1, workdir=str(tmp_path)) as cluster:
