@@ -94,19 +94,33 @@ class JaxnbSlurmEngineSetLauncher(SlurmEngineSetLauncher):
 
 
 def explain_lost(engine_set: JaxnbSlurmEngineSetLauncher, task: int, host: str) -> str:
-    """How task ``task`` (on ``host``) of the engines' job ended, as far as Slurm still says."""
+    """How task ``task`` (on ``host``) of the engines' job ended, as far as Slurm says: the job
+    and its step, their state, and what ``srun``/``slurmstepd`` wrote to the job's output."""
     job = getattr(engine_set, "job_id", None)
     if not job:
         return ""
     step = f"{job}.0"  # srun's step: one task per engine
     where = f"task {task} on {host}"
+    said = _scheduler_lines(getattr(engine_set, "output_file", ""))
+    said = f"; the job's output says: {' | '.join(said)}" if said else ""
     state = job_state(job)
     if state is None:
-        return f"ended with its Slurm job {job} ({where}; Slurm no longer lists the job)"
+        return f"ended with step {step} of Slurm job {job} ({where}; the job has ended{said})"
     steps = job_steps(job)
     if step not in steps:
-        return f"ended: step {step} of Slurm job {job} is gone ({where}; the job is {state[0]})"
-    return f"died in step {step} of Slurm job {job} ({where}; the step is {steps[step]})"
+        return f"ended: step {step} of Slurm job {job} is gone ({where}; the job is {state[0]}{said})"
+    return f"died in step {step} of Slurm job {job} ({where}; the step is {steps[step]}{said})"
+
+
+def _scheduler_lines(path: str, keep: int = 3) -> list[str]:
+    """The last lines ``srun`` and ``slurmstepd`` wrote to the job's output file (if readable)."""
+    try:
+        with open(path, errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    found = [ln.strip() for ln in lines if ln.startswith(("srun:", "slurmstepd:"))]
+    return found[-keep:]
 
 
 def pending_note(engine_sets: list) -> str:
