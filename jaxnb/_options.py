@@ -66,6 +66,11 @@ class ClusterOptions:
             object.__setattr__(self, "workdir", os.path.abspath(self.workdir))
         elif self.workdir_exclude:
             raise OptionError("--workdir-exclude needs --workdir DIR")
+        if self.engines == "slurm" and self.hosts:
+            raise OptionError(
+                "--hosts does not go with --engines slurm (Slurm picks the nodes); drop --hosts, "
+                "or name nodes with --sbatch=--nodelist=NODES"
+            )
         if self.slurm and self.engines != "slurm":
             flags = ", ".join("--" + k.replace("_", "-") for k, _ in self.slurm)
             one = len(self.slurm) == 1

@@ -139,6 +139,11 @@ def test_slurm_without_sbatch_is_one_line(ip, monkeypatch):
     assert "\n" not in str(caught.value)
 
 
+def test_slurm_takes_no_hosts(ip):
+    with pytest.raises(UsageError, match="--hosts does not go with --engines slurm"):
+        ip.run_line_magic("jax_cluster", "start --engines slurm --hosts a,b")
+
+
 def test_slurm_flags_need_engines_slurm(ip):
     says = "--partition is for --engines slurm only; add --engines slurm or drop it"
     with pytest.raises(UsageError, match=says):
