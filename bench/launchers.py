@@ -6,7 +6,7 @@ and ``--workdir``'s copy of a 10 MB folder to hosts that lack it (first start, s
 Start = ``JaxCluster(...).start()`` and one cross-process all-gather (the first psum), 2 engines
 on 2 lab hosts each time: ``--hosts`` (jaxnb's ssh launcher), ``--engines mpi --hosts``
 (OpenMPI's mpiexec over the lab's ssh), ``--engines slurm -n 2`` (sbatch + srun on the lab's
-slurmctld/slurmd). Ratios are against ``--hosts``.
+slurmctld/slurmd), and a local 2-process start for scale. Ratios are against ``--hosts``.
 """
 
 from __future__ import annotations
@@ -73,6 +73,7 @@ def main() -> None:
     os.environ.update(lab.slurm.env)
     try:
         kinds = {
+            "local 2 processes": dict(n=2),
             "--hosts (ssh)": dict(hosts=lab.addresses),
             "--engines mpi --hosts": dict(engines="mpi", hosts=lab.addresses),
             "--engines slurm -n 2": dict(n=2, engines="slurm", address=lab.bridge_address),

@@ -127,16 +127,6 @@ def check_hosts(
     return reports
 
 
-def wait_connected(control_dir: str, count: int, done: Any, timeout: float) -> None:
-    """Wait until ``count`` shared connections are up in ``control_dir`` (or ``done()``)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not done():
-        with contextlib.suppress(OSError):
-            if len(os.listdir(control_dir)) >= count:
-                return
-        time.sleep(0.01)
-
-
 def close_connections(control_dir: str | None, targets: list[str]) -> None:
     """Close the shared connections (their master processes exit) and remove their folder."""
     if not control_dir:

@@ -40,6 +40,9 @@ def start_engines(group: Group) -> None:
     n = options.resolved_n()
     group.stacks_dir = tempfile.mkdtemp(prefix="jaxnb-")
     ipp_cluster = group.ipp = _launch.build_cluster(options)
+    if options.engines == "slurm":  # the job script in the cluster's own folder, not the notebook's
+        ipp_cluster.config.JaxnbSlurmEngineSetLauncher.batch_file_name = os.path.join(
+            group.stacks_dir, "jaxnb-engines.sbatch")
     cleanup = os.pathsep.join([*_ipp.key_files(ipp_cluster), group.stacks_dir])
     watchdog = {ENV_PARENT_PID: str(os.getpid()), ENV_CLEANUP_FILES: cleanup}
     env = _launch.engine_environment(options, group.stacks_dir)

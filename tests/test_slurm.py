@@ -93,6 +93,8 @@ def test_slurm_start_cell_train_killed_step_stop(slurm_lab, magics, capsys):
     assert cluster.coordinator_address.rsplit(":", 1)[0] == cluster.processes[0].address
     engine_set = next(iter(cluster.group.ipp.engines.values()))
     job = engine_set.job_id
+    assert engine_set.batch_file.startswith(cluster.group.stacks_dir)  # not in the notebook's folder
+    assert not os.path.exists("slurm_engine.sbatch")
     assert f"{job} " in jobs(slurm_lab) and "jaxnb-" in jobs(slurm_lab)
     capsys.readouterr()
     cell = "import jax\nprint('processes', jax.process_count(), jax.device_count())"
