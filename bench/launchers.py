@@ -29,7 +29,8 @@ from hosts import start_stop  # noqa: E402 - bench/hosts.py: start, first psum, 
 
 def workdir_copy(lab, private: str) -> list[tuple[str, float, str]]:
     """(which start, seconds for the whole --workdir step, what it printed) for a 10 MB folder."""
-    from jaxnb import _ssh, _workdir
+    from jaxnb._hosts import ssh
+    from jaxnb._hosts import workdir
 
     project = os.path.join(private, "proj10mb")
     os.makedirs(project)
@@ -38,8 +39,8 @@ def workdir_copy(lab, private: str) -> list[tuple[str, float, str]]:
             f.write(os.urandom(1_000_000))
     with open(os.path.join(project, "mymodel.py"), "w") as f:
         f.write("VALUE = 1\n")
-    control = _ssh.new_control_dir()
-    args = _ssh.ssh_options(control)
+    control = ssh.new_control_dir()
+    args = ssh.ssh_options(control)
     rows = []
     try:
         for which in ("first start", "second start (nothing changed)", "after editing mymodel.py"):
@@ -47,14 +48,14 @@ def workdir_copy(lab, private: str) -> list[tuple[str, float, str]]:
                 with open(os.path.join(project, "mymodel.py"), "w") as f:
                     f.write("VALUE = 2\n")
             t0 = time.perf_counter()
-            placed = _workdir.place(lab.addresses, project, (), sys.executable, args)
-            rows.append((which, time.perf_counter() - t0, "; ".join(_workdir.summary(project, placed))))
+            placed = workdir.place(lab.addresses, project, (), sys.executable, args)
+            rows.append((which, time.perf_counter() - t0, "; ".join(workdir.summary(project, placed))))
         return rows
     finally:
         for p in placed:
             if p.folder != project:
                 shutil.rmtree(p.folder, ignore_errors=True)
-        _ssh.close_connections(control, lab.addresses)
+        ssh.close_connections(control, lab.addresses)
 
 
 def main() -> None:

@@ -182,7 +182,9 @@ def test_workdir_copied_with_tar_where_rsync_is_missing(prep_lab, monkeypatch):
     """Without rsync on this machine, the copy goes through tar over the same ssh connection."""
     import shutil
 
-    from jaxnb import _ssh, _workdir
+    from jaxnb._hosts import ssh
+
+    from jaxnb._hosts import workdir
 
     project = os.path.join(prep_lab.private_dir, "tarproj")
     os.makedirs(os.path.join(project, "pkg"))
@@ -191,20 +193,20 @@ def test_workdir_copied_with_tar_where_rsync_is_missing(prep_lab, monkeypatch):
     with open(os.path.join(project, "skip.ckpt"), "w") as f:
         f.write("big")
     which = shutil.which
-    monkeypatch.setattr(_workdir.shutil, "which", lambda name: None if name == "rsync" else which(name))
-    control = _ssh.new_control_dir()
+    monkeypatch.setattr(workdir.shutil, "which", lambda name: None if name == "rsync" else which(name))
+    control = ssh.new_control_dir()
     placed = []
     try:
-        placed = _workdir.place(prep_lab.addresses[:1], project, ("*.ckpt",), sys.executable,
-                                _ssh.ssh_options(control))
+        placed = workdir.place(prep_lab.addresses[:1], project, ("*.ckpt",), sys.executable,
+                                ssh.ssh_options(control))
         (one,) = placed
         assert one.copied and one.how == "tar over ssh" and one.files == 1, one
         out = prep_lab.ssh(prep_lab.hosts[0], f"cat {one.folder}/pkg/m.py; ls {one.folder}")
         assert out.stdout.split() == ["X", "=", "1", "pkg"], out
-        again = _workdir.place(prep_lab.addresses[:1], project, ("*.ckpt",), sys.executable,
-                               _ssh.ssh_options(control))
+        again = workdir.place(prep_lab.addresses[:1], project, ("*.ckpt",), sys.executable,
+                               ssh.ssh_options(control))
         assert not again[0].copied and again[0].folder == one.folder
     finally:
         for p in placed:
             shutil.rmtree(p.folder, ignore_errors=True)
-        _ssh.close_connections(control, prep_lab.addresses[:1])
+        ssh.close_connections(control, prep_lab.addresses[:1])

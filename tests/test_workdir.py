@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 from IPython.core.error import UsageError
 
-from jaxnb import JaxCluster, _workdir
+from jaxnb import JaxCluster
+
+from jaxnb._hosts import workdir
 
 
 def test_hash_follows_content_not_path_and_leaves_excluded_files_out(tmp_path):
@@ -18,24 +20,24 @@ def test_hash_follows_content_not_path_and_leaves_excluded_files_out(tmp_path):
     (b / "ckpt" / "w.npy").write_bytes(b"0" * 100)
     (b / "__pycache__").mkdir()
     (b / "__pycache__" / "m.pyc").write_bytes(b"junk")
-    excludes = (*_workdir.DEFAULT_EXCLUDES, "ckpt")
-    assert _workdir.tree(str(a), excludes) == _workdir.tree(str(b), excludes)
-    assert _workdir.tree(str(a), excludes)[1:] == (1, 6)
-    assert _workdir.tree(str(b), ("__pycache__",))[0] != _workdir.tree(str(a), ("__pycache__",))[0]
-    assert _workdir.tree(str(b), ("*.npy", "__pycache__")) == _workdir.tree(str(a), ())
-    assert _workdir.tree(str(b), ("ckpt/w.npy", "__pycache__")) == _workdir.tree(str(a), ())
+    excludes = (*workdir.DEFAULT_EXCLUDES, "ckpt")
+    assert workdir.tree(str(a), excludes) == workdir.tree(str(b), excludes)
+    assert workdir.tree(str(a), excludes)[1:] == (1, 6)
+    assert workdir.tree(str(b), ("__pycache__",))[0] != workdir.tree(str(a), ("__pycache__",))[0]
+    assert workdir.tree(str(b), ("*.npy", "__pycache__")) == workdir.tree(str(a), ())
+    assert workdir.tree(str(b), ("ckpt/w.npy", "__pycache__")) == workdir.tree(str(a), ())
     (a / "pkg" / "m.py").write_text("x = 2\n")
-    assert _workdir.tree(str(a), excludes) != _workdir.tree(str(b), excludes)
-    assert _workdir.tree(str(tmp_path / "none"), ()) == (None, 0, 0)
+    assert workdir.tree(str(a), excludes) != workdir.tree(str(b), excludes)
+    assert workdir.tree(str(tmp_path / "none"), ()) == (None, 0, 0)
 
 
 def test_summary_lines():
     placed = [
-        _workdir.Placed("h1", "/p", "n1"),
-        _workdir.Placed("h2", "/c/p-h2", "n2"),
-        _workdir.Placed("h3", "/c/p-h3", "n3", True, 3, 10_400_000, 0.42, "rsync"),
+        workdir.Placed("h1", "/p", "n1"),
+        workdir.Placed("h2", "/c/p-h2", "n2"),
+        workdir.Placed("h3", "/c/p-h3", "n3", True, 3, 10_400_000, 0.42, "rsync"),
     ]
-    assert _workdir.summary("/p", placed) == [
+    assert workdir.summary("/p", placed) == [
         "jaxnb: --workdir /p: already on h1 (same content)",
         "jaxnb: --workdir /p: unchanged copy on h2",
         "jaxnb: --workdir /p copied to h3:/c/p-h3 (3 files, 10.4 MB in 0.42 s, rsync)",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from jaxnb._contract import ENV_WORKDIR, ENV_WORKDIR_BY_HOST
+from jaxnb._core.contract import ENV_WORKDIR, ENV_WORKDIR_BY_HOST
 
 #: ipyparallel's ssh launcher gives the profile folder relative to the home folder.
 _PROFILE_VARIABLE = "IPP_PROFILE_DIR"

@@ -21,7 +21,7 @@ import shutil
 import subprocess
 import time
 
-from jaxnb._errors import StartError
+from jaxnb._core.errors import StartError
 
 #: Left out unless the user's patterns say otherwise (never needed on the hosts).
 DEFAULT_EXCLUDES = (".git", "__pycache__", ".ipynb_checkpoints")

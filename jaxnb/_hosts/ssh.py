@@ -32,9 +32,9 @@ from ipyparallel.cluster.launcher import LocalEngineLauncher, SSHEngineLauncher,
 from ipyparallel.cluster.shellcmd import ShellCommandSend
 from traitlets import Dict, List, Unicode
 
-from jaxnb._contract import ENV_WORKDIR
-from jaxnb._errors import StartError
-from jaxnb._hosts import HostEntry
+from jaxnb._core.contract import ENV_WORKDIR
+from jaxnb._core.errors import StartError
+from jaxnb._core.host_entries import HostEntry
 
 #: ssh client config the lab tests (or a user) pass instead of ~/.ssh/config.
 SSH_CONFIG_VARIABLE = "JAXNB_SSH_CONFIG"
@@ -84,18 +84,18 @@ def check_hosts(
     log_dir: str, timeout: float, count_gpus: bool = False,
 ) -> dict[str, dict]:
     """Reach every host at once (opening its shared connection); check its interpreter and jaxnb;
-    return each host's preflight report (versions, GPUs: see :mod:`jaxnb._preflight`).
+    return each host's preflight report (versions, GPUs: see :mod:`jaxnb._hosts.preflight`).
 
     Raises :class:`StartError` naming every host that failed, with what it printed.
     """
-    from jaxnb import _preflight
+    from jaxnb._hosts import preflight
 
     targets = list(dict.fromkeys(entry.target for entry in entries))
     assign = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     remote = (
         f"test -x {shlex.quote(python)} || {{ echo 'no interpreter {python} on this host' >&2; "
         f"exit 127; }}; env {assign} {shlex.quote(python)} -c "
-        f"{shlex.quote(_CHECK + _preflight.REPORT)} {shlex.quote(log_dir)} {int(count_gpus)}"
+        f"{shlex.quote(_CHECK + preflight.REPORT)} {shlex.quote(log_dir)} {int(count_gpus)}"
     )
     reports: dict[str, dict] = {}
 
@@ -108,7 +108,7 @@ def check_hosts(
         except subprocess.TimeoutExpired:
             return f"no answer within {timeout:g} s"
         if out.returncode == 0:
-            reports[target] = _preflight.parse(out.stdout)
+            reports[target] = preflight.parse(out.stdout)
             return None
         said = (out.stderr.strip() or out.stdout.strip()).splitlines()[-6:]
         if out.returncode == 255:

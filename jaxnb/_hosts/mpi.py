@@ -24,7 +24,7 @@ import psutil
 from ipyparallel.cluster.launcher import MPIEngineSetLauncher
 from traitlets import List, Unicode
 
-from jaxnb._hosts import HostEntry
+from jaxnb._core.host_entries import HostEntry
 
 
 def missing() -> str | None:

@@ -16,8 +16,8 @@ from typing import Any
 import ipyparallel as ipp
 from traitlets.config import Config
 
-from jaxnb._contract import ENV_CONTROLLER_ADDRESS, ENV_PLATFORM, ENV_STACKS_DIR, ENV_WORKDIR
-from jaxnb._options import ClusterOptions
+from jaxnb._core.contract import ENV_CONTROLLER_ADDRESS, ENV_PLATFORM, ENV_STACKS_DIR, ENV_WORKDIR
+from jaxnb._core.options import ClusterOptions
 
 #: Controller heartbeat period (ms): engines register after their first beat.
 HEARTBEAT_MS = 50
@@ -52,7 +52,7 @@ def engine_environment(options: ClusterOptions, stacks_dir: str) -> dict[str, st
     elif options.platform == "tpu":
         env["JAX_PLATFORMS"] = "tpu,cpu"
     env["XLA_FLAGS"] = " ".join(f for f in xla_flags if f).strip()
-    if options.workdir:  # hosts that need a copy get its place instead (see jaxnb._workdir)
+    if options.workdir:  # hosts that need a copy get its place instead (see jaxnb._hosts.workdir)
         env[ENV_WORKDIR] = options.workdir
     if not options.is_local:
         env[ENV_CONTROLLER_ADDRESS] = controller_ip(options)
@@ -69,8 +69,8 @@ def controller_ip(options: ClusterOptions) -> str:
         return "127.0.0.1"
     if options.address:
         return options.address
-    from jaxnb._errors import StartError
-    from jaxnb._hosts import HostError, controller_address, default_address
+    from jaxnb._core.errors import StartError
+    from jaxnb._core.host_entries import HostError, controller_address, default_address
 
     if not options.hosts:  # mpi, slurm, ...: the nodes are not known in advance
         return default_address()
@@ -98,39 +98,40 @@ def build_cluster(options: ClusterOptions) -> ipp.Cluster:
     config.LocalEngineLauncher.engine_cmd = engine_cmd
     config.LocalEngineSetLauncher.engine_cmd = engine_cmd
     if options.hosts:
-        from jaxnb import _ssh
-        from jaxnb._hosts import engine_counts
+        from jaxnb._hosts import ssh
+        from jaxnb._core.host_entries import engine_counts
 
         config.SSHEngineSetLauncher.engines = engine_counts(options.host_entries())
         config.SSHLauncher.remote_python = python
-        control_dir = _ssh.new_control_dir()
+        control_dir = ssh.new_control_dir()
         config.FastSSHEngineSetLauncher.control_dir = control_dir
         # Over ssh, under a shell that writes the engine's exit status to its log.
-        config.FastSSHEngineSetLauncher.engine_cmd = _ssh.reporting_exit(engine_cmd)
+        config.FastSSHEngineSetLauncher.engine_cmd = ssh.reporting_exit(engine_cmd)
         if options.local_host:  # this machine is one of the hosts (a TPU VM worker)
             config.FastSSHEngineSetLauncher.local_targets = [options.local_host]
-        config.SSHLauncher.ssh_args = _ssh.ssh_options(control_dir)
-        config.SSHLauncher.scp_args = _ssh.ssh_options(control_dir)
-    if options.engines == "mpi":  # mpiexec through ipyparallel's MPI launcher (see jaxnb._mpi)
-        from jaxnb import _mpi, _ssh
-        from jaxnb._errors import StartError
+        config.SSHLauncher.ssh_args = ssh.ssh_options(control_dir)
+        config.SSHLauncher.scp_args = ssh.ssh_options(control_dir)
+    if options.engines == "mpi":  # mpiexec through ipyparallel's MPI launcher (see jaxnb._hosts.mpi)
+        from jaxnb._hosts import mpi
+        from jaxnb._hosts import ssh
+        from jaxnb._core.errors import StartError
 
-        why = _mpi.missing()
+        why = mpi.missing()
         if why:
             raise StartError(why)
 
         entries = options.host_entries()
-        ssh_args = _ssh.ssh_options(config.FastSSHEngineSetLauncher.get("control_dir") or "/tmp")
-        config.JaxnbMPIEngineSetLauncher.mpi_args = _mpi.mpi_args(entries, ssh_args, controller_ip(options))
+        ssh_args = ssh.ssh_options(config.FastSSHEngineSetLauncher.get("control_dir") or "/tmp")
+        config.JaxnbMPIEngineSetLauncher.mpi_args = mpi.mpi_args(entries, ssh_args, controller_ip(options))
     if options.engines == "slurm":  # sbatch/srun through ipyparallel's Slurm launcher
-        from jaxnb import _slurm
-        from jaxnb._errors import StartError
+        from jaxnb._hosts import slurm
+        from jaxnb._core.errors import StartError
 
-        why = _slurm.missing()
+        why = slurm.missing()
         if why:
             raise StartError(why)
         given = dict(options.slurm)
-        config.JaxnbSlurmEngineSetLauncher.batch_template = _slurm.batch_template(
+        config.JaxnbSlurmEngineSetLauncher.batch_template = slurm.batch_template(
             tuple(given["sbatch"].split("\n")) if given.get("sbatch") else (),
             given.get("partition", ""), given.get("time_limit", ""), given.get("account", ""))
     # Local: loopback only. Remote engines: the one address that routes to them.
@@ -169,15 +170,15 @@ def over_ssh(options: ClusterOptions) -> bool:
 
 def _engine_launcher(options: ClusterOptions) -> Any:
     if over_ssh(options):
-        from jaxnb._ssh import FastSSHEngineSetLauncher
+        from jaxnb._hosts.ssh import FastSSHEngineSetLauncher
 
         return FastSSHEngineSetLauncher
     if options.engines == "mpi":
-        from jaxnb._mpi import JaxnbMPIEngineSetLauncher
+        from jaxnb._hosts.mpi import JaxnbMPIEngineSetLauncher
 
         return JaxnbMPIEngineSetLauncher
     if options.engines == "slurm":
-        from jaxnb._slurm import JaxnbSlurmEngineSetLauncher
+        from jaxnb._hosts.slurm import JaxnbSlurmEngineSetLauncher
 
         return JaxnbSlurmEngineSetLauncher
     return options.engines

@@ -1,7 +1,7 @@
 """The notebook side of engines on other hosts: check the hosts, notice lost engines, stop.
 
-Hook points in the cluster lifecycle (:mod:`jaxnb._startup`, :mod:`jaxnb._failures.detect`,
-:mod:`jaxnb._shutdown`) call these; everything ssh-specific lives in :mod:`jaxnb._ssh`.
+Hook points in the cluster lifecycle (:mod:`jaxnb._lifecycle.startup`, :mod:`jaxnb._failures.detect`,
+:mod:`jaxnb._lifecycle.shutdown`) call these; everything ssh-specific lives in :mod:`jaxnb._hosts.ssh`.
 """
 
 from __future__ import annotations
@@ -14,19 +14,23 @@ from typing import Any
 
 import ipyparallel as ipp
 
-from jaxnb import _preflight, _ssh, _workdir
-from jaxnb._contract import ENV_WORKDIR_BY_HOST
-from jaxnb._errors import StartError
-from jaxnb._hosts import engine_counts
-from jaxnb._options import ClusterOptions
-from jaxnb._state import Group
+from jaxnb._hosts import preflight
+
+from jaxnb._hosts import ssh
+
+from jaxnb._hosts import workdir
+from jaxnb._core.contract import ENV_WORKDIR_BY_HOST
+from jaxnb._core.errors import StartError
+from jaxnb._core.host_entries import engine_counts
+from jaxnb._core.options import ClusterOptions
+from jaxnb._core.state import Group
 
 
-def ssh_sets(ipp_cluster: ipp.Cluster | None) -> list[_ssh.FastSSHEngineSetLauncher]:
+def ssh_sets(ipp_cluster: ipp.Cluster | None) -> list[ssh.FastSSHEngineSetLauncher]:
     """The cluster's engine sets started over ssh."""
     if ipp_cluster is None:
         return []
-    return [s for s in ipp_cluster.engines.values() if isinstance(s, _ssh.FastSSHEngineSetLauncher)]
+    return [s for s in ipp_cluster.engines.values() if isinstance(s, ssh.FastSSHEngineSetLauncher)]
 
 
 def control_dir(ipp_cluster: ipp.Cluster) -> str:
@@ -37,7 +41,7 @@ def control_dir(ipp_cluster: ipp.Cluster) -> str:
 def start_launch(
     ipp_cluster: ipp.Cluster, options: ClusterOptions, env: dict[str, str], launch: bool = True
 ) -> Any:
-    """Check the hosts (the preflight: see :mod:`jaxnb._preflight`), then launch their engines,
+    """Check the hosts (the preflight: see :mod:`jaxnb._hosts.preflight`), then launch their engines,
     in the background (while the controller starts); call the result to join it: it raises
     :class:`StartError` for hosts that cannot run an engine or whose versions differ from the
     notebook's (before anything is launched), or engines that could not be launched; it returns
@@ -53,15 +57,15 @@ def start_launch(
     def check() -> None:
         if not remote:
             return
-        reports = _ssh.check_hosts(
+        reports = ssh.check_hosts(
             remote, options.resolved_python(), forward,
-            control_dir(ipp_cluster), _ssh.remote_log_dir(ipp_cluster.profile_dir),
+            control_dir(ipp_cluster), ssh.remote_log_dir(ipp_cluster.profile_dir),
             timeout=min(options.init_timeout, 20.0), count_gpus=options.platform == "gpu",
         )
-        here = _preflight.local_report()
-        lines = _preflight.mismatch_lines(here, reports, options.resolved_python())
+        here = preflight.local_report()
+        lines = preflight.mismatch_lines(here, reports, options.resolved_python())
         if options.platform == "gpu":
-            lines += _preflight.no_gpu_lines(remote, reports)
+            lines += preflight.no_gpu_lines(remote, reports)
         if lines:
             raise StartError(
                 f"preflight: {len(lines)} of {len(reports)} hosts differ from this notebook; "
@@ -69,19 +73,19 @@ def start_launch(
                 + "\n".join(f"    {line}" for line in lines)
             )
         if options.platform == "gpu":
-            entries = _preflight.counted_entries(options.host_entries(), reports)
+            entries = preflight.counted_entries(options.host_entries(), reports)
             launched[0] = entries
             ipp_cluster.config.SSHEngineSetLauncher.engines = engine_counts(entries)
             if options.n is None:
                 ipp_cluster.n = sum(e.count for e in entries)
         if options.workdir:  # the folder on every host (copied where it is not the same)
-            placed = _workdir.place(
+            placed = workdir.place(
                 [e.target for e in remote], options.workdir, options.workdir_exclude,
-                options.resolved_python(), _ssh.ssh_options(control_dir(ipp_cluster)),
+                options.resolved_python(), ssh.ssh_options(control_dir(ipp_cluster)),
             )
             ipp_cluster.config.FastSSHEngineSetLauncher.workdirs = {p.target: p.folder for p in placed}
             env[ENV_WORKDIR_BY_HOST] = json.dumps({p.hostname: p.folder for p in placed})
-            notes.extend(_workdir.summary(options.workdir, placed))
+            notes.extend(workdir.summary(options.workdir, placed))
 
     def check_then_launch() -> None:
         try:
@@ -128,11 +132,11 @@ def send_connection_file(ipp_cluster: ipp.Cluster, timeout: float) -> None:
     first = {}
     for engine_set in ssh_sets(ipp_cluster):
         for launcher in engine_set.launchers.values():
-            if isinstance(launcher, _ssh.FastSSHEngineLauncher):
+            if isinstance(launcher, ssh.FastSSHEngineLauncher):
                 first.setdefault(launcher.location, launcher)
     if first:
         with concurrent.futures.ThreadPoolExecutor(len(first)) as pool:
-            list(pool.map(lambda lch: _ssh.send_text(lch, text), first.values()))
+            list(pool.map(lambda lch: ssh.send_text(lch, text), first.values()))
 
 
 def exited_engines(ipp_cluster: ipp.Cluster | None) -> list[tuple[str, int, str]]:
@@ -140,20 +144,20 @@ def exited_engines(ipp_cluster: ipp.Cluster | None) -> list[tuple[str, int, str]
     found = []
     for engine_set in ssh_sets(ipp_cluster):
         for launcher in engine_set.launchers.values():
-            if _ssh.exited(launcher):
+            if ssh.exited(launcher):
                 found.append((launcher.location, launcher.pid, launcher.remote_tail()))
     return found
 
 
 def exit_status(log: str) -> str | None:
-    """How a remote engine ended, from its log (see :func:`jaxnb._ssh.reporting_exit`)."""
-    return _ssh.exit_status(log)
+    """How a remote engine ended, from its log (see :func:`jaxnb._hosts.ssh.reporting_exit`)."""
+    return ssh.exit_status(log)
 
 
 def exited_how(launcher: Any) -> str:
     """``was killed by SIGKILL on host``: read from its log on its host (the shell around it
     writes the status there)."""
-    how = _ssh.exit_status(launcher.remote_tail(5)) if not _unreachable_now(launcher) else None
+    how = ssh.exit_status(launcher.remote_tail(5)) if not _unreachable_now(launcher) else None
     return f"{how or 'exited'} on {launcher.location}"
 
 
@@ -182,7 +186,7 @@ def explain_lost(group: Group, processes: list[int]) -> dict[int, str]:
         launcher = launcher_of(group, p)
         if launcher is None:
             continue
-        if not isinstance(launcher, _ssh.FastSSHEngineLauncher):
+        if not isinstance(launcher, ssh.FastSSHEngineLauncher):
             continue  # this machine's engine: jaxnb._health sees how it ended
         if launcher.exited:
             found[p] = exited_how(launcher)
@@ -191,7 +195,7 @@ def explain_lost(group: Group, processes: list[int]) -> dict[int, str]:
     if probe:
         with concurrent.futures.ThreadPoolExecutor(len(probe)) as pool:
             answers = dict(zip(probe, pool.map(
-                lambda lch: _ssh.probe(lch.location, lch.pid, directory), probe.values()
+                lambda lch: ssh.probe(lch.location, lch.pid, directory), probe.values()
             ), strict=True))
         for p, (why, alive) in answers.items():
             host = probe[p].location
@@ -210,7 +214,7 @@ def log_of(group: Group, p: int) -> str:
     launcher = launcher_of(group, p)
     if launcher is None:
         return ""
-    if not isinstance(launcher, _ssh.FastSSHEngineLauncher):
+    if not isinstance(launcher, ssh.FastSSHEngineLauncher):
         return str(launcher.get_output() or "")
     seen = _unreachable.get(launcher.location)
     if seen is not None and time.monotonic() - seen < UNREACHABLE_MEMORY_SECONDS:
@@ -227,7 +231,7 @@ def launcher_of(group: Group, p: int) -> Any:
     pids = {pid for pid in (info.pid, getattr(info, "parent_pid", 0)) if pid > 1}
     for engine_set in ssh_sets(group.ipp):
         for launcher in engine_set.launchers.values():
-            if _ssh.started_pid(launcher) in pids:
+            if ssh.started_pid(launcher) in pids:
                 group.remote_launchers[p] = launcher
                 return launcher
     return None
@@ -236,7 +240,7 @@ def launcher_of(group: Group, p: int) -> Any:
 def stop(ipp_cluster: ipp.Cluster) -> None:
     """SIGKILL every remote engine on its host (all at once), then close the ssh connections."""
     for key, engine_set in list(ipp_cluster.engines.items()):
-        if isinstance(engine_set, _ssh.FastSSHEngineSetLauncher):
+        if isinstance(engine_set, ssh.FastSSHEngineSetLauncher):
             engine_set.kill_all()
             ipp_cluster.engines.pop(key)  # done: ipyparallel's own stop would ssh again
         elif hasattr(engine_set, "kill_all"):  # mpiexec: ends its ranks on every host
@@ -244,7 +248,7 @@ def stop(ipp_cluster: ipp.Cluster) -> None:
     directory = control_dir(ipp_cluster)
     if directory:
         targets = list(ipp_cluster.config.SSHEngineSetLauncher.get("engines", {}))
-        _ssh.close_connections(directory, targets)
+        ssh.close_connections(directory, targets)
 
 
 #: Run on a host with its engines' pids and stack files: ask each main thread for a dump
@@ -286,8 +290,8 @@ def request_stacks(group: Group, processes: list[int]) -> dict[int, str]:
     hosts: dict[str, tuple[Any, list[int]]] = {}
     for p in processes:
         launcher = launcher_of(group, p)
-        if launcher is not None and not _ssh.exited(launcher):
-            hosts.setdefault(_ssh.place(launcher)[0], (launcher, []))[1].append(p)
+        if launcher is not None and not ssh.exited(launcher):
+            hosts.setdefault(ssh.place(launcher)[0], (launcher, []))[1].append(p)
     folder = group.stacks_dir or ""
 
     def dump(location: str) -> dict[int, str]:
@@ -298,7 +302,7 @@ def request_stacks(group: Group, processes: list[int]) -> dict[int, str]:
         if seen is not None and time.monotonic() - seen < UNREACHABLE_MEMORY_SECONDS:
             return {}
         try:
-            out = _ssh.run_python(launcher, _DUMP_STACKS, json.dumps(jobs))
+            out = ssh.run_python(launcher, _DUMP_STACKS, json.dumps(jobs))
             texts = json.loads(out.strip().splitlines()[-1])
         except Exception:  # a host that does not answer: its processes show no dump
             return {}
@@ -324,7 +328,7 @@ def host_order(group: Group, engine_ids: list[int], family: list) -> list[int]:
     rank = {}
     for engine_set in ssh_sets(group.ipp):
         for launcher in engine_set.launchers.values():
-            target, i = _ssh.place(launcher)
+            target, i = ssh.place(launcher)
             if target in targets:
                 rank[launcher.pid] = (targets.index(target), i)
     def key(k: int) -> tuple[int, int]:

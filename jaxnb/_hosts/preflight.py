@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from jaxnb._hosts import HostEntry
+from jaxnb._core.host_entries import HostEntry
 
 #: The packages whose versions must match the notebook's (a mismatch fails late otherwise:
 #: inside ``jax.distributed.initialize`` or in the first collective).
