@@ -29,8 +29,7 @@ from hosts import start_stop  # noqa: E402 - bench/hosts.py: start, first psum, 
 
 def workdir_copy(lab, private: str) -> list[tuple[str, float, str]]:
     """(which start, seconds for the whole --workdir step, what it printed) for a 10 MB folder."""
-    from jaxnb._hosts import ssh
-    from jaxnb._hosts import workdir
+    from jaxnb._hosts import ssh, workdir
 
     project = os.path.join(private, "proj10mb")
     os.makedirs(project)

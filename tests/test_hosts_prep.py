@@ -182,9 +182,7 @@ def test_workdir_copied_with_tar_where_rsync_is_missing(prep_lab, monkeypatch):
     """Without rsync on this machine, the copy goes through tar over the same ssh connection."""
     import shutil
 
-    from jaxnb._hosts import ssh
-
-    from jaxnb._hosts import workdir
+    from jaxnb._hosts import ssh, workdir
 
     project = os.path.join(prep_lab.private_dir, "tarproj")
     os.makedirs(os.path.join(project, "pkg"))

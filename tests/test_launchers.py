@@ -3,10 +3,8 @@ the lab runs them for real in tests/test_slurm.py and tests/test_mpi.py)."""
 
 from __future__ import annotations
 
-from jaxnb._hosts import mpi
-
-from jaxnb._hosts import slurm
 from jaxnb._core.host_entries import parse_hosts
+from jaxnb._hosts import mpi, slurm
 
 
 def test_job_script_has_the_users_options_and_keeps_their_braces():

@@ -3,8 +3,8 @@ tests/test_hosts_prep.py)."""
 
 from __future__ import annotations
 
-from jaxnb._hosts import preflight
 from jaxnb._core.host_entries import parse_hosts
+from jaxnb._hosts import preflight
 
 HERE = {"python": "3.11.7", "packages": {"jax": "0.4.31", "jaxlib": "0.4.31", "jaxnb": "0.1.0"}}
 

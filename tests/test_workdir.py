@@ -7,7 +7,6 @@ import pytest
 from IPython.core.error import UsageError
 
 from jaxnb import JaxCluster
-
 from jaxnb._hosts import workdir
 
 

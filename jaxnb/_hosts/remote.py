@@ -14,16 +14,12 @@ from typing import Any
 
 import ipyparallel as ipp
 
-from jaxnb._hosts import preflight
-
-from jaxnb._hosts import ssh
-
-from jaxnb._hosts import workdir
 from jaxnb._core.contract import ENV_WORKDIR_BY_HOST
 from jaxnb._core.errors import StartError
 from jaxnb._core.host_entries import engine_counts
 from jaxnb._core.options import ClusterOptions
 from jaxnb._core.state import Group
+from jaxnb._hosts import preflight, ssh, workdir
 
 
 def ssh_sets(ipp_cluster: ipp.Cluster | None) -> list[ssh.FastSSHEngineSetLauncher]:

@@ -98,8 +98,8 @@ def build_cluster(options: ClusterOptions) -> ipp.Cluster:
     config.LocalEngineLauncher.engine_cmd = engine_cmd
     config.LocalEngineSetLauncher.engine_cmd = engine_cmd
     if options.hosts:
-        from jaxnb._hosts import ssh
         from jaxnb._core.host_entries import engine_counts
+        from jaxnb._hosts import ssh
 
         config.SSHEngineSetLauncher.engines = engine_counts(options.host_entries())
         config.SSHLauncher.remote_python = python
@@ -112,9 +112,8 @@ def build_cluster(options: ClusterOptions) -> ipp.Cluster:
         config.SSHLauncher.ssh_args = ssh.ssh_options(control_dir)
         config.SSHLauncher.scp_args = ssh.ssh_options(control_dir)
     if options.engines == "mpi":  # mpiexec through ipyparallel's MPI launcher (see jaxnb._hosts.mpi)
-        from jaxnb._hosts import mpi
-        from jaxnb._hosts import ssh
         from jaxnb._core.errors import StartError
+        from jaxnb._hosts import mpi, ssh
 
         why = mpi.missing()
         if why:
@@ -124,8 +123,8 @@ def build_cluster(options: ClusterOptions) -> ipp.Cluster:
         ssh_args = ssh.ssh_options(config.FastSSHEngineSetLauncher.get("control_dir") or "/tmp")
         config.JaxnbMPIEngineSetLauncher.mpi_args = mpi.mpi_args(entries, ssh_args, controller_ip(options))
     if options.engines == "slurm":  # sbatch/srun through ipyparallel's Slurm launcher
-        from jaxnb._hosts import slurm
         from jaxnb._core.errors import StartError
+        from jaxnb._hosts import slurm
 
         why = slurm.missing()
         if why:
