@@ -69,6 +69,12 @@ class JaxCluster:
         init_timeout: float = 60.0,
         collective_timeout: int | None = None,
         env: dict[str, str] | None = None,
+        workdir: str | None = None,
+        workdir_exclude: list[str] | tuple[str, ...] = (),
+        partition: str | None = None,
+        time_limit: str | None = None,
+        account: str | None = None,
+        sbatch: list[str] | tuple[str, ...] = (),
     ) -> None:
         extra = {} if collective_timeout is None else {"collective_timeout": collective_timeout}
         if hostfile is not None:  # one [user@]host[:count] per line, after any --hosts
@@ -92,6 +98,12 @@ class JaxCluster:
             python=python,
             address=address,
             local_host=local_host,
+            workdir=workdir,
+            workdir_exclude=tuple(workdir_exclude),
+            slurm=tuple((k, v) for k, v in [
+                ("partition", partition), ("time_limit", time_limit), ("account", account),
+                ("sbatch", "\n".join(sbatch)),
+            ] if v),
             **extra,
         )
         self.group = Group(options)

@@ -36,6 +36,12 @@ START_FLAGS = {
     "hostfile": "--hostfile",
     "python": "--python",
     "address": "--address",
+    "workdir": "--workdir",
+    "workdir_exclude": "--workdir-exclude",
+    "partition": "--partition",
+    "time_limit": "--time-limit",
+    "account": "--account",
+    "sbatch": "--sbatch",
     "no_init": "--no-init",
     "timeout": "--timeout",
     "init_timeout": "--init-timeout",
@@ -106,6 +112,18 @@ class JaxnbMagics(Magics):
     @argument("--hostfile", default=None, metavar="PATH", help="start: one [user@]host[:count] a line")
     @argument("--python", default=None, metavar="PATH", help="start: interpreter on the hosts")
     @argument("--address", default=None, metavar="ADDR", help="start: this machine's address for hosts")
+    @argument("--workdir", default=None, metavar="DIR", help="start: engines start in DIR on every host")
+    @argument(
+        "--workdir-exclude", default=None, metavar="PATTERNS",
+        help="start: comma-separated file patterns left out of --workdir's copy, e.g. '*.ckpt,data'",
+    )
+    @argument("--partition", default=None, metavar="P", help="start: Slurm partition (--engines slurm)")
+    @argument("--time-limit", default=None, metavar="T", help="start: Slurm time limit, e.g. 1:00:00")
+    @argument("--account", default=None, metavar="A", help="start: Slurm account to charge")
+    @argument(
+        "--sbatch", action="append", default=None, metavar="OPTION",
+        help="start: an extra #SBATCH line, e.g. --sbatch=--gres=gpu:8 (repeat for more)",
+    )
     @argument("--no-init", action="store_true", default=None, help="start: leave jax.distributed to you")
     @argument("--timeout", type=_seconds("--timeout"), default=None, metavar="S", help="start: cell timeout")
     @argument(
@@ -163,6 +181,12 @@ class JaxnbMagics(Magics):
                 hostfile=args.hostfile,
                 python=args.python,
                 address=args.address,
+                workdir=args.workdir,
+                partition=args.partition,
+                time_limit=args.time_limit,
+                account=args.account,
+                sbatch=args.sbatch or (),
+                workdir_exclude=_patterns(args.workdir_exclude),
                 init=not args.no_init,
                 timeout=args.timeout,
                 init_timeout=args.init_timeout or DEFAULT_INIT_TIMEOUT,
@@ -282,6 +306,14 @@ class JaxnbMagics(Magics):
 # %jax_train's help is its parser's (every flag, --config included).
 JaxnbMagics.jax_train.__doc__ = train_magic.HELP
 JaxnbMagics.jax_tune.__doc__ = tune_magic.HELP
+
+
+def _patterns(text: str | None) -> list[str]:
+    """``--workdir-exclude '*.ckpt,data'`` → ``["*.ckpt", "data"]`` (IPython keeps the quotes)."""
+    unquoted = (text or "").strip()
+    if len(unquoted) > 1 and unquoted[0] == unquoted[-1] and unquoted[0] in "'\"":
+        unquoted = unquoted[1:-1]
+    return [p.strip() for p in unquoted.split(",") if p.strip()]
 
 
 def _show_status(cluster: JaxCluster) -> None:

@@ -16,7 +16,7 @@ import time
 import psutil
 import pytest
 from IPython.utils.capture import capture_output
-from lab.lab import Lab, missing
+from lab.lab import SUBNET, Lab, missing
 from support.clusters import healthy
 from support.fault_cells import EXPECTED, SETUP, SYNC_LOOP, VERIFY
 
@@ -204,7 +204,7 @@ def test_train_with_storage_both_hosts_see(cluster, ip, tmp_path):
 def test_a_host_that_cannot_run_an_engine_fails_start_fast(lab):
     before = engine_processes(lab)  # the shared cluster's
     for hosts, python, says in [
-        ([lab.hosts[0].address, "10.77.0.99"], None, "10.77.0.99: cannot be reached over ssh"),
+        ([lab.hosts[0].address, f"{SUBNET}.99"], None, f"{SUBNET}.99: cannot be reached over ssh"),
         (lab.addresses, "/no/such/python", "no interpreter /no/such/python"),
     ]:
         started = time.monotonic()

@@ -32,6 +32,10 @@ ENV_CONTROLLER_PID = "JAXNB_CONTROLLER_PID"
 #: Engines on other hosts: the notebook machine's address (each finds its own routable
 #: address from it, for the coordinator and for gloo).
 ENV_CONTROLLER_ADDRESS = "JAXNB_CONTROLLER_ADDRESS"
+#: ``--workdir``: the folder an engine starts in (and puts first on ``sys.path``) on its host.
+ENV_WORKDIR = "JAXNB_WORKDIR"
+#: ``--workdir`` copied to some hosts: JSON {hostname: its folder} (engines not started by ssh).
+ENV_WORKDIR_BY_HOST = "JAXNB_WORKDIR_BY_HOST"
 
 # ---- set on every engine when it joins the group ---------------------------------------
 

@@ -27,6 +27,8 @@ class HostEntry:
     host: str
     user: str | None = None
     count: int = 1
+    #: The entry wrote its ``:count`` (``--platform gpu`` then does not count the host's GPUs).
+    explicit: bool = dataclasses.field(default=False, compare=False)
 
     @property
     def target(self) -> str:
@@ -34,7 +36,7 @@ class HostEntry:
         return f"{self.user}@{self.host}" if self.user else self.host
 
     def __str__(self) -> str:
-        return self.target + (f":{self.count}" if self.count != 1 else "")
+        return self.target + (f":{self.count}" if self.count != 1 or self.explicit else "")
 
 
 def parse_entry(text: str) -> HostEntry:
@@ -72,7 +74,7 @@ def parse_entry(text: str) -> HostEntry:
                 f"the count in host entry {text.strip()!r} must be a whole number ≥ 1, e.g. node1:2"
             )
         count = int(count_text)
-    return HostEntry(host=host, user=user, count=count)
+    return HostEntry(host=host, user=user, count=count, explicit=count_text is not None)
 
 
 def parse_hosts(text: str) -> tuple[HostEntry, ...]:

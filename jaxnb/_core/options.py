@@ -39,6 +39,12 @@ class ClusterOptions:
     address: str | None = None
     #: The ``hosts`` entry that is this machine (a TPU VM worker): its engine runs here, not over ssh.
     local_host: str | None = None
+    #: ``--workdir``: the folder engines start in on every host (copied where not seen).
+    workdir: str | None = None
+    #: ``--workdir-exclude``: patterns of files left out of the copy (data, checkpoints).
+    workdir_exclude: tuple[str, ...] = ()
+    #: ``--engines slurm``: ``--partition``, ``--time-limit``, ``--account``, ``--sbatch`` options.
+    slurm: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         from jaxnb._core.host_entries import HostError, check_address, parse_entry
@@ -51,6 +57,27 @@ class ClusterOptions:
             raise OptionError(str(exc)) from None
         if self.python is not None and not self.python.strip():
             raise OptionError("--python must be a path to an interpreter, e.g. --python /opt/venv/bin/python")
+        if self.workdir is not None:
+            if not os.path.isdir(self.workdir):
+                raise OptionError(
+                    f"--workdir {self.workdir} is not a folder on this machine; pass an existing "
+                    "folder, e.g. --workdir ."
+                )
+            object.__setattr__(self, "workdir", os.path.abspath(self.workdir))
+        elif self.workdir_exclude:
+            raise OptionError("--workdir-exclude needs --workdir DIR")
+        if self.engines == "slurm" and self.hosts:
+            raise OptionError(
+                "--hosts does not go with --engines slurm (Slurm picks the nodes); drop --hosts, "
+                "or name nodes with --sbatch=--nodelist=NODES"
+            )
+        if self.slurm and self.engines != "slurm":
+            flags = ", ".join("--" + k.replace("_", "-") for k, _ in self.slurm)
+            one = len(self.slurm) == 1
+            raise OptionError(
+                f"{flags} {'is' if one else 'are'} for --engines slurm only; add --engines slurm "
+                f"or drop {'it' if one else 'them'}"
+            )
         if self.n is not None and (not isinstance(self.n, int) or self.n < 1):
             raise OptionError(f"-n must be a whole number ≥ 1, got {self.n!r}; e.g. -n 2")
         k = self.devices_per_process

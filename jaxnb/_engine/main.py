@@ -14,8 +14,9 @@ import sys
 
 def main() -> None:
     """Prepare this process, then hand over to ``ipyparallel.engine``."""
-    from jaxnb._engine import bars, stacks, watchdog
+    from jaxnb._engine import bars, stacks, watchdog, workdir
 
+    workdir.enter()  # --workdir: before ipyparallel takes the working folder
     bars.install()
     stacks.arm()
     watchdog.start_from_env()

@@ -7,17 +7,19 @@ Hook points in the cluster lifecycle (:mod:`jaxnb._lifecycle.startup`, :mod:`jax
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import threading
 import time
 from typing import Any
 
 import ipyparallel as ipp
 
-from jaxnb._core.contract import STACK_SIGNAL, stack_file
+from jaxnb._core.contract import ENV_WORKDIR_BY_HOST, STACK_SIGNAL, stack_file
 from jaxnb._core.errors import StartError
+from jaxnb._core.host_entries import engine_counts
 from jaxnb._core.options import ClusterOptions
 from jaxnb._core.state import Group
-from jaxnb._hosts import ssh
+from jaxnb._hosts import preflight, ssh, workdir
 
 
 def ssh_sets(ipp_cluster: ipp.Cluster | None) -> list[ssh.FastSSHEngineSetLauncher]:
@@ -32,46 +34,71 @@ def control_dir(ipp_cluster: ipp.Cluster) -> str:
     return str(ipp_cluster.config.FastSSHEngineSetLauncher.get("control_dir", ""))
 
 
-def start_launch(ipp_cluster: ipp.Cluster, options: ClusterOptions, env: dict[str, str]) -> Any:
-    """Check the hosts and launch their engines, in the background (while the controller
-    starts); call the result to join it: it raises :class:`StartError` for hosts that cannot
-    run an engine (what the check found), or engines that could not be launched."""
+def start_launch(
+    ipp_cluster: ipp.Cluster, options: ClusterOptions, env: dict[str, str], launch: bool = True
+) -> Any:
+    """Check the hosts (the preflight: see :mod:`jaxnb._hosts.preflight`), then launch their engines,
+    in the background (while the controller starts); call the result to join it: it raises
+    :class:`StartError` for hosts that cannot run an engine or whose versions differ from the
+    notebook's (before anything is launched), or engines that could not be launched; it returns
+    the host entries launched (``--platform gpu``: counted, one engine per GPU) and lines to
+    show (``--workdir``: what was copied where)."""
     errors: list[BaseException] = []
+    launched: list[tuple] = [options.host_entries()]
+    notes: list[str] = []
     forward = {k: v for k, v in env.items() if k == "PYTHONPATH"}
 
     remote = tuple(e for e in options.host_entries() if e.target != options.local_host)
 
     def check() -> None:
-        if remote:
-            ssh.check_hosts(
-                remote, options.resolved_python(), forward,
-                control_dir(ipp_cluster), ssh.remote_log_dir(ipp_cluster.profile_dir),
-                timeout=min(options.init_timeout, 20.0),
+        if not remote:
+            return
+        reports = ssh.check_hosts(
+            remote, options.resolved_python(), forward,
+            control_dir(ipp_cluster), ssh.remote_log_dir(ipp_cluster.profile_dir),
+            timeout=min(options.init_timeout, 20.0), count_gpus=options.platform == "gpu",
+        )
+        here = preflight.local_report()
+        lines = preflight.mismatch_lines(here, reports, options.resolved_python())
+        if options.platform == "gpu":
+            lines += preflight.no_gpu_lines(remote, reports)
+        if lines:
+            raise StartError(
+                f"preflight: {len(lines)} of {len(reports)} hosts differ from this notebook; "
+                "nothing was launched; fix them or leave them out of --hosts\n"
+                + "\n".join(f"    {line}" for line in lines)
             )
+        if options.platform == "gpu":
+            entries = preflight.counted_entries(options.host_entries(), reports)
+            launched[0] = entries
+            ipp_cluster.config.SSHEngineSetLauncher.engines = engine_counts(entries)
+            if options.n is None:
+                ipp_cluster.n = sum(e.count for e in entries)
+        if options.workdir:  # the folder on every host (copied where it is not the same)
+            placed = workdir.place(
+                [e.target for e in remote], options.workdir, options.workdir_exclude,
+                options.resolved_python(), ssh.ssh_options(control_dir(ipp_cluster)),
+            )
+            ipp_cluster.config.FastSSHEngineSetLauncher.workdirs = {p.target: p.folder for p in placed}
+            env[ENV_WORKDIR_BY_HOST] = json.dumps({p.hostname: p.folder for p in placed})
+            notes.extend(workdir.summary(options.workdir, placed))
 
     def check_then_launch() -> None:
-        # The check and the launch run at once; the check's message wins (it says why).
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            checked = pool.submit(check)
-            # Launch once the check's connections are up (the launch then shares them).
-            targets = len({e.target for e in remote})
-            ssh.wait_connected(control_dir(ipp_cluster), targets, checked.done, timeout=10)
-            try:
+        try:
+            check()  # opens the shared connections; the launch then uses them
+            if launch:  # (mpi: launched once the controller runs, with its connection info)
                 ipp_cluster.start_engines_sync(environment=env)
-            except BaseException as exc:
-                errors.append(exc)
-            try:
-                checked.result()
-            except BaseException as exc:  # re-raised on the caller's thread
-                errors.insert(0, exc)
+        except BaseException as exc:  # re-raised on the caller's thread
+            errors.append(exc)
 
     thread = threading.Thread(target=check_then_launch, name="jaxnb-launch-hosts", daemon=True)
     thread.start()
 
-    def join() -> None:
+    def join() -> tuple[tuple, list[str]]:
         thread.join()
         if errors:
             raise errors[0]
+        return launched[0], notes
 
     return join
 
@@ -145,6 +172,11 @@ def explain_lost(group: Group, processes: list[int]) -> dict[int, str]:
     cannot be reached over a fresh ssh connection (all hosts checked at once)."""
     directory = control_dir(group.ipp) if group.ipp is not None else ""
     found: dict[int, str] = {}
+    for engine_set in (group.ipp.engines.values() if group.ipp is not None else ()):
+        if hasattr(engine_set, "explain_lost"):  # a batch job (Slurm): what its scheduler says
+            for p in processes:
+                found[p] = engine_set.explain_lost(p, group.processes[p].host)
+            return found
     probe: dict[int, str] = {}
     for p in processes:
         launcher = launcher_of(group, p)
@@ -207,6 +239,8 @@ def stop(ipp_cluster: ipp.Cluster) -> None:
         if isinstance(engine_set, ssh.FastSSHEngineSetLauncher):
             engine_set.kill_all()
             ipp_cluster.engines.pop(key)  # done: ipyparallel's own stop would ssh again
+        elif hasattr(engine_set, "kill_all"):  # mpiexec: ends its ranks on every host
+            engine_set.kill_all()
     directory = control_dir(ipp_cluster)
     if directory:
         targets = list(ipp_cluster.config.SSHEngineSetLauncher.get("engines", {}))

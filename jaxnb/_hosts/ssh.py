@@ -30,8 +30,9 @@ from typing import Any
 import psutil
 from ipyparallel.cluster.launcher import LocalEngineLauncher, SSHEngineLauncher, SSHEngineSetLauncher
 from ipyparallel.cluster.shellcmd import ShellCommandSend
-from traitlets import List, Unicode
+from traitlets import Dict, List, Unicode
 
+from jaxnb._core.contract import ENV_WORKDIR
 from jaxnb._core.errors import StartError
 from jaxnb._core.host_entries import HostEntry
 
@@ -80,19 +81,23 @@ def new_control_dir() -> str:
 
 def check_hosts(
     entries: tuple[HostEntry, ...], python: str, env: dict[str, str], control_dir: str,
-    log_dir: str, timeout: float,
-) -> None:
-    """Reach every host at once (opening its shared connection); check its interpreter and jaxnb.
+    log_dir: str, timeout: float, count_gpus: bool = False,
+) -> dict[str, dict]:
+    """Reach every host at once (opening its shared connection); check its interpreter and jaxnb;
+    return each host's preflight report (versions, GPUs: see :mod:`jaxnb._hosts.preflight`).
 
     Raises :class:`StartError` naming every host that failed, with what it printed.
     """
+    from jaxnb._hosts import preflight
+
     targets = list(dict.fromkeys(entry.target for entry in entries))
     assign = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     remote = (
         f"test -x {shlex.quote(python)} || {{ echo 'no interpreter {python} on this host' >&2; "
-        f"exit 127; }}; env {assign} {shlex.quote(python)} -c {shlex.quote(_CHECK)} "
-        f"{shlex.quote(log_dir)}"
+        f"exit 127; }}; env {assign} {shlex.quote(python)} -c "
+        f"{shlex.quote(_CHECK + preflight.REPORT)} {shlex.quote(log_dir)} {int(count_gpus)}"
     )
+    reports: dict[str, dict] = {}
 
     def check(target: str) -> str | None:
         try:
@@ -103,6 +108,7 @@ def check_hosts(
         except subprocess.TimeoutExpired:
             return f"no answer within {timeout:g} s"
         if out.returncode == 0:
+            reports[target] = preflight.parse(out.stdout)
             return None
         said = (out.stderr.strip() or out.stdout.strip()).splitlines()[-6:]
         if out.returncode == 255:
@@ -118,16 +124,7 @@ def check_hosts(
             f"({', '.join(problems)}); fix them (ssh access, --python {python}, jaxnb installed "
             "there) or leave them out of --hosts\n" + "\n".join(lines)
         )
-
-
-def wait_connected(control_dir: str, count: int, done: Any, timeout: float) -> None:
-    """Wait until ``count`` shared connections are up in ``control_dir`` (or ``done()``)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not done():
-        with contextlib.suppress(OSError):
-            if len(os.listdir(control_dir)) >= count:
-                return
-        time.sleep(0.01)
+    return reports
 
 
 def close_connections(control_dir: str | None, targets: list[str]) -> None:
@@ -274,6 +271,7 @@ class FastSSHEngineSetLauncher(SSHEngineSetLauncher):
     launcher_class = FastSSHEngineLauncher
     control_dir = Unicode("", config=True, help="folder of the shared ssh connections' sockets")
     local_targets = List(Unicode(), config=True, help="entries whose engines run on this machine")
+    workdirs = Dict(config=True, help="--workdir: target -> the folder its engines start in")
 
     def start(self, n: int) -> list[str]:
         engine_traits = self.launcher_class.class_traits(config=True)
@@ -296,6 +294,9 @@ class FastSSHEngineSetLauncher(SSHEngineSetLauncher):
                     launcher = self.launchers[key] = self.launcher_class(
                         parent=self, identifier=key, to_send=[], **kwargs
                     )
+                    if full_host in self.workdirs:  # its copy of --workdir
+                        launcher.environment = {**launcher.environment,
+                                                ENV_WORKDIR: self.workdirs[full_host]}
                 launcher.loop  # noqa: B018 - bind the event loop on this thread
                 launcher.jaxnb_place = (full_host, i)  # its --hosts entry and its index there
                 launcher.on_stop(self._notice_engine_stopped)

@@ -16,7 +16,7 @@ from typing import Any
 import ipyparallel as ipp
 from traitlets.config import Config
 
-from jaxnb._core.contract import ENV_CONTROLLER_ADDRESS, ENV_PLATFORM, ENV_STACKS_DIR
+from jaxnb._core.contract import ENV_CONTROLLER_ADDRESS, ENV_PLATFORM, ENV_STACKS_DIR, ENV_WORKDIR
 from jaxnb._core.options import ClusterOptions
 
 #: Controller heartbeat period (ms): engines register after their first beat.
@@ -52,6 +52,8 @@ def engine_environment(options: ClusterOptions, stacks_dir: str) -> dict[str, st
     elif options.platform == "tpu":
         env["JAX_PLATFORMS"] = "tpu,cpu"
     env["XLA_FLAGS"] = " ".join(f for f in xla_flags if f).strip()
+    if options.workdir:  # hosts that need a copy get its place instead (see jaxnb._hosts.workdir)
+        env[ENV_WORKDIR] = options.workdir
     if not options.is_local:
         env[ENV_CONTROLLER_ADDRESS] = controller_ip(options)
         if options.python is None and os.environ.get("PYTHONPATH"):
@@ -109,6 +111,28 @@ def build_cluster(options: ClusterOptions) -> ipp.Cluster:
             config.FastSSHEngineSetLauncher.local_targets = [options.local_host]
         config.SSHLauncher.ssh_args = ssh.ssh_options(control_dir)
         config.SSHLauncher.scp_args = ssh.ssh_options(control_dir)
+    if options.engines == "mpi":  # mpiexec through ipyparallel's MPI launcher (see jaxnb._hosts.mpi)
+        from jaxnb._core.errors import StartError
+        from jaxnb._hosts import mpi, ssh
+
+        why = mpi.missing()
+        if why:
+            raise StartError(why)
+
+        entries = options.host_entries()
+        ssh_args = ssh.ssh_options(config.FastSSHEngineSetLauncher.get("control_dir") or "/tmp")
+        config.JaxnbMPIEngineSetLauncher.mpi_args = mpi.mpi_args(entries, ssh_args, controller_ip(options))
+    if options.engines == "slurm":  # sbatch/srun through ipyparallel's Slurm launcher
+        from jaxnb._core.errors import StartError
+        from jaxnb._hosts import slurm
+
+        why = slurm.missing()
+        if why:
+            raise StartError(why)
+        given = dict(options.slurm)
+        config.JaxnbSlurmEngineSetLauncher.batch_template = slurm.batch_template(
+            tuple(given["sbatch"].split("\n")) if given.get("sbatch") else (),
+            given.get("partition", ""), given.get("time_limit", ""), given.get("account", ""))
     # Local: loopback only. Remote engines: the one address that routes to them.
     kwargs: dict = {"controller_ip": controller_ip(options)}
     cluster = ipp.Cluster(
@@ -125,7 +149,7 @@ def build_cluster(options: ClusterOptions) -> ipp.Cluster:
         # Local engines find the controller's connection file themselves, so they can
         # start (and import JAX) while the controller is still starting.
         # (Engines on --hosts start before the controller and get the file sent: see _remote.)
-        send_engines_connection_env=not options.is_local and not options.hosts,
+        send_engines_connection_env=not options.is_local and not over_ssh(options),
         **kwargs,
     )
     return cluster
@@ -138,9 +162,22 @@ def _quiet_logger() -> logging.Logger:
     return log
 
 
+def over_ssh(options: ClusterOptions) -> bool:
+    """Whether jaxnb's own ssh launcher starts the engines (``--hosts`` without another launcher)."""
+    return bool(options.hosts) and options.engines in ("local", "ssh")
+
+
 def _engine_launcher(options: ClusterOptions) -> Any:
-    if options.hosts and options.engines in ("local", "ssh"):
+    if over_ssh(options):
         from jaxnb._hosts.ssh import FastSSHEngineSetLauncher
 
         return FastSSHEngineSetLauncher
+    if options.engines == "mpi":
+        from jaxnb._hosts.mpi import JaxnbMPIEngineSetLauncher
+
+        return JaxnbMPIEngineSetLauncher
+    if options.engines == "slurm":
+        from jaxnb._hosts.slurm import JaxnbSlurmEngineSetLauncher
+
+        return JaxnbSlurmEngineSetLauncher
     return options.engines

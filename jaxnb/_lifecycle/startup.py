@@ -8,6 +8,7 @@ log lines; :meth:`JaxCluster.start` then stops whatever was started.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 import time
@@ -29,6 +30,7 @@ CONTROLLER_CMD = launch.python_cmd("jaxnb._engine.controller")
 _IDENTITY = EngineCall("jaxnb._engine.process:identity")
 _INITIALIZE = EngineCall("jaxnb._engine.process:initialize")
 _PIDS = EngineCall("jaxnb._engine.process:pids")
+_RANK = EngineCall("jaxnb._engine.rank:launcher_rank")
 
 
 def start_engines(group: Group) -> None:
@@ -37,21 +39,31 @@ def start_engines(group: Group) -> None:
     n = options.resolved_n()
     group.stacks_dir = tempfile.mkdtemp(prefix="jaxnb-")
     ipp_cluster = group.ipp = launch.build_cluster(options)
+    if options.engines == "slurm":  # the job script in the cluster's own folder, not the notebook's
+        ipp_cluster.config.JaxnbSlurmEngineSetLauncher.batch_file_name = os.path.join(
+            group.stacks_dir, "jaxnb-engines.sbatch")
     cleanup = os.pathsep.join([*ipp_internals.key_files(ipp_cluster), group.stacks_dir])
     watchdog = {ENV_PARENT_PID: str(os.getpid()), ENV_CLEANUP_FILES: cleanup}
     env = launch.engine_environment(options, group.stacks_dir)
     # --hosts: check the hosts, then launch, in the background while the controller starts.
-    launched = remote.start_launch(ipp_cluster, options, env) if options.hosts else None
+    ssh = launch.over_ssh(options)
+    launched = remote.start_launch(ipp_cluster, options, env, launch=ssh) if options.hosts else None
     ipp_cluster.start_controller_sync(controller_cmd=CONTROLLER_CMD, environment=watchdog)
     if launched is not None:
-        launched()  # a StartError naming each host that cannot run an engine
-        remote.send_connection_file(ipp_cluster, options.init_timeout)  # the engines wait for it
+        entries, notes = launched()  # a StartError naming each host that cannot run an engine
+        for note in notes:
+            print(note)
+        if tuple(str(e) for e in entries) != options.hosts:  # --platform gpu: GPUs counted
+            options = group.options = dataclasses.replace(options, hosts=tuple(str(e) for e in entries))
+            n = ipp_cluster.n
+        if ssh:
+            remote.send_connection_file(ipp_cluster, options.init_timeout)  # the engines wait for it
     if options.is_local:
         env.update(watchdog)
         controller = ipp_internals.controller_process(ipp_cluster)
         if controller is not None:
             env[ENV_CONTROLLER_PID] = str(controller.pid)
-    if launched is None:
+    if launched is None or not ssh:
         ipp_cluster.start_engines_sync(environment=env)
     group.launchers = ipp_internals.launched_engines(ipp_cluster)
     group.client = client = ipp_cluster.connect_client_sync()
@@ -62,10 +74,20 @@ def start_engines(group: Group) -> None:
             raise StartError(
                 f"only {len(client.ids)} of {n} engines registered within "
                 f"{options.init_timeout:g} s; raise --init-timeout or check the engine logs"
+                + _slurm_note(ipp_cluster)
             )
         time.sleep(0.02)
     group.view = client[sorted(client.ids)[:n]]
     group.view.block = False
+
+
+def _slurm_note(ipp_cluster: Any) -> str:
+    """``--engines slurm``: the job's state and Slurm's reason (a queue that did not start it)."""
+    if not any(type(s).__name__ == "JaxnbSlurmEngineSetLauncher" for s in ipp_cluster.engines.values()):
+        return ""
+    from jaxnb._hosts import slurm
+
+    return slurm.pending_note(list(ipp_cluster.engines.values()))
 
 
 def join_group(group: Group) -> None:
@@ -77,9 +99,15 @@ def join_group(group: Group) -> None:
     except (ipp.error.CompositeError, ipp.error.EngineError, ipp.error.TimeoutError):
         raise_if_engines_exited(group)
         raise
-    if group.options.hosts:  # process 0 on the first host, and so on (a TPU slice's worker order)
+    ordered = None
+    if launch.over_ssh(group.options):  # process 0 on the first host, and so on (a TPU slice's order)
         family = view.apply_async(_PIDS).get(timeout=30)
         ordered = remote.host_order(group, engine_ids, family)
+    elif not group.options.is_local:  # mpiexec, srun: process i is the launcher's rank i
+        ranks = view.apply_async(_RANK).get(timeout=30)
+        if None not in ranks:
+            ordered = [eid for _, eid in sorted(zip(ranks, engine_ids, strict=True))]
+    if ordered is not None:
         identities = [identities[engine_ids.index(eid)] for eid in ordered]
         engine_ids = ordered
         group.view = view = client[engine_ids]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -86,6 +87,14 @@ class Lab:
     hosts: list[Host] = field(default_factory=list)
     directory: str = ""
     bridge_address: str = f"{SUBNET}.1"
+    #: Folders put first on PATH in the hosts' ssh sessions (e.g. a fake ``nvidia-smi``).
+    path: tuple[str, ...] = ()
+    #: Folders each host sees empty and its own (a tmpfs in the host's mount namespace): what
+    #: the notebook's machine has there, the hosts do not (as without shared storage).
+    private: tuple[str, ...] = ()
+    #: Also run Slurm on the hosts (``tests/lab/slurm.py``): ``self.slurm`` then has its settings.
+    with_slurm: bool = False
+    slurm: object = None
 
     @property
     def bridge(self) -> str:
@@ -133,14 +142,21 @@ class Lab:
             host.run("ip", "link", "set", "lo", "up")
             host.run("ip", "addr", "add", f"{host.address}/24", "dev", "eth0")
             host.run("ip", "link", "set", "eth0", "up")
+            mounts = "".join(f"mount -t tmpfs jxlab {shlex.quote(p)} && " for p in self.private)
             with open(os.path.join(self.directory, f"sshd{i}.log"), "w") as log:
                 host.sshd = subprocess.Popen(
-                    ["ip", "netns", "exec", host.netns, "unshare", "--uts", "sh", "-c",
-                     f"hostname {host.hostname} && exec {SSHD} -D -e -f {self._sshd_config(host)}"],
+                    ["ip", "netns", "exec", host.netns, "unshare", "--uts", "--mount", "sh", "-c",
+                     f"hostname {host.hostname} && {mounts}"
+                     f"exec {SSHD} -D -e -f {self._sshd_config(host)}"],
                     stdout=subprocess.DEVNULL, stderr=log, start_new_session=True,
                 )
         for host in self.hosts:
             self._wait_ssh(host)
+        if self.with_slurm:
+            from lab.slurm import Slurm
+
+            self.slurm = Slurm(self)
+            self.slurm.up()
 
     def ssh(self, host: Host, command: str, timeout: float = 20) -> subprocess.CompletedProcess:
         """Run ``command`` on ``host`` over ssh."""
@@ -202,10 +218,15 @@ class Lab:
                 "AcceptEnv *\n"
                 "Subsystem sftp internal-sftp\n"
             )
+            if self.path:
+                f.write(f"SetEnv PATH={':'.join(self.path)}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin\n")
         return path
 
     def down(self) -> None:
         """Remove everything the lab made: processes on its hosts, sshd, namespaces, bridge, files."""
+        if self.slurm is not None:
+            self.slurm.down()
+            self.slurm = None
         for host in self.hosts:
             for pid in host.pids():
                 with contextlib.suppress(OSError):
@@ -233,6 +254,13 @@ if __name__ == "__main__":
     if sys.argv[1:] == ["check"]:  # one line for `bash dev test`
         why = missing()
         print(f"lab tests (several ssh hosts) skipped: {why}" if why else "lab tests: will run")
+        if not why:
+            from tests.lab.slurm import missing as slurm_missing
+
+            no_slurm = slurm_missing()
+            no_mpi = None if shutil.which("mpiexec") else "no mpiexec (apt-get install openmpi-bin)"
+            print(f"Slurm lab tests skipped: {no_slurm}" if no_slurm else "Slurm lab tests: will run")
+            print(f"MPI lab tests skipped: {no_mpi}" if no_mpi else "MPI lab tests: will run")
         sys.exit(0)
     why = missing()
     if why:

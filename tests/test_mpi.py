@@ -1,0 +1,114 @@
+"""``--engines mpi`` for real: OpenMPI's ``mpiexec`` starts the engines on two lab hosts over the
+lab's ssh, through ipyparallel's MPI launcher; ``jax.distributed`` joins them; ``stop``
+leaves no ``mpiexec``, ``orted`` or ``prted``. Skipped (with the reason) where the lab cannot
+be built or ``mpiexec`` is missing (``.ci/run`` installs ``openmpi-bin``)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+
+import psutil
+import pytest
+from IPython.core.error import UsageError
+from IPython.utils.capture import capture_output
+from lab.lab import Lab, missing
+
+from jaxnb.magics import current_cluster, use_cluster
+
+WHY_NOT = missing() or (None if shutil.which("mpiexec") else "no mpiexec (apt-get install openmpi-bin)")
+PSUM = """\
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import PartitionSpec as P
+mesh = jax.make_mesh((jax.device_count(),), ("i",))
+x = jax.make_array_from_process_local_data(
+    jax.sharding.NamedSharding(mesh, P("i")), np.full((1,), jax.process_index() + 1.0, np.float32))
+total = jax.jit(jax.shard_map(lambda v: jax.lax.psum(v, "i"), mesh=mesh, in_specs=P("i"),
+                              out_specs=P()))(x)
+print("psum", float(total.addressable_data(0)[0]), "on", jax.process_count(), "processes")
+"""
+
+
+def leftovers(lab: Lab) -> list[str]:
+    """What still runs on the lab's hosts besides their sshd."""
+    found = []
+    for host in lab.hosts:
+        for pid in host.pids():
+            with contextlib.suppress(psutil.Error):
+                proc = psutil.Process(pid)
+                if proc.name() != "sshd" and proc.status() != psutil.STATUS_ZOMBIE:
+                    found.append(f"{host.hostname}: {' '.join(proc.cmdline())[:100]}")
+    return found
+
+
+@pytest.fixture(scope="module")
+def mpi_lab():
+    if WHY_NOT:
+        pytest.skip(f"MPI lab tests skipped: {WHY_NOT}")
+    private = tempfile.mkdtemp(prefix="jaxnb-private-")  # the hosts do not see what is in it
+    built = Lab(2, private=(private,)).up()
+    built.private_dir = private  # type: ignore[attr-defined]
+    previous = os.environ.get("JAXNB_SSH_CONFIG")
+    os.environ["JAXNB_SSH_CONFIG"] = built.ssh_config
+    try:
+        yield built
+    finally:
+        if previous is None:
+            os.environ.pop("JAXNB_SSH_CONFIG", None)
+        else:
+            os.environ["JAXNB_SSH_CONFIG"] = previous
+        built.down()
+        shutil.rmtree(private, ignore_errors=True)
+
+
+@pytest.mark.engines
+def test_mpi_start_psum_across_hosts_stop_leaves_nothing(mpi_lab, ip, capsys):
+    """With a --workdir the hosts lack: each rank starts in its host's copy."""
+    previous = current_cluster(ip)
+    use_cluster(None, ip)
+    project = os.path.join(mpi_lab.private_dir, "proj")
+    os.makedirs(project)
+    with open(os.path.join(project, "mymodel.py"), "w") as f:
+        f.write("VALUE = 42\n")
+    copies = []
+    try:
+        with capture_output() as shown:
+            ip.run_line_magic("jax_cluster", f"start --engines mpi --hosts {','.join(mpi_lab.addresses)} "
+                              f"--workdir {project}")
+        lines = [ln for ln in shown.stdout.splitlines() if " copied to " in ln]
+        copies = [ln.split(":", 2)[2].split(" (")[0] for ln in lines]
+        assert len(copies) == 2, shown.stdout
+        cluster = current_cluster(ip)
+        assert cluster is not None and cluster.running, shown.stdout
+        assert [p.host for p in cluster.processes] == ["labhost1", "labhost2"]
+        for p, host in zip(cluster.processes, mpi_lab.hosts, strict=True):
+            assert p.pid in host.pids()  # each rank in its host's namespace
+        assert cluster.coordinator_address.rsplit(":", 1)[0] == cluster.processes[0].address
+        launcher = next(iter(cluster.group.ipp.engines.values()))
+        assert type(launcher).__name__ == "JaxnbMPIEngineSetLauncher"
+        assert psutil.Process(launcher.pid).name() in ("mpiexec", "orterun")
+        capsys.readouterr()
+        ip.run_cell_magic("jax_cluster", "", "import mymodel\n" + PSUM)
+        assert "psum 3.0 on 2 processes" in capsys.readouterr().out
+        ip.run_line_magic("jax_cluster", "stop")
+        assert not psutil.pid_exists(launcher.pid) or psutil.Process(launcher.pid).status() == "zombie"
+        deadline = time.monotonic() + 10  # the ranks end on their hosts once mpiexec is gone
+        while (left := leftovers(mpi_lab)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not left, left
+    finally:
+        if current_cluster(ip) is not None:
+            current_cluster(ip).stop()
+        use_cluster(previous, ip)
+        for copy in copies:
+            shutil.rmtree(copy, ignore_errors=True)
+
+
+def test_mpi_without_mpiexec_is_one_line(ip, monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(UsageError, match="--engines mpi needs mpiexec on this machine's PATH") as caught:
+        ip.run_line_magic("jax_cluster", "start --engines mpi -n 2")
+    assert "\n" not in str(caught.value)

@@ -1,0 +1,154 @@
+"""``--engines slurm`` for real: a Slurm cluster on the lab (munged, slurmctld, one slurmd per
+lab host: tests/lab/slurm.py); jaxnb submits its engines through ipyparallel's Slurm
+launcher. Start, a cell across hosts, a short %jax_train, a killed job step named, stop
+cancels the job and leaves nothing; a queue that does not start the job is named with
+Slurm's reason; no ``sbatch`` is one line. Skipped (with the reason) where the lab cannot
+be built or Slurm is not installed (``.ci/run`` installs ``slurm-wlm munge``)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import time
+
+import psutil
+import pytest
+from IPython.core.error import UsageError
+from IPython.utils.capture import capture_output
+from lab import slurm as lab_slurm
+from lab.lab import Lab, missing
+
+from jaxnb import ProcessFailure
+from jaxnb.magics import current_cluster, use_cluster
+
+WHY_NOT = missing() or lab_slurm.missing()
+TRAIN = """\
+import jax, jax.numpy as jnp, jaxnb
+
+def fit():
+    total = jnp.zeros(())
+    for step in range(3):
+        total = total + 1
+        jaxnb.report({"step": step, "total": float(total)})
+"""
+
+
+def leftovers(lab: Lab) -> list[str]:
+    """What runs on the lab hosts besides sshd and slurmd (job steps, engines)."""
+    found = []
+    for host in lab.hosts:
+        for pid in host.pids():
+            with contextlib.suppress(psutil.Error):
+                proc = psutil.Process(pid)
+                if proc.name() not in ("sshd", "slurmd") and proc.status() != psutil.STATUS_ZOMBIE:
+                    found.append(f"{host.hostname}: {' '.join(proc.cmdline())[:100]}")
+    return found
+
+
+def jobs(lab: Lab) -> str:
+    return subprocess.run(["squeue", "-h"], capture_output=True, text=True,
+                          env={**os.environ, **lab.slurm.env}).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def slurm_lab():
+    if WHY_NOT:
+        pytest.skip(f"Slurm lab tests skipped: {WHY_NOT}")
+    built = Lab(2, with_slurm=True).up()
+    previous = os.environ.get("SLURM_CONF")
+    os.environ.update(built.slurm.env)
+    try:
+        yield built
+    finally:
+        if previous is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = previous
+        built.down()
+
+
+@pytest.fixture
+def magics(ip):
+    previous = current_cluster(ip)
+    use_cluster(None, ip)
+    try:
+        yield ip
+    finally:
+        if current_cluster(ip) is not None:
+            current_cluster(ip).stop()
+        use_cluster(previous, ip)
+
+
+@pytest.mark.engines
+def test_slurm_start_cell_train_killed_step_stop(slurm_lab, magics, capsys):
+    ip = magics
+    with capture_output() as shown:
+        ip.run_line_magic("jax_cluster", f"start --engines slurm -n 2 --address {slurm_lab.bridge_address} "
+                          "--partition lab --time-limit 10 --sbatch=--nodes=2")
+    cluster = current_cluster(ip)
+    assert cluster is not None and cluster.running, shown.stdout
+    assert [p.host for p in cluster.processes] == ["labhost1", "labhost2"]
+    for p, host in zip(cluster.processes, slurm_lab.hosts, strict=True):
+        assert p.pid in host.pids()
+    assert cluster.coordinator_address.rsplit(":", 1)[0] == cluster.processes[0].address
+    engine_set = next(iter(cluster.group.ipp.engines.values()))
+    job = engine_set.job_id
+    assert engine_set.batch_file.startswith(cluster.group.stacks_dir)  # not in the notebook's folder
+    assert not os.path.exists("slurm_engine.sbatch")
+    assert f"{job} " in jobs(slurm_lab) and "jaxnb-" in jobs(slurm_lab)
+    capsys.readouterr()
+    cell = "import jax\nprint('processes', jax.process_count(), jax.device_count())"
+    ip.run_cell_magic("jax_cluster", "", cell)
+    assert "processes 2 2" in capsys.readouterr().out
+    ip.run_cell_magic("jax_cluster", "", TRAIN)
+    with capture_output():
+        ip.run_line_magic("jax_train", "fit -o result")
+    result = ip.user_ns["result"]
+    assert result.error is None and [m["step"] for m in result.history] == [0, 1, 2]
+    # The job step is killed (as by an out-of-memory kill or a preemption): named, with the job.
+    subprocess.run(["scancel", "--signal=KILL", f"{job}.0"], check=True)
+    with pytest.raises(ProcessFailure) as caught:
+        cluster.run("import time\nfor _ in range(300): time.sleep(0.1)\n", timeout=60)
+    text = str(caught.value)
+    assert f"step {job}.0 of Slurm job {job}" in text or f"Slurm job {job}" in text, text
+    ip.run_line_magic("jax_cluster", "stop")
+    deadline = time.monotonic() + 20
+    while (jobs(slurm_lab) or leftovers(slurm_lab)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not jobs(slurm_lab) and not leftovers(slurm_lab), (jobs(slurm_lab), leftovers(slurm_lab))
+
+
+@pytest.mark.engines
+def test_a_job_the_queue_does_not_start_is_named_pending_with_the_reason(slurm_lab, magics):
+    with pytest.raises(UsageError) as caught:
+        magics.run_line_magic(
+            "jax_cluster",
+            f"start --engines slurm -n 2 --address {slurm_lab.bridge_address} --partition closed "
+            "--init-timeout 3",
+        )
+    text = str(caught.value)
+    assert "only 0 of 2 engines registered within 3 s" in text, text
+    assert "is still PENDING (reason: PartitionDown)" in text or "is still PENDING (reason: " in text, text
+    deadline = time.monotonic() + 20
+    while jobs(slurm_lab) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not jobs(slurm_lab)  # stop cancelled it
+
+
+def test_slurm_without_sbatch_is_one_line(ip, monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(UsageError, match="--engines slurm needs sbatch on this machine's PATH") as caught:
+        ip.run_line_magic("jax_cluster", "start --engines slurm -n 2")
+    assert "\n" not in str(caught.value)
+
+
+def test_slurm_takes_no_hosts(ip):
+    with pytest.raises(UsageError, match="--hosts does not go with --engines slurm"):
+        ip.run_line_magic("jax_cluster", "start --engines slurm --hosts a,b")
+
+
+def test_slurm_flags_need_engines_slurm(ip):
+    says = "--partition is for --engines slurm only; add --engines slurm or drop it"
+    with pytest.raises(UsageError, match=says):
+        ip.run_line_magic("jax_cluster", "start --partition gpu")
