@@ -21,6 +21,7 @@ from jaxnb._cluster import JaxCluster
 from jaxnb._errors import ClusterStateError, StartError
 from jaxnb._messages import ALREADY_RUNNING, NOT_STARTED
 from jaxnb._options import OptionError
+from jaxnb._profile import magic as profile_magic
 from jaxnb._train import magic as train_magic
 
 SUBCOMMANDS = ("start", "status", "stop", "restart", "reset", "stacks")
@@ -220,6 +221,11 @@ class JaxnbMagics(Magics):
         except (ValueError, ClusterStateError) as exc:
             raise UsageError(str(exc)) from None
 
+    @cell_magic
+    def jax_profile(self, line: str, cell: str) -> None:
+        """Run the cell on every process while all of them trace it (``%%jax_profile?``)."""
+        profile_magic.run(self._require, self.shell, line, cell)
+
     # ---- values and views -------------------------------------------------------------
 
     @line_magic
@@ -268,6 +274,7 @@ class JaxnbMagics(Magics):
 
 # %jax_train's help is its parser's (every flag, --config included).
 JaxnbMagics.jax_train.__doc__ = train_magic.HELP
+JaxnbMagics.jax_profile.__doc__ = profile_magic.HELP
 
 
 def _show_status(cluster: JaxCluster) -> None:
