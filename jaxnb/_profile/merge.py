@@ -31,13 +31,13 @@ class ProcessTrace:
     offset_error_ns: int = 0
 
 
-def base_ns(t: ProcessTrace) -> tuple[float, float]:
+def base_ns(t: ProcessTrace) -> tuple[int, float]:
     """(process 0's wall clock at this trace's ``ts = 0``, its uncertainty), in ns."""
     anchor = next((e for e in t.trace.get("traceEvents", []) if e.get("name") == ANCHOR), None)
     if anchor is None:  # no anchor (trace cut short): trust ts 0 as the anchor time
-        return float(t.anchor_ns + t.offset_ns), float(t.offset_error_ns)
+        return t.anchor_ns + t.offset_ns, float(t.offset_error_ns)
     mid_us = float(anchor["ts"]) + float(anchor.get("dur", 0.0)) / 2
-    return (t.anchor_ns - mid_us * 1000 + t.offset_ns,
+    return (t.anchor_ns - round(mid_us * 1000) + t.offset_ns,
             float(anchor.get("dur", 0.0)) * 1000 / 2 + t.offset_error_ns)
 
 
