@@ -143,8 +143,8 @@ def analyse(
     rows: list[dict[str, Any]] = []
     if traces:
         merged = merging.merge(traces)
-        with gzip.open(where.perfetto, "wt") as f:
-            json.dump(merged, f)
+        with gzip.open(where.perfetto, "wt", compresslevel=1) as f:  # fast: traces run to 100s of MB
+            json.dump(merged, f, separators=(",", ":"))
         perfetto = where.perfetto
         for t in traces:
             rows.extend(step_logic.step_times(t.process, t.trace.get("traceEvents", [])))
