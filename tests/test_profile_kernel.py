@@ -65,3 +65,31 @@ def test_bad_input_is_one_line(kernel, tmp_path):
     assert line.startswith("UsageError: cannot write the profile") and "pass --storage DIR" in line
     out = kernel.run("%%jax_profile --bogus\nx = 1")
     assert "UsageError: unrecognized arguments: --bogus" in out.stderr
+
+
+TRAIN_LOOP = """\
+def slow_loop():
+    import time, jax, jax.numpy as jnp
+    from jax.experimental import multihost_utils
+    import jaxnb
+    for step in range(1, 9):
+        if jax.process_index() == 1:
+            time.sleep(0.05)
+        total = multihost_utils.process_allgather(jnp.ones(1)).sum()
+        jaxnb.report({"step": step, "total": float(total)})
+"""
+
+
+def test_train_profile_steps_records_the_window(kernel, tmp_path):
+    kernel.ok(TRAIN_LOOP)
+    out = kernel.ok(f"%jax_train slow_loop --storage {tmp_path} -o res --profile-steps 3:6")
+    assert any("straggler: p1" in d["data"].get("text/plain", "") for d in out.displays), out.shown
+    got = kernel.value("dict(steps=sorted({(r['process'], r['step']) for r in res.profile.steps}), "
+                       "straggler=res.profile.straggler, cause=res.profile.cause, "
+                       "path=res.profile.path, last=res.metrics['step'])")
+    assert got["steps"] == [[p, s] for p in (0, 1) for s in (3, 4, 5, 6)]
+    assert got["straggler"] == 1 and got["cause"] == "host_ms" and got["last"] == 8
+    assert got["path"] == str(tmp_path / "slow_loop")
+    out = kernel.run(f"%jax_train slow_loop --storage {tmp_path} --name again --profile-steps 5:2")
+    (line,) = [t for t in out.stderr.splitlines() if t.strip()]
+    assert line.startswith("UsageError: --profile-steps 5:2") and "e.g. --profile-steps 2:5" in line

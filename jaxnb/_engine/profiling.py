@@ -159,3 +159,54 @@ def abort() -> None:
             jax.profiler.stop_trace()
         finally:
             discard(folder)
+
+
+# ---- %jax_train --profile-steps A:B: the trace starts and stops inside report() ---------------
+
+_window: dict[str, Any] = {}
+
+
+def arm_steps(session: str, first: int, last: int, timeout_s: float) -> None:
+    """Trace steps ``first``..``last`` of the coming training run on this process.
+
+    A step is the interval between two ``jaxnb.report()`` calls, named by the step the
+    later one reports. Every process starts at the first report of step ``first - 1``
+    or later (at once when ``first <= 1``) and stops at the first report of step
+    ``last`` or later, agreed through the coordination service as in :func:`start`.
+    """
+    _window.clear()
+    _window.update(session=session, first=first, last=last, timeout=timeout_s, steps=[],
+                   started=None, stopped=None, last_ns=None)
+    if first <= 1:
+        _begin()
+
+
+def step_reported(step: int) -> None:
+    """Called by ``jaxnb.report()`` on every step: opens or closes the armed window."""
+    if not _window or _window["stopped"] is not None:
+        return
+    now = time.time_ns()
+    if _window["started"] is not None:
+        _window["steps"].append((step, _window["last_ns"], now))
+        _window["last_ns"] = now
+        if step >= _window["last"]:
+            _window["stopped"] = stop(_window["timeout"])
+    elif step >= _window["first"] - 1:
+        _begin()
+
+
+def finish_steps() -> dict[str, Any]:
+    """After the run: what the window recorded (``start``, ``stop`` replies and step times);
+    a window the run never closed (it ended early) is closed here, on every process together."""
+    if not _window:
+        return {"start": None, "stop": None, "steps_ns": []}
+    if _window["started"] is not None and _window["stopped"] is None:
+        _window["stopped"] = stop(_window["timeout"])
+    found = {"start": _window["started"], "stop": _window["stopped"], "steps_ns": _window["steps"]}
+    _window.clear()
+    return found
+
+
+def _begin() -> None:
+    _window["started"] = start(_window["session"], _window["timeout"])
+    _window["last_ns"] = time.time_ns()

@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from jaxnb._engine import stopping
+from jaxnb._engine import profiling, stopping
 from jaxnb._engine.publisher import BatchPublisher, datapub_sender
 from jaxnb._run_folder import Checkpoint
 
@@ -99,6 +99,7 @@ def report(metrics: dict[str, Any], checkpoint: Any = None) -> None:
         record["checkpoint_user"] = saved.user_managed
     run.publisher.add(record)
     _bound_in_flight(run, metrics)
+    profiling.step_reported(step)  # %jax_train --profile-steps: opens/closes the trace window
 
 
 def get_checkpoint() -> Any:

@@ -102,3 +102,17 @@ def _regroup(t: ProcessTrace, shift: float) -> list[dict[str, Any]]:
                 new[key] = f"p{t.process}:{new[key]}"
         out.append(new)
     return out
+
+
+def add_steps(trace: dict[str, Any], anchor_ns: int, steps_ns: list[tuple[int, int, int]]) -> None:
+    """Put the report-to-report steps into a process's trace as step events (``step_num``),
+    on the track of the anchor annotation (the Python thread that runs the training)."""
+    events = trace.setdefault("traceEvents", [])
+    anchor = next((e for e in events if e.get("name") == ANCHOR), None)
+    if anchor is None:
+        return
+    mid_us = float(anchor["ts"]) + float(anchor.get("dur", 0.0)) / 2
+    for step, begin, end in steps_ns:
+        events.append({"ph": "X", "pid": anchor["pid"], "tid": anchor["tid"], "name": "jaxnb step",
+                       "ts": mid_us + (begin - anchor_ns) / 1000, "dur": (end - begin) / 1000,
+                       "args": {"step_num": str(step)}})

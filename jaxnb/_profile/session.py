@@ -69,7 +69,7 @@ def profile(
     if on_result is not None:
         on_result(result)
     if display:
-        showing.show(result, _timeline_png(result, merged))
+        showing.show(result, timeline_png(result, merged))
     if error is not None:
         raise error
     return result
@@ -121,6 +121,8 @@ def collect(
                 run_folder.fetch(engine, s["trace"], s["sizes"]["trace"], trace_file, CALL_S)
                 with gzip.open(trace_file, "rt") as f:
                     trace = json.load(f)
+                if s.get("steps_ns"):  # %jax_train --profile-steps: steps are report intervals
+                    merging.add_steps(trace, int(s["anchor_ns"]), s["steps_ns"])
                 info = started.get(p, {})
                 traces.append(merging.ProcessTrace(
                     p, s["host"], trace, int(s["anchor_ns"]),
@@ -167,7 +169,7 @@ def analyse(
     return result, merged
 
 
-def _timeline_png(result: ProfileResult, merged: dict[str, Any] | None) -> bytes | None:
+def timeline_png(result: ProfileResult, merged: dict[str, Any] | None) -> bytes | None:
     """Draw the timeline from the merged trace and save it beside it."""
     if merged is None or result.perfetto is None:
         return None

@@ -11,10 +11,11 @@ from IPython.core.error import UsageError
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from jaxnb._errors import ClusterStateError
+from jaxnb._profile import train_magic as profiled_steps
 
 _CONFIG = re.compile(r"(?:^|\s)--config(?:=|\s+|$)")
 _NEXT_FLAG = re.compile(
-    r"\s(?:--name|--storage|-o|--output|--resume|--background|--steps)(?=[\s=]|$)"
+    r"\s(?:--name|--storage|-o|--output|--resume|--background|--steps|--profile-steps)(?=[\s=]|$)"
 )
 
 
@@ -28,9 +29,11 @@ _NEXT_FLAG = re.compile(
 @argument("--resume", action="store_true", help="continue run RUN from its latest checkpoint")
 @argument("--background", action="store_true", help="return at once; VAR holds the live Result")
 @argument("--steps", default=None, metavar="N", help="steps the run will report (progress and ETA)")
+@argument("--profile-steps", default=None, metavar="A:B",
+          help="trace steps A to B on every process (as %%%%jax_profile); the result in VAR.profile")
 def jax_train(line: str) -> None:
     """%jax_train FUNC [--config EXPR] [--name RUN] [--storage DIR] [-o VAR] [--resume]
-    [--background] [--steps N]
+    [--background] [--steps N] [--profile-steps A:B]
 
     Run FUNC (no argument, or the config) on every JAX process with a live
     dashboard. --config EXPR is evaluated in the notebook (the rest of the
@@ -66,6 +69,7 @@ def run(cluster_of: Callable[[], Any], shell: Any, line: str, local_ns: dict | N
     if args.output is not None and not args.output.isidentifier():
         raise UsageError(f"-o takes a Python name, got {args.output!r}; e.g. -o result")
     steps = _step_count(args.steps)
+    window = profiled_steps.window(args.profile_steps, args.background)
     cluster = cluster_of()
     fn = _function(args.func, shell.user_ns, local_ns or {})
     config = _evaluate(config_expr, shell.user_ns, local_ns or {})
@@ -74,10 +78,11 @@ def run(cluster_of: Callable[[], Any], shell: Any, line: str, local_ns: dict | N
         if args.output:
             shell.user_ns[args.output] = result
 
+    train = cluster.train if window is None else profiled_steps.trainer(cluster, fn, args.name, window)
     try:
-        result = cluster.train(fn, config, name=args.name, storage=args.storage,
-                               resume=args.resume, background=args.background, total_steps=steps,
-                               on_result=store)
+        result = train(fn, config, name=args.name, storage=args.storage,
+                       resume=args.resume, background=args.background, total_steps=steps,
+                       on_result=store)
     except (ValueError, FileExistsError, ClusterStateError) as exc:
         raise UsageError(str(exc)) from None
     if args.background:
