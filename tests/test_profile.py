@@ -66,3 +66,15 @@ def test_storage_that_cannot_be_written_is_one_line(shared_magics, tmp_path):
     assert "pass --storage DIR" in str(err.value) and "\n" not in str(err.value)
     with pytest.raises(UsageError, match="-o takes a Python name"):
         shared_magics.run_cell_magic("jax_profile", "-o 1x", "x = 1")
+
+
+@pytest.mark.parametrize(("cell", "flags"), [
+    ("%%jax_profile?", ["--name", "--storage", "-o", "StepTraceAnnotation", "xprof --logdir"]),
+    ("%jax_train?", ["--profile-steps"]),
+])
+def test_help_lists_every_flag(ip, cell, flags):
+    from IPython.utils.capture import capture_output
+
+    with capture_output() as captured:
+        ip.run_cell(cell)
+    assert all(flag in captured.stdout for flag in flags), captured.stdout
