@@ -9,7 +9,7 @@ import html
 import os
 
 from jaxnb._profile.result import ProfileResult
-from jaxnb._profile.steps import PARTS, describe
+from jaxnb._profile.steps import PARTS
 
 _COLUMNS = ("total_ms", *PARTS)
 
@@ -57,8 +57,6 @@ def commands(result: ProfileResult) -> list[str]:
 
 def _notes(result: ProfileResult) -> list[str]:
     notes = [result.verdict()]
-    if result.cause is not None:
-        notes[0] += f" (cause: {describe(result.cause)})"
     if len(result.clock_error_ms) > 1:
         worst = max(result.clock_error_ms.values())
         off = max(abs(v) for v in result.clock_offsets_ms.values())
