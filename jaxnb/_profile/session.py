@@ -85,7 +85,7 @@ def _start_all(group: Group, key: str) -> dict[int, dict[str, Any]]:
             f"the processes could not start tracing together ({type(exc).__name__}: {exc}); "
             "run `%jax_cluster reset` and try again"
         ) from None
-    return {r["process"]: r for r in replies}
+    return dict(zip(group.indices, replies, strict=True))  # the view is in process order
 
 
 def _stop_all(group: Group) -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
