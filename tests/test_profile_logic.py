@@ -135,3 +135,30 @@ def test_table_names_the_straggler_and_the_commands():
     assert "← straggler" in text.splitlines()[2] and text.splitlines()[2].startswith("p1")
     assert "xprof --logdir /runs/r" in text and "ui.perfetto.dev" in text
     assert "(straggler)" in show.table_html(result)
+
+
+def test_parts_joined_without_parsing_equal_the_merge(tmp_path):
+    traces = recorded()
+    shift = merge.shifts_us(traces)
+    paths = []
+    for t in traces:  # what each engine writes (jaxnb._engine.profile_parts)
+        path = tmp_path / f"p{t.process}.part.json.gz"
+        with gzip.open(path, "wt") as f:
+            f.write(",".join(json.dumps(e) for e in merge.regroup(t, shift[t.process])))
+        paths.append(str(path))
+    merge.join_parts(paths, str(tmp_path / "trace.json.gz"))
+    with gzip.open(tmp_path / "trace.json.gz", "rt") as f:
+        joined = json.load(f)
+    assert joined == json.loads(json.dumps(merge.merge(traces)))
+    assert not any(os.path.exists(p) for p in paths)
+
+
+def test_timeline_picture_is_a_png():
+    from jaxnb._profile import timeline
+
+    parts = {p: {"steps": [(s, s * 1000.0 + p, s * 1000.0 + 900) for s in range(4)],
+                 "ops": [(s * 1000.0 + 100, s * 1000.0 + 800, p == 0) for s in range(4)]}
+             for p in (0, 1)}
+    png = timeline.picture(parts, {0: "a", 1: "b"}, straggler=1)
+    assert png is not None and png.startswith(b"\x89PNG")
+    assert timeline.picture({0: {"steps": [], "ops": []}}, {}) is None

@@ -81,6 +81,7 @@ def stop(timeout_s: float) -> dict[str, Any]:
     return {
         "process": index,
         "host": socket.gethostname(),
+        "session": state["session"],
         "together": together,
         "anchor_ns": state["anchor_ns"],
         "folder": state["folder"],

@@ -44,9 +44,9 @@ class RunFolder:
     def xplane(self, host: str, process: int) -> str:
         return os.path.join(self.session_dir, f"{_safe(host)}_p{process}.xplane.pb")
 
-    def trace(self, host: str, process: int) -> str:
-        """A process's own Chrome trace (kept beside the merged one)."""
-        return os.path.join(self.merged_dir, f"{_safe(host)}_p{process}.trace.json.gz")
+    def part(self, process: int) -> str:
+        """A process's part of the merged trace, until the parts are joined."""
+        return os.path.join(self.merged_dir, f".p{process}.part.json.gz")
 
     @property
     def perfetto(self) -> str:

@@ -11,6 +11,9 @@ no two processes' devices can land on one track.
 from __future__ import annotations
 
 import dataclasses
+import gzip
+import os
+import shutil
 from typing import Any
 
 #: The annotation the engines record right after the trace starts (see ``_engine.profiling``).
@@ -60,11 +63,12 @@ def merge(traces: list[ProcessTrace]) -> dict[str, Any]:
     shift = shifts_us(traces)
     out: list[dict[str, Any]] = []
     for t in sorted(traces, key=lambda t: t.process):
-        out.extend(_regroup(t, shift[t.process]))
+        out.extend(regroup(t, shift[t.process]))
     return {"displayTimeUnit": "ns", "traceEvents": out}
 
 
-def _regroup(t: ProcessTrace, shift: float) -> list[dict[str, Any]]:
+def regroup(t: ProcessTrace, shift: float) -> list[dict[str, Any]]:
+    """``t``'s events as process group ``t.process + 1``, every track its own tid, ``ts`` + ``shift``."""
     events = t.trace.get("traceEvents", [])
     pid = t.process + 1
     planes = {e["pid"]: e["args"]["name"] for e in events
@@ -116,3 +120,24 @@ def add_steps(trace: dict[str, Any], anchor_ns: int, steps_ns: list[tuple[int, i
         events.append({"ph": "X", "pid": anchor["pid"], "tid": anchor["tid"], "name": "jaxnb step",
                        "ts": mid_us + (begin - anchor_ns) / 1000, "dur": (end - begin) / 1000,
                        "args": {"step_num": str(step)}})
+
+
+def join_parts(parts: list[str], path: str) -> None:
+    """Write the merged trace ``path`` from the processes' parts (gzipped fragments of events,
+    each already regrouped and shifted by its process), without parsing them; remove the parts."""
+    with gzip.open(path, "wb", compresslevel=1) as out:
+        out.write(b'{"displayTimeUnit":"ns","traceEvents":[')
+        first = True
+        for part in parts:
+            with gzip.open(part, "rb") as f:
+                head = f.read(1)
+                if not head:
+                    continue
+                if not first:
+                    out.write(b",")
+                out.write(head)
+                shutil.copyfileobj(f, out, 1 << 20)
+                first = False
+        out.write(b"]}")
+    for part in parts:
+        os.remove(part)

@@ -10,7 +10,6 @@ files come back over the engines → merge, step table, timeline.
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import secrets
@@ -30,6 +29,7 @@ from jaxnb._state import Group
 _START = EngineCall("jaxnb._engine.profiling:start")
 _STOP = EngineCall("jaxnb._engine.profiling:stop")
 _ABORT = EngineCall("jaxnb._engine.profiling:abort")
+_PREPARE = EngineCall("jaxnb._engine.profile_parts:prepare")
 #: Seconds every process has to reach the start (they are idle, so this is generous).
 START_AGREE_S = 60.0
 #: Seconds a process waits at the stop for the others before it stops alone.
@@ -64,12 +64,12 @@ def profile(
     except BaseException as exc:  # kept: the trace up to the error is still collected
         error = exc
     stopped, missing = _stop_all(group)
-    result, merged = collect(group, where, started, stopped, missing)
+    result, parts = collect(group, where, started, stopped, missing)
     result.error = error
     if on_result is not None:
         on_result(result)
     if display:
-        showing.show(result, timeline_png(result, merged))
+        showing.show(result, timeline_png(result, parts))
     if error is not None:
         raise error
     return result
@@ -107,73 +107,69 @@ def collect(
     started: dict[int, dict[str, Any]],
     stopped: dict[int, dict[str, Any]],
     missing: dict[int, str],
-) -> tuple[ProfileResult, dict[str, Any] | None]:
-    """Bring every process's files into the run folder; merge; per-step times; straggler."""
-    traces: list[merging.ProcessTrace] = []
+) -> tuple[ProfileResult, dict[int, dict[str, Any]]]:
+    """Each process prepares its part (in parallel); the notebook pulls the files and joins
+    the parts into the merged trace; per-step rows; the straggler. Also the timeline data."""
+    pending = {p: group.engine(p).apply_async(_PREPARE, p, group.size, started.get(p, {}), s,
+                                              s.get("steps_ns"))
+               for p, s in stopped.items()}
+    parts: dict[int, dict[str, Any]] = {}
     files: dict[int, str] = {}
     for p, s in sorted(stopped.items()):
         engine = group.engine(p)
         try:
+            parts[p] = pending[p].get(timeout=CALL_S)
             files[p] = where.xplane(s["host"], p)
             run_folder.fetch(engine, s["xplane"], s["sizes"]["xplane"], files[p], CALL_S)
-            trace_file = where.trace(s["host"], p)
-            if s["trace"]:
-                run_folder.fetch(engine, s["trace"], s["sizes"]["trace"], trace_file, CALL_S)
-                with gzip.open(trace_file, "rt") as f:
-                    trace = json.load(f)
-                if s.get("steps_ns"):  # %jax_train --profile-steps: steps are report intervals
-                    merging.add_steps(trace, int(s["anchor_ns"]), s["steps_ns"])
-                info = started.get(p, {})
-                traces.append(merging.ProcessTrace(
-                    p, s["host"], trace, int(s["anchor_ns"]),
-                    int(info.get("offset_ns", 0)), int(info.get("offset_error_ns", 0))))
+            run_folder.fetch(engine, parts[p]["part"], parts[p]["part_size"], where.part(p), CALL_S)
         except BaseException as exc:
+            parts.pop(p, None)
             missing[p] = f"its files could not be fetched: {type(exc).__name__}: {exc}"
         finally:
             run_folder.discard(engine, s["folder"])
-    return analyse(where, traces, files, missing)
+    hosts = {p: stopped[p]["host"] for p in parts}
+    return analyse(where, parts, hosts, started, files, missing), parts
 
 
 def analyse(
     where: run_folder.RunFolder,
-    traces: list[merging.ProcessTrace],
+    parts: dict[int, dict[str, Any]],
+    hosts: dict[int, str],
+    started: dict[int, dict[str, Any]],
     files: dict[int, str],
     missing: dict[int, str],
-) -> tuple[ProfileResult, dict[str, Any] | None]:
-    """Merge the traces into ``where``; per-step rows; the straggler; also the merged trace."""
-    perfetto = merged = None
-    rows: list[dict[str, Any]] = []
-    if traces:
-        merged = merging.merge(traces)
-        with gzip.open(where.perfetto, "wt", compresslevel=1) as f:  # fast: traces run to 100s of MB
-            json.dump(merged, f, separators=(",", ":"))
+) -> ProfileResult:
+    """Join the parts into the merged trace in ``where``; rows, straggler, clock figures."""
+    perfetto = None
+    rows = [row for p in sorted(parts) for row in parts[p]["rows"]]
+    if parts:
         perfetto = where.perfetto
-        for t in traces:
-            rows.extend(step_logic.step_times(t.process, t.trace.get("traceEvents", [])))
+        merging.join_parts([where.part(p) for p in sorted(parts)], perfetto)
         with open(os.path.join(where.merged_dir, "steps.json"), "w") as f:
             json.dump(rows, f, indent=1)
     slowest, cause = step_logic.straggler(rows)
-    result = ProfileResult(
+    ref = parts[0]["error_ns"] if 0 in parts else 0.0
+    return ProfileResult(
         path=where.root,
         perfetto=perfetto,
         steps=rows,
         straggler=slowest,
         cause=cause,
         session=where.session,
-        hosts={t.process: t.host for t in traces},
+        hosts=hosts,
         files=files,
-        clock_offsets_ms={t.process: -t.offset_ns / 1e6 for t in traces},
-        clock_error_ms=merging.alignment_error_ms(traces) if traces else {},
+        clock_offsets_ms={p: -started.get(p, {}).get("offset_ns", 0) / 1e6 for p in parts},
+        clock_error_ms={p: (parts[p]["error_ns"] + (ref if p != 0 else 0.0)) / 1e6 for p in parts},
         missing=missing,
     )
-    return result, merged
 
 
-def timeline_png(result: ProfileResult, merged: dict[str, Any] | None) -> bytes | None:
-    """Draw the timeline from the merged trace and save it beside it."""
-    if merged is None or result.perfetto is None:
+def timeline_png(result: ProfileResult, parts: dict[int, dict[str, Any]]) -> bytes | None:
+    """Draw the timeline from the processes' timeline data and save it beside the trace."""
+    if not parts or result.perfetto is None:
         return None
-    png = timeline.picture(merged, result.hosts, result.straggler)
+    png = timeline.picture({p: part["timeline"] for p, part in parts.items()}, result.hosts,
+                           result.straggler)
     if png:
         with open(os.path.join(os.path.dirname(result.perfetto), "timeline.png"), "wb") as f:
             f.write(png)

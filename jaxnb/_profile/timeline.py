@@ -1,7 +1,8 @@
-"""A static timeline picture of the merged trace (matplotlib, imported only when drawing).
+"""A static timeline picture of a profile (matplotlib, imported only when drawing).
 
-Two rows per process over the last few steps: its steps (one bar each, labelled),
-and what its devices do (compute in blue, collectives in orange; gaps are host time).
+Two rows per process over the last few steps every process recorded: its steps (one bar
+each, labelled), and what its devices do (compute in blue, collectives in orange; gaps
+are host time). Times are on the merged (aligned) axis, in µs.
 """
 
 from __future__ import annotations
@@ -9,25 +10,19 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from jaxnb._profile import steps as step_logic
-
 SHOWN_STEPS = 3
 
 
-def picture(merged: dict[str, Any], hosts: dict[int, str], straggler: int | None = None) -> bytes | None:
-    """PNG bytes of the timeline, or ``None`` when the trace has no events to draw."""
-    by_pid: dict[int, list[dict[str, Any]]] = {}
-    for e in merged.get("traceEvents", []):
-        if e.get("ph") == "X":
-            by_pid.setdefault(int(e["pid"]), []).append(e)
-    processes = sorted(p - 1 for p in by_pid)
+def picture(parts: dict[int, dict[str, Any]], hosts: dict[int, str],
+            straggler: int | None = None) -> bytes | None:
+    """PNG bytes, from each process's ``{"steps": [(step, start, end)], "ops": [(start, end,
+    is_collective)]}``; ``None`` when there is nothing to draw."""
+    processes = sorted(parts)
     if not processes:
         return None
-    windows = {p: step_logic.step_windows(by_pid[p + 1]) or step_logic.whole_window(by_pid[p + 1])
-               for p in processes}
-    common = sorted(set.intersection(*({s for s, _, _ in w} for w in windows.values())))
-    chosen = set(common[-SHOWN_STEPS:]) if common else set()
-    spans = [(a, b) for w in windows.values() for s, a, b in w if s in chosen]
+    common = sorted(set.intersection(*({s for s, _, _ in parts[p]["steps"]} for p in processes)))
+    chosen = set(common[-SHOWN_STEPS:])
+    spans = [(a, b) for p in processes for s, a, b in parts[p]["steps"] if s in chosen]
     if not spans:
         return None
     lo, hi = min(a for a, _ in spans), max(b for _, b in spans)
@@ -41,18 +36,16 @@ def picture(merged: dict[str, Any], hosts: dict[int, str], straggler: int | None
     labels = []
     for row, p in enumerate(processes):
         y = 2 * (len(processes) - 1 - row)
-        for s, a, b in windows[p]:
+        for s, a, b in parts[p]["steps"]:
             if s in chosen:
                 ax.broken_barh([((a - lo) / 1000, (b - a) / 1000)], (y + 1.1, 0.8),
                                facecolors="#d9d9d9", edgecolors="#555555")
                 ax.text((a - lo) / 1000, y + 1.5, f" step {s}", va="center", fontsize=7)
         compute, collective = [], []
-        for e in by_pid[p + 1]:
-            if step_logic.is_op(e):
-                a, b = float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0))
-                if b >= lo and a <= hi:
-                    target = collective if step_logic.is_collective(e) else compute
-                    target.append(((a - lo) / 1000, max((b - a) / 1000, 1e-3)))
+        for a, b, is_collective in parts[p]["ops"]:
+            if b >= lo and a <= hi:
+                bar = ((a - lo) / 1000, max((b - a) / 1000, 1e-3))
+                (collective if is_collective else compute).append(bar)
         ax.broken_barh(collective, (y + 0.1, 0.8), facecolors="#f28e2b")
         ax.broken_barh(compute, (y + 0.1, 0.8), facecolors="#4e79a7")
         name = f"p{p} {hosts.get(p, '')}" + (" (straggler)" if p == straggler else "")

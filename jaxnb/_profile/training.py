@@ -60,8 +60,8 @@ def collect(group: Group, where: run_folder.RunFolder, display: bool = True) -> 
             missing[p] = "the run ended before the first profiled step"
             continue
         started[p], stopped[p] = found["start"], dict(found["stop"], steps_ns=found["steps_ns"])
-    result, merged = session.collect(group, where, started, stopped, missing)
+    result, parts = session.collect(group, where, started, stopped, missing)
     if display:
-        showing.show(result, session.timeline_png(result, merged))
+        showing.show(result, session.timeline_png(result, parts))
     return result
 
