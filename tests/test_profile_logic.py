@@ -9,27 +9,28 @@ import pathlib
 
 import pytest
 
+from jaxnb._engine import trace_events as trace
 from jaxnb._profile import folder, merge, show, steps
 from jaxnb._profile.result import ProfileResult
 
 DATA = pathlib.Path(__file__).parent / "data" / "profile"
 
 
-def recorded() -> list[merge.ProcessTrace]:
+def recorded() -> list[trace.ProcessTrace]:
     """Two processes (2 CPU devices each), 4 steps; p1 slept 50 ms per step in host code."""
     meta = json.loads((DATA / "meta.json").read_text())
     traces = []
     for p in (0, 1):
         with gzip.open(DATA / f"p{p}.trace.json.gz", "rt") as f:
-            trace = json.load(f)
+            chrome = json.load(f)
         m = meta[str(p)]
-        traces.append(merge.ProcessTrace(p, m["host"], trace, m["anchor_ns"], m["offset_ns"],
+        traces.append(trace.ProcessTrace(p, m["host"], chrome, m["anchor_ns"], m["offset_ns"],
                                          m["offset_error_ns"]))
     return traces
 
 
-def rows_of(traces: list[merge.ProcessTrace]) -> list[dict]:
-    return [r for t in traces for r in steps.step_times(t.process, t.trace["traceEvents"])]
+def rows_of(traces: list[trace.ProcessTrace]) -> list[dict]:
+    return [r for t in traces for r in trace.step_times(t.process, t.trace["traceEvents"])]
 
 
 def test_recorded_straggler_is_p1_with_host_time_as_cause():
@@ -57,14 +58,14 @@ def test_no_straggler_when_processes_match():
 
 
 def test_union_counts_overlap_once():
-    assert steps._union([(0, 10), (5, 15), (20, 25), (21, 22)]) == 20
+    assert trace._union([(0, 10), (5, 15), (20, 25), (21, 22)]) == 20
 
 
 def test_step_without_annotations_is_the_whole_trace():
     events = [{"ph": "X", "ts": 0, "dur": 100, "name": "a"},
               {"ph": "X", "ts": 10, "dur": 20, "name": "dot", "args": {"hlo_op": "dot"}},
               {"ph": "X", "ts": 40, "dur": 40, "name": "all-reduce", "args": {"hlo_op": "all-reduce.3"}}]
-    (row,) = steps.step_times(0, events)
+    (row,) = trace.step_times(0, events)
     assert row["step"] == 0 and row["total_ms"] == pytest.approx(0.1)
     assert row["compute_ms"] == pytest.approx(0.02) and row["collective_ms"] == pytest.approx(0.04)
     assert row["host_ms"] == pytest.approx(0.04)
@@ -72,7 +73,7 @@ def test_step_without_annotations_is_the_whole_trace():
 
 def test_merge_gives_one_group_per_process_and_keeps_devices_apart():
     traces = recorded()
-    merged = merge.merge(traces)
+    merged = trace.merge(traces)
     json.loads(json.dumps(merged))  # valid JSON
     names = {e["pid"]: e["args"]["name"] for e in merged["traceEvents"] if e.get("name") == "process_name"}
     assert names == {1: "p0 · vm", 2: "p1 · vm"}
@@ -88,21 +89,21 @@ def test_merge_gives_one_group_per_process_and_keeps_devices_apart():
 
 def test_merge_aligns_clocks_with_the_measured_offset():
     a, b = recorded()
-    same = merge.shifts_us([a, b])
-    later = merge.ProcessTrace(b.process, b.host, b.trace, b.anchor_ns, b.offset_ns + 5_000_000,
+    same = trace.shifts_us([a, b])
+    later = trace.ProcessTrace(b.process, b.host, b.trace, b.anchor_ns, b.offset_ns + 5_000_000,
                                b.offset_error_ns)
-    moved = merge.shifts_us([a, later])
+    moved = trace.shifts_us([a, later])
     # p1's clock read 5 ms behind: its events move 5 ms later relative to p0's
     assert (moved[1] - moved[0]) - (same[1] - same[0]) == pytest.approx(5000)
     # the recorded steps of both processes end within a millisecond on the merged axis
     # (they all-reduce at the end of each step)
     ends = {}
-    merged = merge.merge([a, b])
+    merged = trace.merge([a, b])
     for e in merged["traceEvents"]:
         if e.get("args", {}).get("step_num") == "3":
             ends[e["pid"]] = e["ts"] + e["dur"]
     assert abs(ends[1] - ends[2]) < 3000
-    errors = merge.alignment_error_ms([a, b])
+    errors = trace.alignment_error_ms([a, b])
     assert errors[0] < errors[1] < 1.0
 
 
@@ -139,17 +140,17 @@ def test_table_names_the_straggler_and_the_commands():
 
 def test_parts_joined_without_parsing_equal_the_merge(tmp_path):
     traces = recorded()
-    shift = merge.shifts_us(traces)
+    shift = trace.shifts_us(traces)
     paths = []
     for t in traces:  # what each engine writes (jaxnb._engine.profile_parts)
         path = tmp_path / f"p{t.process}.part.json.gz"
         with gzip.open(path, "wt") as f:
-            f.write(",".join(json.dumps(e) for e in merge.regroup(t, shift[t.process])))
+            f.write(",".join(json.dumps(e) for e in trace.regroup(t, shift[t.process])))
         paths.append(str(path))
     merge.join_parts(paths, str(tmp_path / "trace.json.gz"))
     with gzip.open(tmp_path / "trace.json.gz", "rt") as f:
         joined = json.load(f)
-    assert joined == json.loads(json.dumps(merge.merge(traces)))
+    assert joined == json.loads(json.dumps(trace.merge(traces)))
     assert not any(os.path.exists(p) for p in paths)
 
 

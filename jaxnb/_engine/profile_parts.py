@@ -1,9 +1,9 @@
 """Each process's share of ``%%jax_profile``'s merge, done on the engines in parallel.
 
 After the trace stopped, every process reads its own Chrome trace, adds the step times
-(:mod:`jaxnb._profile.steps`), agrees with the others on one time origin (the earliest
+(:mod:`trace_events`), agrees with the others on one time origin (the earliest
 aligned trace start, through the coordination service's key-value store) and rewrites
-its events as its own process group on that time axis (:func:`jaxnb._profile.merge.regroup`).
+its events as its own process group on that time axis (:func:`trace_events.regroup`).
 The notebook then only joins the parts: it never parses a whole trace, so the time from
 the end of the cell to the table does not grow with the number of processes.
 Pure Python and the standard library besides the coordination client.
@@ -18,8 +18,10 @@ import time
 from typing import Any
 
 from jaxnb._engine import jax_internals
-from jaxnb._profile import merge, steps
-from jaxnb._profile.timeline import SHOWN_STEPS
+from jaxnb._engine import trace_events as trace
+
+#: Step windows sent for the timeline picture (it draws the last 3 that all processes have).
+SHOWN_STEPS = 5
 
 #: Seconds a process waits for the others' time origins before it uses the ones it has.
 ORIGIN_WAIT_S = 5.0
@@ -30,25 +32,25 @@ def prepare(process: int, count: int, started: dict[str, Any], stopped: dict[str
     """Write this process's part of the merged trace; its step rows and timeline data.
 
     Returns ``part`` (a gzipped JSON fragment: events separated by commas) and its
-    ``part_size``, ``rows`` (see :func:`jaxnb._profile.steps.step_times`), ``error_ns``
+    ``part_size``, ``rows`` (see :func:`trace_events.step_times`), ``error_ns``
     (how far its events may sit off process 0's clock) and ``timeline`` (its last step
     windows and the device ops in them, on the merged time axis).
     """
     with gzip.open(stopped["trace"], "rt") as f:
-        trace = json.load(f)
+        chrome = json.load(f)
     if steps_ns:
-        merge.add_steps(trace, int(stopped["anchor_ns"]), steps_ns)
-    own = merge.ProcessTrace(process, stopped["host"], trace, int(stopped["anchor_ns"]),
+        trace.add_steps(chrome, int(stopped["anchor_ns"]), steps_ns)
+    own = trace.ProcessTrace(process, stopped["host"], chrome, int(stopped["anchor_ns"]),
                              int(started.get("offset_ns", 0)), int(started.get("offset_error_ns", 0)))
-    base, error = merge.base_ns(own)
+    base, error = trace.base_ns(own)
     origin = _agreed_origin(f"jaxnb/profile/{stopped['session']}/origin", process, count, base)
     shift = (base - origin) / 1000
-    events = trace.get("traceEvents", [])
-    rows = steps.step_times(process, events)
+    events = chrome.get("traceEvents", [])
+    rows = trace.step_times(process, events)
     part = os.path.join(stopped["folder"], "part.json.gz")
     with gzip.open(part, "wt", compresslevel=1) as f:
         first = True
-        for event in merge.regroup(own, shift):
+        for event in trace.regroup(own, shift):
             if not first:
                 f.write(",")
             f.write(json.dumps(event, separators=(",", ":")))
@@ -75,16 +77,16 @@ def _agreed_origin(key: str, process: int, count: int, base: int) -> int:
 
 def _timeline(events: list[dict[str, Any]], shift: float) -> dict[str, list]:
     """The last few step windows and the device ops inside them, shifted onto the merged axis."""
-    windows = steps.step_windows(events) or steps.whole_window(events)
-    shown = windows[-(SHOWN_STEPS + 2):]
+    windows = trace.step_windows(events) or trace.whole_window(events)
+    shown = windows[-SHOWN_STEPS:]
     if not shown:
         return {"steps": [], "ops": []}
     lo, hi = shown[0][1], shown[-1][2]
     ops = []
     for e in events:
-        if steps.is_op(e):
+        if trace.is_op(e):
             a = float(e["ts"])
             b = a + float(e.get("dur", 0.0))
             if b >= lo and a <= hi:
-                ops.append((a + shift, b + shift, steps.is_collective(e)))
+                ops.append((a + shift, b + shift, trace.is_collective(e)))
     return {"steps": [(s, a + shift, b + shift) for s, a, b in shown], "ops": ops}

@@ -20,12 +20,12 @@ import tempfile
 import time
 from typing import Any
 
-from jaxnb._engine import jax_internals
+from jaxnb._engine import jax_internals, trace_events
 
 #: Round trips to process 0 when measuring the clock offset; the shortest one is kept.
 ROUNDS = 5
 #: The annotation recorded right after the trace starts: it ties trace time to the wall clock.
-ANCHOR = "jaxnb.profile.anchor"
+ANCHOR = trace_events.ANCHOR
 _PREFIX = "jaxnb/profile"
 
 _state: dict[str, Any] = {}
