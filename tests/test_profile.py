@@ -78,3 +78,24 @@ def test_help_lists_every_flag(ip, cell, flags):
     with capture_output() as captured:
         ip.run_cell(cell)
     assert all(flag in captured.stdout for flag in flags), captured.stdout
+
+
+def test_a_process_that_dies_is_reported_and_nothing_hangs(tmp_path):
+    """A death mid-cell: the cell's ProcessFailure is raised, the result says no trace came back."""
+    from jaxnb import JaxCluster, ProcessFailure
+
+    dies = (
+        "import os, signal, jax, jax.numpy as jnp\n"
+        "from jax.experimental import multihost_utils\n"
+        "for i in range(3):\n"
+        "    with jax.profiler.StepTraceAnnotation('train', step_num=i):\n"
+        "        if jax.process_index() == 1 and i == 2:\n"
+        "            os.kill(os.getpid(), signal.SIGKILL)\n"
+        "        multihost_utils.process_allgather(jnp.ones(1))\n"
+    )
+    kept = []
+    with JaxCluster(n=2) as doomed, pytest.raises(ProcessFailure, match=r"\[p1\].*SIGKILL"):
+        doomed.profile(dies, storage=str(tmp_path), on_result=kept.append)
+    (result,) = kept
+    assert isinstance(result.error, ProcessFailure)
+    assert 1 in result.missing and "died" in result.missing[1]

@@ -97,7 +97,7 @@ def _stop_all(group: Group) -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
         try:
             stopped[p] = ar.get(timeout=CALL_S)
         except BaseException as exc:
-            missing[p] = f"its trace could not be stopped: {type(exc).__name__}: {exc}"
+            missing[p] = f"its trace could not be stopped ({_short(exc)})"
     return stopped, missing
 
 
@@ -124,7 +124,7 @@ def collect(
             run_folder.fetch(engine, parts[p]["part"], parts[p]["part_size"], where.part(p), CALL_S)
         except BaseException as exc:
             parts.pop(p, None)
-            missing[p] = f"its files could not be fetched: {type(exc).__name__}: {exc}"
+            missing[p] = f"its files could not be fetched ({_short(exc)})"
         finally:
             run_folder.discard(engine, s["folder"])
     hosts = {p: stopped[p]["host"] for p in parts}
@@ -174,3 +174,11 @@ def timeline_png(result: ProfileResult, parts: dict[int, dict[str, Any]]) -> byt
         with open(os.path.join(os.path.dirname(result.perfetto), "timeline.png"), "wb") as f:
             f.write(png)
     return png
+
+
+def _short(exc: BaseException) -> str:
+    """One short line for why a process gave no trace."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if "EngineError" in text and "died" in text:
+        return "its process died"
+    return text[:120]

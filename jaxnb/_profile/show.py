@@ -16,6 +16,9 @@ _COLUMNS = ("total_ms", *PARTS)
 
 def table_text(result: ProfileResult) -> str:
     """The per-process table (medians per step) as plain text, with the verdict and commands."""
+    if not result.steps:
+        return "\n".join(["jaxnb: no trace came back from any process",
+                          *(f"p{p}: {why}" for p, why in sorted(result.missing.items()))])
     med = result.summary()
     counts = _step_counts(result)
     head = f"{'process':<16}{'steps':>6}" + "".join(f"{_title(c):>20}" for c in _COLUMNS)
@@ -30,6 +33,8 @@ def table_text(result: ProfileResult) -> str:
 
 def table_html(result: ProfileResult) -> str:
     """The same table as HTML; the straggler's row and its cause are highlighted."""
+    if not result.steps:
+        return f"<pre>{html.escape(table_text(result))}</pre>"
     med = result.summary()
     counts = _step_counts(result)
     cells = "".join(f"<th style='text-align:right'>{_title(c)}</th>" for c in _COLUMNS)
@@ -61,7 +66,7 @@ def _notes(result: ProfileResult) -> list[str]:
         worst = max(result.clock_error_ms.values())
         off = max(abs(v) for v in result.clock_offsets_ms.values())
         notes.append(f"clocks aligned to p0: largest offset {off:.3f} ms, known within ±{worst:.3f} ms")
-    if not any(r["step"] != 0 for r in result.steps) and len({r["step"] for r in result.steps}) <= 1:
+    if result.steps and len({r["step"] for r in result.steps}) == 1 and result.steps[0]["step"] == 0:
         notes.append("no jax.profiler.StepTraceAnnotation in the cell: the whole cell counts as one step")
     for p, why in sorted(result.missing.items()):
         notes.append(f"p{p}: no trace ({why})")

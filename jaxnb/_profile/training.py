@@ -54,7 +54,7 @@ def collect(group: Group, where: run_folder.RunFolder, display: bool = True) -> 
         try:
             found = group.engine(p).apply_async(_FINISH).get(timeout=session.CALL_S)
         except BaseException as exc:
-            missing[p] = f"no reply: {type(exc).__name__}: {exc}"
+            missing[p] = f"no reply ({type(exc).__name__})"
             continue
         if found["stop"] is None:
             missing[p] = "the run ended before the first profiled step"
