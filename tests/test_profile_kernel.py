@@ -93,3 +93,21 @@ def test_train_profile_steps_records_the_window(kernel, tmp_path):
     out = kernel.run(f"%jax_train slow_loop --storage {tmp_path} --name again --profile-steps 5:2")
     (line,) = [t for t in out.stderr.splitlines() if t.strip()]
     assert line.startswith("UsageError: --profile-steps 5:2") and "e.g. --profile-steps 2:5" in line
+
+
+def test_interrupt_keeps_the_trace_so_far(kernel, tmp_path):
+    import time
+
+    loop = ("print('started', flush=True)\n"
+            + STEPS_CELL.format(steps=100_000, slow=-1).replace(
+                "_f(_x).block_until_ready()", "_f(_x).block_until_ready(); time.sleep(0.01)"))
+    msg_id = kernel.send(f"%%jax_profile --storage {tmp_path} -o stopped\n" + loop)
+    kernel.collect(msg_id, timeout=120, until="started")
+    time.sleep(1.0)
+    kernel.interrupt()
+    out = kernel.collect(msg_id, timeout=120)
+    assert out.error is not None and out.error["ename"] == "KeyboardInterrupt", out.shown
+    got = kernel.value("dict(err=type(stopped.error).__name__, "
+                       "processes=sorted({r['process'] for r in stopped.steps}), n=len(stopped.steps))")
+    assert got["err"] == "KeyboardInterrupt" and got["processes"] == [0, 1], out.shown
+    kernel.ok("%%jax_cluster\nprint('cluster still works')")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -63,7 +64,8 @@ def profile(
         _spmd.run_cell(group, code, timeout=timeout)
     except BaseException as exc:  # kept: the trace up to the error is still collected
         error = exc
-    stopped, missing = _stop_all(group)
+    # After an error or interrupt a process may still be running the cell: wait less for it.
+    stopped, missing = _stop_all(group, CALL_S if error is None else STOP_AGREE_S + 20)
     result, parts = collect(group, where, started, stopped, missing)
     result.error = error
     if on_result is not None:
@@ -88,14 +90,16 @@ def _start_all(group: Group, key: str) -> dict[int, dict[str, Any]]:
     return dict(zip(group.indices, replies, strict=True))  # the view is in process order
 
 
-def _stop_all(group: Group) -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
-    """Each process's stop reply; the processes that gave none, with the reason."""
+def _stop_all(group: Group, timeout: float) -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
+    """Each process's stop reply; the processes that gave none within ``timeout``, with the reason
+    (a process still busy stops its trace when it gets to the request)."""
     pending = {p: group.engine(p).apply_async(_STOP, STOP_AGREE_S) for p in group.indices}
     stopped: dict[int, dict[str, Any]] = {}
     missing: dict[int, str] = {}
+    deadline = time.monotonic() + timeout
     for p, ar in pending.items():
         try:
-            stopped[p] = ar.get(timeout=CALL_S)
+            stopped[p] = ar.get(timeout=max(0.1, deadline - time.monotonic()))
         except BaseException as exc:
             missing[p] = f"its trace could not be stopped ({_short(exc)})"
     return stopped, missing
@@ -181,4 +185,6 @@ def _short(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     if "EngineError" in text and "died" in text:
         return "its process died"
+    if isinstance(exc, TimeoutError) or "TimeoutError" in type(exc).__name__:
+        return "it was still running the cell"
     return text[:120]
