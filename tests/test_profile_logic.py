@@ -163,3 +163,30 @@ def test_timeline_picture_is_a_png():
     png = timeline.picture(parts, {0: "a", 1: "b"}, straggler=1)
     assert png is not None and png.startswith(b"\x89PNG")
     assert timeline.picture({0: {"steps": [], "ops": []}}, {}) is None
+
+
+def test_gpu_planes_numbered_from_zero_in_every_process_stay_apart():
+    """Every process calls its first GPU /device:GPU:0 with the same pid and tids (tpu-inference#2738)."""
+    def gpu_trace(busy_us: float) -> dict:
+        return {"traceEvents": [
+            {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/device:GPU:0"}},
+            {"ph": "M", "pid": 1, "tid": 7, "name": "thread_name", "args": {"name": "Stream #7"}},
+            {"ph": "M", "pid": 701, "name": "process_name", "args": {"name": "/host:CPU"}},
+            {"ph": "M", "pid": 701, "tid": 3, "name": "thread_name", "args": {"name": "python"}},
+            {"ph": "X", "pid": 701, "tid": 3, "ts": 0.0, "dur": 1.0, "name": trace.ANCHOR},
+            {"ph": "X", "pid": 701, "tid": 3, "ts": 10.0, "dur": 1000.0, "name": "train",
+             "args": {"step_num": "0"}},
+            {"ph": "X", "pid": 1, "tid": 7, "ts": 20.0, "dur": busy_us, "name": "fusion",
+             "args": {"hlo_op": "fusion.1", "device_ordinal": "0"}},
+            {"ph": "s", "pid": 1, "tid": 7, "ts": 20.0, "id": 5, "name": "flow"},
+        ]}
+
+    traces = [trace.ProcessTrace(p, f"node{p}", gpu_trace(100.0 * (p + 1)), 10**18) for p in (0, 1)]
+    merged = trace.merge(traces)["traceEvents"]
+    gpu = [e for e in merged if e.get("name") == "fusion"]
+    assert {e["pid"] for e in gpu} == {1, 2}
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in merged if e.get("name") == "thread_name"}
+    assert names[(gpu[0]["pid"], gpu[0]["tid"])] == "/device:GPU:0 Stream #7"
+    assert {e["id"] for e in merged if e.get("ph") == "s"} == {"p0:5", "p1:5"}
+    rows = [r for t in traces for r in trace.step_times(t.process, t.trace["traceEvents"])]
+    assert [round(r["compute_ms"], 3) for r in rows] == [0.1, 0.2]
