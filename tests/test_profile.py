@@ -99,3 +99,15 @@ def test_a_process_that_dies_is_reported_and_nothing_hangs(tmp_path):
     (result,) = kept
     assert isinstance(result.error, ProcessFailure)
     assert 1 in result.missing and "died" in result.missing[1]
+
+
+def test_a_trace_already_running_is_one_line(shared_magics, cluster, tmp_path):
+    cluster.run(f"import jax\njax.profiler.start_trace({str(tmp_path / 'mine')!r})")
+    try:
+        with pytest.raises(UsageError) as err:
+            shared_magics.run_cell_magic("jax_profile", f"--storage {tmp_path}", "x = 1")
+        assert "could not start tracing together" in str(err.value) and "\n" not in str(err.value)
+        assert "already been started" in str(err.value)
+    finally:
+        cluster.run("jax.profiler.stop_trace()")
+    assert len(cluster.profile("x = 2", storage=str(tmp_path)).hosts) == 2

@@ -13,12 +13,14 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
 from jaxnb import _spmd
 from jaxnb._contract import EngineCall
+from jaxnb._errors import ClusterStateError
 from jaxnb._profile import folder as run_folder
 from jaxnb._profile import merge as merging
 from jaxnb._profile import show as showing
@@ -66,7 +68,14 @@ def profile(
         error = exc
     # After an error or interrupt a process may still be running the cell: wait less for it.
     stopped, missing = _stop_all(group, CALL_S if error is None else STOP_AGREE_S + 20)
-    result, parts = collect(group, where, started, stopped, missing)
+    try:
+        result, parts = collect(group, where, started, stopped, missing)
+    except Exception as exc:
+        if error is None:
+            raise
+        print(f"jaxnb: the profile could not be collected ({type(exc).__name__}: {exc})",
+              file=sys.stderr)
+        raise error from None
     result.error = error
     if on_result is not None:
         on_result(result)
@@ -83,9 +92,9 @@ def _start_all(group: Group, key: str) -> dict[int, dict[str, Any]]:
         replies = ar.get(timeout=START_AGREE_S + 30)
     except BaseException as exc:
         group.view.apply_async(_ABORT).wait(timeout=30)
-        raise RuntimeError(
-            f"the processes could not start tracing together ({type(exc).__name__}: {exc}); "
-            "run `%jax_cluster reset` and try again"
+        raise ClusterStateError(
+            f"the processes could not start tracing together ({_short(exc)}); stop a trace you "
+            "started yourself (jax.profiler.stop_trace()) or run `%jax_cluster reset`, then try again"
         ) from None
     return dict(zip(group.indices, replies, strict=True))  # the view is in process order
 
@@ -182,7 +191,8 @@ def timeline_png(result: ProfileResult, parts: dict[int, dict[str, Any]]) -> byt
 
 def _short(exc: BaseException) -> str:
     """One short line for why a process gave no trace."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    text = lines[-1] if lines else type(exc).__name__  # a remote error ends with its message
     if "EngineError" in text and "died" in text:
         return "its process died"
     if isinstance(exc, TimeoutError) or "TimeoutError" in type(exc).__name__:
