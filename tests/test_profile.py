@@ -45,6 +45,13 @@ def test_xprof_reads_the_run_folder(cluster, tmp_path):
     assert "trace_viewer@" in xprof.xspace_to_tool_names(paths)
     data, content_type = xprof.xspace_to_tool_data(paths, "overview_page", {})
     assert content_type == "application/json" and json.loads(data)
+    # XProf's multi-host trace viewer: every process is a host of the one session
+    hosts = [n.removesuffix(".xplane.pb") for n in names]
+    data, _ = xprof.xspace_to_tool_data(paths, "trace_viewer@", {"trace_viewer_options": {},
+                                                                "hosts": hosts})
+    shown = {e["args"]["name"].split()[0] for e in json.loads(data)["traceEvents"]
+             if e.get("name") == "process_name"}
+    assert shown == set(hosts)
 
 
 def test_a_cell_that_raises_keeps_its_trace(cluster, tmp_path):
