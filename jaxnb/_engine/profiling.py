@@ -39,9 +39,8 @@ def start(session: str, timeout_s: float) -> dict[str, Any]:
     """
     import jax
 
-    if _state:
-        raise RuntimeError("a %%jax_profile trace is already running on this process; "
-                           "run `%jax_cluster restart` to clear it")
+    if _state:  # left by a profile whose stop never came (the notebook gave up on it): drop it
+        abort()
     client = jax_internals.distributed_client()
     index, count = jax.process_index(), jax.process_count()
     _agree(client, f"{_PREFIX}/{session}/start", index, count, timeout_s)
