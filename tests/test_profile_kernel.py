@@ -6,7 +6,7 @@ import gzip
 import json
 
 import pytest
-from kernel_harness import Kernel
+from support.kernel_harness import Kernel
 from profile_cells import RAISES_CELL, STEPS_CELL
 
 

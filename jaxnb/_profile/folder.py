@@ -17,7 +17,7 @@ import os
 import re
 from typing import Any
 
-from jaxnb._contract import EngineCall
+from jaxnb._core.contract import EngineCall
 
 DEFAULT_STORAGE = "jaxnb_runs"
 DEFAULT_NAME = "profile"

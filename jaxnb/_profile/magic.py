@@ -8,7 +8,7 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from jaxnb._errors import ClusterStateError
+from jaxnb._core.errors import ClusterStateError
 
 
 @magic_arguments(name="%jax_profile")

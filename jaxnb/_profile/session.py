@@ -3,7 +3,7 @@
 Order: prepare the run folder (a folder that cannot be written fails here, before
 anything starts) → every process starts its trace together (``_engine.profiling.start``,
 agreed through the coordination service) → the cell runs exactly as ``%%jax_cluster``
-runs it (``_spmd.run_cell``: same output, errors, failure reports) → every process
+runs it (``spmd.run_cell``: same output, errors, failure reports) → every process
 stops together, even when the cell raised, so the trace up to the error is kept → the
 files come back over the engines → merge, step table, timeline.
 """
@@ -18,16 +18,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from jaxnb import _spmd
-from jaxnb._contract import EngineCall
-from jaxnb._errors import ClusterStateError
+from jaxnb._cells import spmd
+from jaxnb._core.contract import EngineCall
+from jaxnb._core.errors import ClusterStateError
 from jaxnb._profile import folder as run_folder
 from jaxnb._profile import merge as merging
 from jaxnb._profile import show as showing
 from jaxnb._profile import steps as step_logic
 from jaxnb._profile import timeline
 from jaxnb._profile.result import ProfileResult
-from jaxnb._state import Group
+from jaxnb._core.state import Group
 
 _START = EngineCall("jaxnb._engine.profiling:start")
 _STOP = EngineCall("jaxnb._engine.profiling:stop")
@@ -57,13 +57,13 @@ def profile(
     cell raises, the result is still built, shown and handed to ``on_result``, then the
     cell's error is raised.
     """
-    _spmd.check_syntax(code)
+    spmd.check_syntax(code)
     where = run_folder.prepare(storage, name)
     key = f"{where.session}-{secrets.token_hex(4)}"
     started = _start_all(group, key)
     error: BaseException | None = None
     try:
-        _spmd.run_cell(group, code, timeout=timeout)
+        spmd.run_cell(group, code, timeout=timeout)
     except BaseException as exc:  # kept: the trace up to the error is still collected
         error = exc
     # After an error or interrupt a process may still be running the cell: wait less for it.
