@@ -6,8 +6,8 @@ import gzip
 import json
 
 import pytest
-from support.kernel_harness import Kernel
 from profile_cells import RAISES_CELL, STEPS_CELL
+from support.kernel_harness import Kernel
 
 
 @pytest.fixture(scope="module")

@@ -21,13 +21,13 @@ from typing import Any
 from jaxnb._cells import spmd
 from jaxnb._core.contract import EngineCall
 from jaxnb._core.errors import ClusterStateError
+from jaxnb._core.state import Group
 from jaxnb._profile import folder as run_folder
 from jaxnb._profile import merge as merging
 from jaxnb._profile import show as showing
 from jaxnb._profile import steps as step_logic
 from jaxnb._profile import timeline
 from jaxnb._profile.result import ProfileResult
-from jaxnb._core.state import Group
 
 _START = EngineCall("jaxnb._engine.profiling:start")
 _STOP = EngineCall("jaxnb._engine.profiling:stop")

@@ -12,11 +12,11 @@ import secrets
 from typing import Any
 
 from jaxnb._core.contract import EngineCall
+from jaxnb._core.state import Group
 from jaxnb._profile import folder as run_folder
 from jaxnb._profile import session
 from jaxnb._profile import show as showing
 from jaxnb._profile.result import ProfileResult
-from jaxnb._core.state import Group
 
 _ARM = EngineCall("jaxnb._engine.profiling:arm_steps")
 _FINISH = EngineCall("jaxnb._engine.profiling:finish_steps")
