@@ -32,12 +32,14 @@ from jaxnb._mesh import show_sharding as show_sharding
 
 if TYPE_CHECKING:
     from jaxnb._cluster import JaxCluster as JaxCluster
+    from jaxnb._profile.result import ProfileResult as ProfileResult
     from jaxnb._train.result import Result as Result
 
 #: The notebook side, loaded on first use: name -> "module:attribute".
 _LAZY = {
     "JaxCluster": "jaxnb._cluster:JaxCluster",
     "Result": "jaxnb._train.result:Result",
+    "ProfileResult": "jaxnb._profile.result:ProfileResult",
 }
 
 

@@ -233,6 +233,16 @@ class JaxCluster:
             show=spmd.ShowMode(all=all, process=process),
         )
 
+    def profile(self, code: str, *, name: str | None = None, storage: str | None = None,
+                on_result: Any = None) -> Any:
+        """Run ``code`` like :meth:`run` while every process traces it; a ``ProfileResult``."""
+        from jaxnb._profile import session
+
+        self.group.require_idle()
+        repair.ensure_ready(self.group)
+        return session.profile(self.group, code, name=name, storage=storage,
+                               timeout=self.options.timeout, on_result=on_result)
+
     def push(self, **values: Any) -> None:
         """Set ``values`` as variables on every process."""
         self.group.require_idle()

@@ -22,6 +22,7 @@ from jaxnb._core.errors import ClusterStateError, StartError
 from jaxnb._core.host_entries import HostError, parse_hosts
 from jaxnb._core.messages import ALREADY_RUNNING, NOT_STARTED
 from jaxnb._core.options import OptionError
+from jaxnb._profile import magic as profile_magic
 from jaxnb._train import magic as train_magic
 from jaxnb._tune import magic as tune_magic
 
@@ -251,6 +252,11 @@ class JaxnbMagics(Magics):
         except (ValueError, ClusterStateError) as exc:
             raise UsageError(str(exc)) from None
 
+    @cell_magic
+    def jax_profile(self, line: str, cell: str) -> None:
+        """Run the cell on every process while all of them trace it (``%%jax_profile?``)."""
+        profile_magic.run(self._require, self.shell, line, cell)
+
     # ---- values and views -------------------------------------------------------------
 
     @line_magic
@@ -306,6 +312,7 @@ class JaxnbMagics(Magics):
 # %jax_train's help is its parser's (every flag, --config included).
 JaxnbMagics.jax_train.__doc__ = train_magic.HELP
 JaxnbMagics.jax_tune.__doc__ = tune_magic.HELP
+JaxnbMagics.jax_profile.__doc__ = profile_magic.HELP
 
 
 def _patterns(text: str | None) -> list[str]:

@@ -166,9 +166,12 @@ LAYERS: dict[str, set[str]] = {
     "jaxnb._lifecycle": {"jaxnb._core", "jaxnb._hosts", "jaxnb._failures"},
     "jaxnb._cells": {"jaxnb._core", "jaxnb._failures"},
     "jaxnb._train": {"jaxnb._core", "jaxnb._failures", "jaxnb._cells", "jaxnb._widgets"},
+    "jaxnb._profile": {"jaxnb._core", "jaxnb._failures", "jaxnb._cells", "jaxnb._widgets", "jaxnb._train"},
     "jaxnb._tune": {"jaxnb._core", "jaxnb._failures", "jaxnb._train", "jaxnb._widgets"},
 }
-TOP = {"jaxnb", "jaxnb._cluster", "jaxnb._mesh", "jaxnb.magics", "jaxnb.show_notebook", "jaxnb.tune"}
+#: ``_train.magic`` is the ``%jax_train`` front: it picks the trainer (plain, or profiled by _profile).
+TOP = {"jaxnb", "jaxnb._cluster", "jaxnb._mesh", "jaxnb.magics", "jaxnb.show_notebook", "jaxnb.tune",
+       "jaxnb._train.magic"}
 
 
 def _package(module: str) -> str:

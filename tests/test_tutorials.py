@@ -59,6 +59,7 @@ EXPECTED_TEXT = {
         "processes diverged",
         "ProcessFailure - still running: [0]",
         "every process ran 2 steps",
+        "straggler: p1, cause: host_ms",
     ],
     "03_data_parallel_training.ipynb": [
         "last epoch: 3 | checkpoint step: 69",

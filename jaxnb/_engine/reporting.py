@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jaxnb._core.run_folder import Checkpoint
-from jaxnb._engine import datasets, stopping
+from jaxnb._engine import datasets, profiling, stopping
 from jaxnb._engine.publisher import BatchPublisher, datapub_sender
 
 #: Reports whose JAX values may still be computing; ``report()`` waits on the value
@@ -100,6 +100,7 @@ def report(metrics: dict[str, Any], checkpoint: Any = None) -> None:
         record["checkpoint_user"] = saved.user_managed
     run.publisher.add(record)
     _bound_in_flight(run, metrics)
+    profiling.step_reported(step)  # %jax_train --profile-steps: opens/closes the trace window
 
 
 def get_checkpoint() -> Any:

@@ -11,11 +11,12 @@ from IPython.core.error import UsageError
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from jaxnb._core.errors import ClusterStateError
+from jaxnb._profile import train_magic as profiled_steps
 from jaxnb._train import dataset_names
 
 _CONFIG = re.compile(r"(?:^|\s)--config(?:=|\s+|$)")
 _NEXT_FLAG = re.compile(
-    r"\s(?:--name|--storage|-o|--output|--resume|--background|--steps|--datasets)(?=[\s=]|$)"
+    r"\s(?:--name|--storage|-o|--output|--resume|--background|--steps|--datasets|--profile-steps)(?=[\s=]|$)"
 )
 
 
@@ -31,9 +32,11 @@ _NEXT_FLAG = re.compile(
 @argument("--steps", default=None, metavar="N", help="steps the run will report (progress and ETA)")
 @argument("--datasets", default=None, metavar="NAME=VAR,…", help="engine-side datasets that "
           "jaxnb.get_dataset_shard(NAME) shards across the processes")
+@argument("--profile-steps", default=None, metavar="A:B",
+          help="trace steps A to B on every process (as %%%%jax_profile); the result in VAR.profile")
 def jax_train(line: str) -> None:
     """%jax_train FUNC [--config EXPR] [--name RUN] [--storage DIR] [-o VAR] [--resume]
-    [--background] [--steps N] [--datasets NAME=VAR,…]
+    [--background] [--steps N] [--datasets NAME=VAR,…] [--profile-steps A:B]
 
     Run FUNC (no argument, or the config) on every JAX process with a live
     dashboard. --config EXPR is evaluated in the notebook (the rest of the
@@ -73,6 +76,7 @@ def run(cluster_of: Callable[[], Any], shell: Any, line: str, local_ns: dict | N
         datasets = dataset_names.parse(args.datasets) if args.datasets is not None else None
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    window = profiled_steps.window(args.profile_steps, args.background)
     cluster = cluster_of()
     fn = _function(args.func, shell.user_ns, local_ns or {})
     config = _evaluate(config_expr, shell.user_ns, local_ns or {})
@@ -81,10 +85,11 @@ def run(cluster_of: Callable[[], Any], shell: Any, line: str, local_ns: dict | N
         if args.output:
             shell.user_ns[args.output] = result
 
+    train = cluster.train if window is None else profiled_steps.trainer(cluster, fn, args.name, window)
     try:
-        result = cluster.train(fn, config, name=args.name, storage=args.storage,
-                               resume=args.resume, background=args.background, total_steps=steps,
-                               on_result=store, datasets=datasets)
+        result = train(fn, config, name=args.name, storage=args.storage,
+                       resume=args.resume, background=args.background, total_steps=steps,
+                       on_result=store, datasets=datasets)
     except (ValueError, FileExistsError, ClusterStateError) as exc:
         raise UsageError(str(exc)) from None
     if args.background:

@@ -1,0 +1,54 @@
+"""%%jax_profile on several hosts for real: the lab of ssh hosts (network namespaces, real sshd).
+
+Each engine runs on its own host (its own hostname); the trace files come back over the
+engines, named by host and process, into one session folder.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+
+import pytest
+from lab.lab import Lab, missing
+from profile_cells import STEPS_CELL
+
+from jaxnb import JaxCluster
+
+WHY_NOT = missing()
+pytestmark = [
+    pytest.mark.engines,
+    pytest.mark.skipif(WHY_NOT is not None, reason=f"no lab of ssh hosts: {WHY_NOT}"),
+]
+
+
+@pytest.fixture(scope="module")
+def hosts_cluster():
+    """One engine on each of two lab hosts; lab and cluster torn down even on failure."""
+    lab = Lab(2).up()
+    previous = os.environ.get("JAXNB_SSH_CONFIG")
+    os.environ["JAXNB_SSH_CONFIG"] = lab.ssh_config
+    try:
+        with JaxCluster(hosts=lab.addresses) as cluster:
+            yield cluster
+    finally:
+        if previous is None:
+            os.environ.pop("JAXNB_SSH_CONFIG", None)
+        else:
+            os.environ["JAXNB_SSH_CONFIG"] = previous
+        lab.down()
+
+
+def test_profile_on_two_hosts_names_the_straggler(hosts_cluster, tmp_path):
+    result = hosts_cluster.profile(STEPS_CELL.format(steps=4, slow=1), name="hosts",
+                                   storage=str(tmp_path))
+    assert result.hosts == {0: "labhost1", 1: "labhost2"}
+    session = tmp_path / "hosts" / "plugins" / "profile" / result.session
+    assert sorted(os.listdir(session)) == ["labhost1_p0.xplane.pb", "labhost2_p1.xplane.pb"]
+    assert result.straggler == 1 and result.cause == "host_ms"
+    assert set(result.clock_error_ms) == {0, 1}
+    with gzip.open(result.perfetto, "rt") as f:
+        merged = json.load(f)
+    names = sorted(e["args"]["name"] for e in merged["traceEvents"] if e.get("name") == "process_name")
+    assert names == ["p0 · labhost1", "p1 · labhost2"]
