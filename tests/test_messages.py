@@ -13,7 +13,9 @@ import pytest
 import jaxnb
 from jaxnb._core import messages
 from jaxnb._core.errors import RemoteError, remote_error
+from jaxnb._profile import magic as profile_magic
 from jaxnb._train import magic as train_magic
+from jaxnb._tune import magic as tune_magic
 from jaxnb.magics import SUBCOMMANDS, JaxnbMagics
 
 PACKAGE = pathlib.Path(jaxnb.__file__).parent
@@ -21,9 +23,13 @@ MAGIC = re.compile(r"%%?(jax_\w+)")
 SUBCOMMAND = re.compile(r"`%jax_cluster (\w+)")
 FLAG = re.compile(r"(?<![\w-])(--[a-z]+(?:-[a-z]+)*)(?![\w-])")
 METHOD = re.compile(r"`[\w.()]*?\.?(\w+)\(\)`")
-MAGICS = {"jax_cluster", "jax_train", "jax_mesh", "jax_pull", "jax_push"}
+MAGICS = {"jax_cluster", "jax_train", "jax_mesh", "jax_pull", "jax_push", "jax_tune", "jax_profile"}
 #: Flags of other programs that jaxnb runs (in shell commands, not in messages).
-OTHER_PROGRAMS_FLAGS = {"--ppid"}  # ps(1), on a remote host
+OTHER_PROGRAMS_FLAGS = {
+    "--ppid",  # ps(1), on a remote host
+    "--gres", "--nodelist", "--export", "--job-name", "--ntasks",  # sbatch/srun (Slurm)
+    "--logdir", "--port",  # xprof / tensorboard, in the commands %%jax_profile prints
+}
 
 
 def _texts() -> list[tuple[str, str]]:
@@ -45,7 +51,7 @@ def _texts() -> list[tuple[str, str]]:
 
 def _flags() -> set[str]:
     parsers = [JaxnbMagics.jax_cluster_line.parser, JaxnbMagics.jax_cluster_cell.parser,
-               train_magic.jax_train.parser]
+               train_magic.jax_train.parser, tune_magic.jax_tune.parser, profile_magic.jax_profile.parser]
     return {option for parser in parsers for option in parser._option_string_actions}
 
 
