@@ -18,7 +18,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 
 from jaxnb import _mesh
 from jaxnb._cluster import JaxCluster
-from jaxnb._errors import ClusterStateError, StartError
+from jaxnb._errors import ClusterStateError, StartError, short_interrupt
 from jaxnb._messages import ALREADY_RUNNING, NOT_STARTED
 from jaxnb._options import OptionError
 from jaxnb._train import magic as train_magic
@@ -219,6 +219,8 @@ class JaxnbMagics(Magics):
             cluster.run(cell, timeout=args.timeout, all=args.all, process=args.process)
         except (ValueError, ClusterStateError) as exc:
             raise UsageError(str(exc)) from None
+        except KeyboardInterrupt as exc:
+            raise short_interrupt(exc) from None
 
     # ---- values and views -------------------------------------------------------------
 

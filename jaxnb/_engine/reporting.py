@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from jaxnb._engine import stopping
+from jaxnb._engine import sources, stopping
 from jaxnb._engine.publisher import BatchPublisher, datapub_sender
 from jaxnb._run_folder import Checkpoint
 
@@ -181,6 +181,7 @@ def _function(spec: dict[str, Any]) -> tuple[Callable[..., Any], tuple[Any, ...]
     if spec.get("pickled") is not None:
         fn = cloudpickle.loads(spec["pickled"])
         _see_engine_namespace(fn)
+        sources.restore(fn, spec.get("sources"))
     else:
         fn = _lookup(spec["name"])
     label = spec.get("label") or getattr(fn, "__name__", "FUNC")

@@ -15,6 +15,8 @@ import sysconfig
 from collections.abc import Iterator
 from typing import Any
 
+from jaxnb._train.sources import cell_sources
+
 _RUN_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 
 NOT_A_FUNCTION = (
@@ -59,6 +61,7 @@ def package(fn: Any, config: Any) -> dict[str, Any]:
         try:
             with _by_value(fn):
                 spec["pickled"] = cloudpickle.dumps(fn)
+            spec["sources"] = cell_sources(fn)
         except Exception as exc:
             raise ValueError(CANNOT_SEND.format(label=label, error=_short(exc))) from None
     else:
