@@ -26,7 +26,8 @@ def kernel():
 
 
 def test_a_train_error_shows_the_users_frames_with_their_source(kernel, tmp_path):
-    kernel.ok("def helper(c):\n    return c['a'] / 0\n\ndef bad(config):\n    x = 1\n    return helper(config)\n")
+    kernel.ok("def helper(c):\n    return c['a'] / 0\n\n"
+              "def bad(config):\n    x = 1\n    return helper(config)\n")
     out = kernel.run(f"%jax_train bad --config dict(a=1) --storage {tmp_path}")
     assert out.error is not None and out.error["ename"] == "RemoteError", out.shown
     assert out.error["evalue"].startswith("ZeroDivisionError: division by zero"), out.error
