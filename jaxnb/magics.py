@@ -235,7 +235,7 @@ class JaxnbMagics(Magics):
         for name in names:
             try:
                 self.shell.user_ns[name] = cluster.pull(name)
-            except (NameError, ClusterStateError) as exc:
+            except (NameError, ValueError, ClusterStateError) as exc:
                 raise UsageError(str(exc)) from None
 
     @line_magic
@@ -248,7 +248,7 @@ class JaxnbMagics(Magics):
             raise UsageError(f"name {missing[0]!r} is not defined in the notebook; define it first")
         try:
             cluster.push(**{n: self.shell.user_ns[n] for n in names})
-        except ClusterStateError as exc:
+        except (ValueError, ClusterStateError) as exc:
             raise UsageError(str(exc)) from None
 
     @line_magic

@@ -16,6 +16,14 @@ NOT_OURS = ("do_apply", "_contract.py", "reporting.py", "Could not get source", 
             "threading.py", "ipyparallel/")
 
 
+def usage_error(out) -> str:
+    """The one line a front end shows for a ``UsageError`` (IPython prints it, no traceback)."""
+    assert out.error is None, out.shown
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("UsageError: "), out.shown
+    return lines[0]
+
+
 @pytest.fixture(scope="module")
 def kernel():
     with Kernel() as k:
@@ -60,3 +68,26 @@ def test_an_interrupted_cell_is_one_line_not_jaxnbs_frames(kernel):
     for word in NOT_OURS:
         assert word not in out.traceback, out.traceback
     kernel.ok("%jax_cluster reset")
+
+
+def test_pushing_and_pulling_what_cannot_be_pickled_is_one_line(kernel):
+    line = usage_error(kernel.run("import threading\nlock = threading.Lock()\n%jax_push lock"))
+    assert line.startswith("UsageError: %jax_push lock: it cannot be sent to the engines "
+                           "(TypeError: cannot pickle '_thread.lock' object)"), line
+    kernel.ok("%%jax_cluster\nimport threading\nelock = threading.Lock()")
+    line = usage_error(kernel.run("%jax_pull elock"))
+    assert line.startswith("UsageError: %jax_pull elock: its value on process 0 cannot be sent "
+                           "to the notebook (TypeError: cannot pickle"), line
+
+
+def test_a_large_value_sent_is_named_with_its_size_once(kernel, tmp_path):
+    # jaxnb._pull.LARGE_BYTES (100 MiB) lowered so that the test sends 8 MB, not 200.
+    kernel.ok("import numpy as np, jaxnb._pull\njaxnb._pull.LARGE_BYTES = 4_000_000\n"
+              "big = np.zeros(1_000_000)\nsmall = np.zeros(10)")
+    out = kernel.ok("%jax_push big small")
+    assert out.stderr.count("jaxnb: `big` is 8.0 MB pickled; it is sent to each of the 2 processes") == 1
+    assert "small" not in out.stderr
+    kernel.ok("def uses_big():\n    return float(big.sum())")
+    out = kernel.ok(f"%jax_train uses_big --storage {tmp_path}")
+    assert out.stderr.count("jaxnb: `uses_big` with what it uses from the notebook is 8.0 MB") == 1, out.shown
+    kernel.ok("jaxnb._pull.LARGE_BYTES = 100 * 2**20")

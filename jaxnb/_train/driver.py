@@ -14,6 +14,7 @@ from jaxnb import _ipp
 from jaxnb._contract import EngineCall
 from jaxnb._errors import ClusterStateError, remote_error
 from jaxnb._messages import BUSY, RESET, RESTART
+from jaxnb._pull import note_size
 from jaxnb._run_folder import check_fresh_run
 from jaxnb._state import Group
 from jaxnb._train import function, handover
@@ -72,6 +73,9 @@ def train(
         raise ClusterStateError(BUSY.format(name=group.busy_with))
     run = function.run_name(fn, name)
     spec = function.package(fn, config)
+    if spec["pickled"] is not None:
+        note_size(f"`{spec['label']}` with what it uses from the notebook", len(spec["pickled"]),
+                  group.size)
     run_dir = os.path.abspath(os.path.join(os.fspath(storage or DEFAULT_STORAGE), run))
     resume_from = check_fresh_run(run_dir, resume)
     if resume and resume_from is None:
