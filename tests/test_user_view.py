@@ -91,3 +91,16 @@ def test_a_large_value_sent_is_named_with_its_size_once(kernel, tmp_path):
     out = kernel.ok(f"%jax_train uses_big --storage {tmp_path}")
     assert out.stderr.count("jaxnb: `uses_big` with what it uses from the notebook is 8.0 MB") == 1, out.shown
     kernel.ok("jaxnb._pull.LARGE_BYTES = 100 * 2**20")
+
+
+def test_config_is_evaluated_the_same_quoted_or_not_and_checked(kernel, tmp_path):
+    kernel.ok("def wants_dict(config):\n    assert isinstance(config, dict), type(config)\n\n"
+              "def wants_int(n: int):\n    assert n == 5\n")
+    for typed in ('dict(lr=0.1)', '"dict(lr=0.1)"', "'dict(lr=0.1)'"):
+        kernel.ok(f"%jax_train wants_dict --config {typed} --storage {tmp_path} --name q")
+    line = usage_error(kernel.run(f"%jax_train wants_dict --config 5 --storage {tmp_path}"))
+    assert line == ("UsageError: --config 5 is an int, but wants_dict() takes a config dict: "
+                    "pass e.g. --config dict(lr=0.1) (or annotate its parameter, `config: int`)")
+    kernel.ok(f"%jax_train wants_int --config 5 --storage {tmp_path}")
+    line = usage_error(kernel.run(f"%jax_train wants_dict --config 'lr' --storage {tmp_path}"))
+    assert "could not be evaluated in the notebook: NameError" in line

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
+import re
 import sys
 import time
 from collections import deque
@@ -195,7 +196,37 @@ def _function(spec: dict[str, Any]) -> tuple[Callable[..., Any], tuple[Any, ...]
         )
     if takes is None or (takes == "optional" and config is None):
         return fn, ()
+    if config is not None:
+        _check_config(fn, config, label)
     return fn, ({} if config is None else config,)
+
+
+#: Configs that are a single value: taken only by a function whose parameter is annotated so.
+_SCALARS = (str, bytes, int, float, complex, bool)
+
+
+def _check_config(fn: Callable[..., Any], config: Any, label: str) -> None:
+    """Refuse a config that is one number or string unless ``fn``'s parameter is annotated to take it."""
+    if not isinstance(config, _SCALARS):
+        return
+    kind = type(config).__name__
+    try:
+        param = next(iter(inspect.signature(fn).parameters.values()))
+    except (TypeError, ValueError, StopIteration):
+        return
+    note = param.annotation
+    if note is not inspect.Parameter.empty:
+        if isinstance(note, type) and isinstance(config, note):
+            return
+        if isinstance(note, str) and re.search(rf"\b{kind}\b|\bAny\b", note):
+            return
+        if not isinstance(note, (type, str)):  # a Union, Any, ...: trust it
+            return
+    article = "an" if kind[0] in "aeiou" else "a"
+    raise TypeError(
+        f"--config {config!r:.40} is {article} {kind}, but {label}() takes a config dict: "
+        f"pass e.g. --config dict(lr=0.1) (or annotate its parameter, `{param.name}: {kind}`)"
+    )
 
 
 def _takes_config(fn: Callable[..., Any], label: str) -> str | None:

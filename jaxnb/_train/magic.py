@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Callable
 from typing import Any
 
@@ -113,9 +114,22 @@ def _function(name: str, user_ns: dict, local_ns: dict) -> Any:
     return value
 
 
+def unquote(expr: str) -> str:
+    """``"dict(lr=0.1)"`` as a shell user types it: the expression inside one pair of quotes."""
+    if len(expr) >= 2 and expr[0] == expr[-1] and expr[0] in "'\"":
+        try:
+            words = shlex.split(expr)
+        except ValueError:
+            return expr
+        if len(words) == 1:
+            return words[0]
+    return expr
+
+
 def _evaluate(expr: str | None, user_ns: dict, local_ns: dict) -> Any:
     if expr is None:
         return None
+    expr = unquote(expr)
     try:
         return eval(expr, user_ns, local_ns)
     except Exception as exc:
