@@ -104,3 +104,12 @@ def test_config_is_evaluated_the_same_quoted_or_not_and_checked(kernel, tmp_path
     kernel.ok(f"%jax_train wants_int --config 5 --storage {tmp_path}")
     line = usage_error(kernel.run(f"%jax_train wants_dict --config 'lr' --storage {tmp_path}"))
     assert "could not be evaluated in the notebook: NameError" in line
+
+
+def test_a_long_cell_keeps_every_processs_last_line_and_shared_lines_unlabelled(kernel):
+    out = kernel.ok("%%jax_cluster\nimport jax\nfor i in range(1500): print(i)\n"
+                    "print('last', jax.process_index())")
+    lines = out.stdout.splitlines()
+    assert lines[-2:] == ["[p0] last 0", "[p1] last 1"], lines[-5:]
+    assert [x for x in lines if x.startswith("[p")] == ["[p0] last 0", "[p1] last 1"]
+    assert "not shown" not in out.stdout
