@@ -62,7 +62,7 @@ def run_cell(
     err = LiveMerger(processes, sys.stderr.write, **live_options("stderr")) if merged else None
     live = LivePanel([out.view, err.view], NotebookScreen()) if merged and in_kernel() else None
     shown_displays = 0
-    watch = CellWatch(group, code, timeout)
+    watch = CellWatch(group, code, timeout, list(ar.msg_ids))
     try:
         while True:
             ar.wait(POLL_SECONDS)

@@ -7,6 +7,7 @@ cluster for the module.
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -113,3 +114,29 @@ def test_a_long_cell_keeps_every_processs_last_line_and_shared_lines_unlabelled(
     assert lines[-2:] == ["[p0] last 0", "[p1] last 1"], lines[-5:]
     assert [x for x in lines if x.startswith("[p")] == ["[p0] last 0", "[p1] last 1"]
     assert "not shown" not in out.stdout
+
+
+SELF_KILL = """\
+%%jax_cluster
+import os, signal, jax, jax.numpy as jnp
+if jax.process_index() == 1:
+    os.kill(os.getpid(), signal.SIGKILL)
+x = jax.pmap(lambda v: jax.lax.psum(v, "i"), axis_name="i")(jnp.ones(jax.local_device_count()))
+x.block_until_ready()
+"""
+
+
+def test_after_kill_9_only_this_cells_lines_are_quoted_and_the_survivor_is_stopped(kernel):
+    """Last in the module: it breaks the group (restarted at the end)."""
+    kernel.ok("%%jax_cluster\nimport os\nos.write(2, b'OLD-LOG-LINE from an earlier cell\\n')")
+    out = kernel.run(SELF_KILL)
+    assert out.error is not None and "[p1]" in out.error["evalue"], out.shown
+    assert "was killed by SIGKILL" in out.traceback
+    assert "OLD-LOG-LINE" not in out.traceback, out.traceback
+    out = kernel.run("%%jax_cluster\n1")
+    assert out.error is not None or "UsageError" in out.stderr, out.shown
+    shown = out.shown
+    assert "[p0]" in shown and "stopped by jaxnb" in shown, shown
+    assert re.search(r"\[p0\] \(pid \d+ on \S+\) was stopped by jaxnb", shown), shown
+    assert not re.search(r"\[p0\] \(pid \d+ on \S+\) was killed", shown), shown
+    kernel.ok("%jax_cluster restart")

@@ -15,11 +15,33 @@ _FATAL = "Fatal Python error:"
 
 
 def engine_log(group: Group, p: int) -> str:
-    """What process ``p``'s engine wrote to its log (stderr and stdout), colours removed."""
-    launcher = detect.launcher_of(group, group.processes[p].pid)
+    """What process ``p``'s engine wrote to its log (stderr and stdout) since the current cell
+    began (:func:`mark_logs`), colours removed."""
+    pid = group.processes[p].pid
+    launcher = detect.launcher_of(group, pid)
     if launcher is None and not group.options.is_local:
         return _ANSI.sub("", _remote.log_of(group, p))  # read on its host
-    return "" if launcher is None else launcher_log(launcher)
+    if launcher is None:
+        return ""
+    start, request = group.log_marks.get(pid, (0, ""))
+    text = _ipp.launcher_output(launcher, start)
+    # The engine logs the request it handles; fd output of an earlier cell can reach the log
+    # late (ipykernel forwards it from a thread), so what comes before that line is not this cell's.
+    at = text.rfind(request) if request else -1
+    if at >= 0:
+        text = text[text.find("\n", at) + 1 :] if "\n" in text[at:] else ""
+    return _ANSI.sub("", text)
+
+
+def mark_logs(group: Group, requests: list[str] | None = None) -> None:
+    """Remember where each local engine's log ends and the request it runs now (one id per
+    process, in process order): a death quotes only what the engine wrote after."""
+    for p, info in enumerate(group.processes):
+        launcher = detect.launcher_of(group, info.pid)
+        size = _ipp.launcher_output_size(launcher) if launcher is not None else None
+        if size is not None:
+            request = requests[p] if requests and p < len(requests) else ""
+            group.log_marks[info.pid] = (size, request)
 
 
 def launcher_log(launcher: object) -> str:

@@ -54,6 +54,7 @@ def stop_survivors(group: Group, dead: dict[int, str]) -> list[int]:
     """SIGKILL the processes still alive after a death: without a peer they could only wait
     for JAX's heartbeat. Returns the processes stopped (remote ones through ipyparallel)."""
     survivors = [p for p in group.indices if p not in dead]
+    group.stopped_pids.update(group.processes[p].pid for p in survivors)
     with contextlib.suppress(Exception):
         signal_processes(group, survivors, signal.SIGKILL)
     if group.options.is_local:  # wait until they are gone (they are our children)

@@ -62,7 +62,9 @@ def died(
 class CellWatch:
     """Checks one running cell; :meth:`check` raises when it must not be waited on."""
 
-    def __init__(self, group: Group, code: str, timeout: float | None):
+    def __init__(
+        self, group: Group, code: str, timeout: float | None, requests: list[str] | None = None
+    ):
         self.group = group
         self.code = code
         self.timeout = timeout
@@ -72,6 +74,7 @@ class CellWatch:
         self._next_look = 0.0
         self._cpu: dict[int, float] = {}
         stacks.remember_cell(code)
+        explain.mark_logs(group, requests)
 
     def check(self, done: set[int], by_process: dict[int, dict]) -> None:
         """Raise :class:`ProcessFailure` on a dead process, divergence or a timeout."""

@@ -12,7 +12,7 @@ from typing import Any
 from jaxnb import _ipp
 from jaxnb._contract import STOP_SIGNAL
 from jaxnb._errors import RemoteError, remote_error
-from jaxnb._failures import detect, free, stacks
+from jaxnb._failures import detect, explain, free, stacks
 from jaxnb._failures.watch import died
 from jaxnb._live import LiveMerger
 from jaxnb._live_panel import live_options
@@ -50,6 +50,7 @@ class Monitor:
     def __init__(self, group: Group, ar: Any, result: Result, dashboard: Dashboard) -> None:
         self.group, self.ar, self.result, self.dashboard = group, ar, result, dashboard
         self.processes = group.indices
+        explain.mark_logs(group, list(ar.msg_ids))
         self.futures = dict(zip(self.processes, _ipp.futures(ar), strict=True))
         self.md = {p: f.output.metadata for p, f in self.futures.items()}
         self.receivers = {p: Receiver(self.md[p]["data"]) for p in self.processes}
