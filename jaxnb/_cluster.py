@@ -93,6 +93,14 @@ class JaxCluster:
             local_host=local_host,
             **extra,
         )
+        if options.is_local and options.platform != "cpu":
+            from jaxnb._options import local_gpu_count
+            from jaxnb._platforms import check_local
+
+            gpus = local_gpu_count() if options.platform == "gpu" else None
+            problem = check_local(options.platform, gpus)
+            if problem:
+                raise OptionError(problem)
         self.group = Group(options)
 
     # ---- lifecycle -------------------------------------------------------------------

@@ -140,3 +140,22 @@ def test_after_kill_9_only_this_cells_lines_are_quoted_and_the_survivor_is_stopp
     assert re.search(r"\[p0\] \(pid \d+ on \S+\) was stopped by jaxnb", shown), shown
     assert not re.search(r"\[p0\] \(pid \d+ on \S+\) was killed", shown), shown
     kernel.ok("%jax_cluster restart")
+
+
+def test_platforms_and_flags_that_cannot_apply_are_one_line_before_anything_starts():
+    """This machine has no CUDA JAX and is no TPU VM (checked, else the test says so)."""
+    from jaxnb._platforms import cuda_jax_installed, local_tpu
+
+    assert not cuda_jax_installed() and not local_tpu(), "run this test on a CPU-only machine"
+    with Kernel() as k:
+        k.ok("%load_ext jaxnb")
+        for flags, words in [
+            ("--platform gpu", "--platform gpu: this notebook's JAX has no CUDA support"),
+            ("--platform tpu", "--platform tpu: this machine is not a TPU VM"),
+            ("-n 2 --python /usr/bin/python3", "--python is the interpreter on the hosts"),
+            ("-n 2 --address 127.0.0.1", "--address is this machine's address for engines on other"),
+        ]:
+            line = usage_error(k.run(f"%jax_cluster start {flags}"))
+            assert line.startswith(f"UsageError: {words}"), line
+            assert not k.descendants(), "nothing may start"
+        assert k.value("__import__('jaxnb').current_cluster() is None")
