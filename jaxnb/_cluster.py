@@ -213,8 +213,13 @@ class JaxCluster:
         timeout: float | None = None,
         all: bool = False,
         process: int | None = None,
+        value: bool = False,
     ) -> Any:
-        """Run ``code`` on every process (SPMD) and show the merged output."""
+        """Run ``code`` on every process (SPMD) and show the merged output.
+
+        ``value``: return the cell's value (process 0's) in the outcome's ``value`` instead
+        of showing it (what ``%%jax_cluster`` gives IPython as ``Out[n]``).
+        """
         self.group.require_idle()
         if process is not None and process not in self.process_indices:
             raise ValueError(
@@ -226,6 +231,7 @@ class JaxCluster:
             code,
             timeout=timeout if timeout is not None else self.options.timeout,
             show=_spmd.ShowMode(all=all, process=process),
+            value=value,
         )
 
     def push(self, **values: Any) -> None:

@@ -206,7 +206,7 @@ class JaxnbMagics(Magics):
     @argument("--process", type=_process_index, default=None, metavar="I", help="show process I only")
     @argument("--timeout", type=_seconds("--timeout"), default=None, metavar="S", help="cell timeout")
     @cell_magic("jax_cluster")
-    def jax_cluster_cell(self, line: str, cell: str) -> None:
+    def jax_cluster_cell(self, line: str, cell: str) -> Any:
         """Run the cell on every JAX process (SPMD) and show the merged output.
 
         Identical output is shown once; output that differs is labelled [pI].
@@ -215,12 +215,16 @@ class JaxnbMagics(Magics):
         if args.all and args.process is not None:
             raise UsageError("--all and --process I do not go together; pick one")
         cluster = self._require()
+        merged = not args.all and args.process is None
         try:
-            cluster.run(cell, timeout=args.timeout, all=args.all, process=args.process)
+            outcome = cluster.run(
+                cell, timeout=args.timeout, all=args.all, process=args.process, value=merged
+            )
         except (ValueError, ClusterStateError) as exc:
             raise UsageError(str(exc)) from None
         except KeyboardInterrupt as exc:
             raise short_interrupt(exc) from None
+        return outcome.value  # process 0's value: IPython's Out[n] and `_`
 
     # ---- values and views -------------------------------------------------------------
 

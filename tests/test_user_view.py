@@ -116,6 +116,17 @@ def test_a_long_cell_keeps_every_processs_last_line_and_shared_lines_unlabelled(
     assert "not shown" not in out.stdout
 
 
+def test_a_cells_last_expression_is_out_n_and_underscore_as_in_ipython(kernel):
+    out = kernel.ok("%%jax_cluster\nimport jax\n{'a': 1, 'p': jax.process_index()}")
+    assert out.result is not None, out.shown  # an execute_result: Out[n]
+    assert out.result["data"]["text/plain"] == "{'a': 1, 'p': 0}"
+    assert kernel.value("[_['a'], _['p'], type(_).__name__]") == [1, 0, "dict"]
+    out = kernel.ok("%%jax_cluster\nimport jax.numpy as jnp\njnp.arange(3)")
+    assert "Array([0, 1, 2]" in out.result["data"]["text/plain"], out.shown
+    assert kernel.value("repr(_)").startswith("Array([0, 1, 2]")  # shown, not loaded: no JAX here
+    assert kernel.value("'jax' in __import__('sys').modules") is False
+
+
 SELF_KILL = """\
 %%jax_cluster
 import os, signal, jax, jax.numpy as jnp
