@@ -217,6 +217,8 @@ class JaxCluster:
     ) -> Any:
         """Run ``code`` on every process (SPMD) and show the merged output.
 
+        ``timeout``: seconds (default: the cluster's ``timeout``); ``0``: no timeout.
+
         ``value``: return the cell's value (process 0's) in the outcome's ``value`` instead
         of showing it (what ``%%jax_cluster`` gives IPython as ``Out[n]``).
         """
@@ -229,7 +231,7 @@ class JaxCluster:
         return _spmd.run_cell(
             self.group,
             code,
-            timeout=timeout if timeout is not None else self.options.timeout,
+            timeout=(timeout if timeout is not None else self.options.timeout) or None,
             show=_spmd.ShowMode(all=all, process=process),
             value=value,
         )
@@ -279,5 +281,6 @@ class JaxCluster:
         return driver.train(self.group, fn, config, **options)
 
     def __repr__(self) -> str:
-        state = f"{self.num_processes} processes" if self.running else "stopped"
+        n = self.num_processes
+        state = f"{n} process{'es' if n != 1 else ''}" if self.running else "stopped"
         return f"<JaxCluster {state}, platform={self.options.platform}>"

@@ -14,7 +14,7 @@ import signal
 
 import psutil
 
-from jaxnb import _ipp, _remote
+from jaxnb import _ipp, _remote, _temp_folders
 from jaxnb._contract import EngineCall
 from jaxnb._failures import detect
 from jaxnb._state import Group
@@ -45,6 +45,7 @@ def stop_all(group: Group) -> None:
     if group.stacks_dir is not None:
         shutil.rmtree(group.stacks_dir, ignore_errors=True)
         group.stacks_dir = None
+    _temp_folders.remove_all()  # the cut cells' full outputs (jaxnb-output-*)
 
 
 def _stop_processes(ipp_cluster: object, engines: list[psutil.Process], local: bool) -> None:
@@ -60,6 +61,11 @@ def _stop_processes(ipp_cluster: object, engines: list[psutil.Process], local: b
     for path in _ipp.key_files(ipp_cluster):
         with contextlib.suppress(OSError):
             os.unlink(path)
+    if not local:  # the shared ssh connections' sockets (jaxnb-ssh-*), once nothing uses them
+        with contextlib.suppress(Exception):
+            folder = _remote.control_dir(ipp_cluster)
+            if os.path.basename(folder).startswith("jaxnb-ssh-"):
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 def _kill_all(engines: list[psutil.Process], ipp_cluster: object) -> None:

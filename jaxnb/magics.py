@@ -54,12 +54,14 @@ def _positive_int(flag: str):
     return parse
 
 
-def _seconds(flag: str):
+def _seconds(flag: str, zero: bool = False):
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             raise UsageError(f"{flag} takes seconds, got {text!r}; e.g. {flag} 30") from None
+        if zero and value == 0:
+            return 0.0
         if value <= 0:
             raise UsageError(f"{flag} must be a positive number of seconds, got {text}")
         return value
@@ -204,7 +206,10 @@ class JaxnbMagics(Magics):
     @magic_arguments(name="%jax_cluster")
     @argument("--all", action="store_true", help="show every process's output raw, labelled")
     @argument("--process", type=_process_index, default=None, metavar="I", help="show process I only")
-    @argument("--timeout", type=_seconds("--timeout"), default=None, metavar="S", help="cell timeout")
+    @argument(
+        "--timeout", type=_seconds("--timeout", zero=True), default=None, metavar="S",
+        help="cell timeout (0: none, also when the cluster was started with one)",
+    )
     @cell_magic("jax_cluster")
     def jax_cluster_cell(self, line: str, cell: str) -> Any:
         """Run the cell on every JAX process (SPMD) and show the merged output.

@@ -170,3 +170,56 @@ def test_platforms_and_flags_that_cannot_apply_are_one_line_before_anything_star
             assert line.startswith(f"UsageError: {words}"), line
             assert not k.descendants(), "nothing may start"
         assert k.value("__import__('jaxnb').current_cluster() is None")
+
+
+SCRIPT = """\
+import jaxnb
+
+def train(config):
+    import jaxnb
+    for step in range(3):
+        jaxnb.report({"loss": 1.0 / (step + 1)})
+
+with jaxnb.JaxCluster(1) as cluster:
+    result = cluster.train(train, {"steps": 3}, storage=STORAGE)
+    print("history", len(result.history))
+"""
+
+
+def test_train_in_a_plain_script_prints_text_not_mimebundles(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "run.py"
+    script.write_text(SCRIPT.replace("STORAGE", repr(str(tmp_path / "runs"))))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr
+    assert "history 3" in out.stdout
+    assert "jaxnb run train" in out.stdout and "status" in out.stdout, out.stdout
+    for raw in ("{'text/html'", "application/vnd.jupyter", "<IPython.core.display"):
+        assert raw not in out.stdout, out.stdout
+
+
+def test_small_things_timeout_0_resume_checkpoint_grammar_and_temp_folders(tmp_path):
+    with Kernel() as k:
+        k.ok("%load_ext jaxnb")
+        out = k.ok("%jax_cluster start -n 1 --timeout 3")
+        assert "1 process, 1 global device" in out.shown, out.shown
+        assert k.value("repr(__import__('jaxnb').current_cluster())").startswith("<JaxCluster 1 process,")
+        # --timeout 0 lifts the start-time timeout for one cell
+        out = k.ok("%%jax_cluster --timeout 0\nimport time\ntime.sleep(4.5)\nprint('slept')")
+        assert out.stdout == "slept\n"
+        # a resumed run with nothing left to do keeps the checkpoint it resumed from
+        k.ok("def ckpt(config):\n    import jaxnb\n    start = jaxnb.get_checkpoint()\n"
+             "    for step in range(start.step + 1 if start else 1, config['steps'] + 1):\n"
+             "        jaxnb.report({'step': step}, checkpoint={'x': step})\n")
+        k.ok(f"%jax_train ckpt --config dict(steps=2) --storage {tmp_path} -o first")
+        k.ok(f"%jax_train ckpt --config dict(steps=2) --storage {tmp_path} --resume -o again")
+        assert k.value("[len(again.history), again.checkpoint.step]") == [0, 2]
+        # a cut cell's full output folder lives until the cluster stops
+        out = k.ok("%%jax_cluster\nfor i in range(2500): print(i)")
+        note = re.search(r"each process's full output: (\S+)/p\*", out.stdout)
+        assert note, out.stdout[:300]
+        assert k.value(f"__import__('os').path.isdir({note[1]!r})")
+        k.ok("%jax_cluster stop")
+        assert not k.value(f"__import__('os').path.isdir({note[1]!r})")

@@ -14,6 +14,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
+from jaxnb._messages import article
+
 __all__ = ["describe", "describe_array", "describe_mesh"]
 
 
@@ -190,7 +192,7 @@ def describe_named(name: str) -> dict[str, Any]:
     except TypeError:
         kind = type(namespace[name]).__name__
         raise TypeError(
-            f"{name!r} is a {kind}; %jax_mesh draws a jax.sharding.Mesh or a jax.Array"
+            f"{name!r} is {article(kind)}; %jax_mesh draws a jax.sharding.Mesh or a jax.Array"
         ) from None
     desc["name"] = name
     return desc

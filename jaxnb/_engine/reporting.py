@@ -20,6 +20,7 @@ from typing import Any
 
 from jaxnb._engine import sources, stopping
 from jaxnb._engine.publisher import BatchPublisher, datapub_sender
+from jaxnb._messages import article
 from jaxnb._run_folder import Checkpoint
 
 #: Reports whose JAX values may still be computing; ``report()`` waits on the value
@@ -187,7 +188,7 @@ def _function(spec: dict[str, Any]) -> tuple[Callable[..., Any], tuple[Any, ...]
         fn = _lookup(spec["name"])
     label = spec.get("label") or getattr(fn, "__name__", "FUNC")
     if not callable(fn):
-        raise TypeError(f"{label} is a {type(fn).__name__}, not a function")
+        raise TypeError(f"{label} is {article(type(fn).__name__)}, not a function")
     takes = _takes_config(fn, label)
     if takes is None and config is not None:
         raise TypeError(
@@ -222,9 +223,8 @@ def _check_config(fn: Callable[..., Any], config: Any, label: str) -> None:
             return
         if not isinstance(note, (type, str)):  # a Union, Any, ...: trust it
             return
-    article = "an" if kind[0] in "aeiou" else "a"
     raise TypeError(
-        f"--config {config!r:.40} is {article} {kind}, but {label}() takes a config dict: "
+        f"--config {config!r:.40} is {article(kind)}, but {label}() takes a config dict: "
         f"pass e.g. --config dict(lr=0.1) (or annotate its parameter, `{param.name}: {kind}`)"
     )
 

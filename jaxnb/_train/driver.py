@@ -85,6 +85,7 @@ def train(
     _prepare(group, spec)
 
     result = Result(run, run_dir)
+    result.checkpoint = resume_from  # until the run saves a newer one (it may have nothing left to do)
     total = expected_steps(config, total_steps)
     if background:
         monitor = _launch(group, result, total, background=True)

@@ -12,6 +12,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from jaxnb._errors import ClusterStateError
+from jaxnb._messages import article
 
 _CONFIG = re.compile(r"(?:^|\s)--config(?:=|\s+|$)")
 _NEXT_FLAG = re.compile(
@@ -110,7 +111,7 @@ def _function(name: str, user_ns: dict, local_ns: dict) -> Any:
     except AttributeError as exc:
         raise UsageError(f"{name}: {exc}") from None
     if not callable(value):
-        raise UsageError(f"{name} is a {type(value).__name__} in the notebook, not a function")
+        raise UsageError(f"{name} is {article(type(value).__name__)} in the notebook, not a function")
     return value
 
 

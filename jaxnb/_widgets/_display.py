@@ -34,7 +34,27 @@ def display_widget(widget: Any, html: str, png: bytes | None = None, updatable: 
     """
     from IPython.display import display
 
-    return display(widget_bundle(widget, html, png), raw=True, display_id=True if updatable else None)
+    bundle = widget_bundle(widget, html, png)
+    if not in_ipython():  # a plain script: text, not the repr of a MIME bundle
+        print(bundle["text/plain"])
+        return TextHandle()
+    return display(bundle, raw=True, display_id=True if updatable else None)
+
+
+def in_ipython() -> bool:
+    """Whether an IPython shell runs here (a notebook kernel or IPython); not in a plain script."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    return get_ipython() is not None
+
+
+class TextHandle:
+    """The handle of a display in a plain script: an update prints the new text once."""
+
+    def update(self, bundle: dict[str, Any], raw: bool = True) -> None:
+        print(bundle.get("text/plain", ""))
 
 
 def png_img(png: bytes, width: int | None = None) -> str:
