@@ -262,8 +262,23 @@ class JaxnbMagics(Magics):
 
     @line_magic
     def jax_mesh(self, line: str) -> None:
-        """``%jax_mesh NAME``: draw the mesh, or the sharding of the global array, NAME."""
-        (name,) = _names(line, "%jax_mesh", exactly_one=True)
+        """``%jax_mesh NAME``: draw the mesh, the sharding of the global array, or the leaves
+        (shape, dtype, spec, bytes per device) of the pytree NAME; NAME may be an
+        expression, e.g. ``%jax_mesh params['w1']``."""
+        name = line.strip()
+        flags = [t for t in name.split() if t.startswith("--") or (t[:1] == "-" and t[1:2].isalpha())]
+        if flags:
+            raise UsageError(f"%jax_mesh takes no flags (got {' '.join(flags)}); e.g. %jax_mesh mesh")
+        if not name:
+            raise UsageError("%jax_mesh takes one NAME or expression; e.g. %jax_mesh mesh")
+        if not name.isidentifier():
+            try:
+                compile(name, "<%jax_mesh>", "eval")
+            except SyntaxError:
+                raise UsageError(
+                    f"%jax_mesh: {name!r} is neither a Python name nor an expression; "
+                    "e.g. %jax_mesh params['w1']"
+                ) from None
         cluster = self._require()
         try:
             _mesh.show_remote(cluster.group, name)

@@ -127,6 +127,38 @@ def test_a_cells_last_expression_is_out_n_and_underscore_as_in_ipython(kernel):
     assert kernel.value("'jax' in __import__('sys').modules") is False
 
 
+MESH_CELL = """\
+%%jax_cluster
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+mesh = Mesh(np.array(jax.devices()), ("data",))
+params = {"w1": jax.device_put(jnp.zeros((8, 4)), NamedSharding(mesh, P("data"))),
+          "b": jax.device_put(jnp.zeros(4), NamedSharding(mesh, P()))}
+"""
+
+
+def test_jax_mesh_draws_a_pytree_an_expression_and_reads_as_text(kernel):
+    kernel.ok(MESH_CELL)
+    out = kernel.ok("%jax_mesh params")
+    (bundle,) = [d["data"] for d in out.displays]
+    lines = bundle["text/plain"].splitlines()
+    assert lines[0] == "Pytree params: 2 leaves, 80 B per device", lines
+    assert lines[1].split() == ["leaf", "shape", "dtype", "spec", "bytes", "per", "device"]
+    assert lines[2].split() == ["['b']", "(4,)", "float32", "P()", "16", "B"]
+    assert lines[3].split() == ["['w1']", "(8,", "4)", "float32", "P('data',)", "64", "B"]
+    assert "<table" in bundle["text/html"] and "64 B" in bundle["text/html"]
+    out = kernel.ok("%jax_mesh params['w1']")
+    text = out.displays[0]["data"]["text/plain"].splitlines()
+    assert text[0].startswith("Array params['w1'] float32[8, 4] NamedSharding spec P('data', None)"), text
+    assert text[1].split() == ["block", "devices", "processes"], text
+    assert text[2].split()[::2] == ["[0:4,", "0"] and text[2].endswith("p0"), text
+    assert text[3].startswith("[4:8, 0:4]") and text[3].endswith("p1"), text
+    out = kernel.ok("%jax_mesh mesh")
+    text = out.displays[0]["data"]["text/plain"].splitlines()
+    assert text[0] == "Mesh mesh data=2 (2 devices, 2 processes)", text
+    assert text[1].split() == ["data=0", "data=1"] and text[2].split()[1] == "[p0]", text
+
+
 SELF_KILL = """\
 %%jax_cluster
 import os, signal, jax, jax.numpy as jnp

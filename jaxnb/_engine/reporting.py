@@ -20,7 +20,6 @@ from typing import Any
 
 from jaxnb._engine import sources, stopping
 from jaxnb._engine.publisher import BatchPublisher, datapub_sender
-from jaxnb._messages import article
 from jaxnb._run_folder import Checkpoint
 
 #: Reports whose JAX values may still be computing; ``report()`` waits on the value
@@ -173,6 +172,11 @@ def execute() -> dict[str, Any]:
 
 
 # ---- helpers -------------------------------------------------------------------------
+
+
+def article(word: str) -> str:
+    """``an int``, ``a str`` (as :func:`jaxnb._messages.article`, which engines do not import)."""
+    return f"{'an' if word[:1].lower() in 'aeiou' else 'a'} {word}"
 
 
 def _function(spec: dict[str, Any]) -> tuple[Callable[..., Any], tuple[Any, ...]]:

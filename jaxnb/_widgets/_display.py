@@ -6,14 +6,16 @@ import base64
 from typing import Any
 
 
-def widget_bundle(widget: Any, html: str, png: bytes | None = None) -> dict[str, Any]:
+def widget_bundle(
+    widget: Any, html: str, png: bytes | None = None, text: str | None = None
+) -> dict[str, Any]:
     """A MIME bundle holding the live widget view plus static HTML (and PNG).
 
     Frontends with widget support render the widget; papermill, nbconvert,
     nbviewer and GitHub fall back to the HTML/PNG, so a saved notebook shows
     the result in any viewer.
     """
-    bundle: dict[str, Any] = {"text/html": html, "text/plain": html_to_text(html)}
+    bundle: dict[str, Any] = {"text/html": html, "text/plain": text or html_to_text(html)}
     if png is not None:
         bundle["image/png"] = base64.b64encode(png).decode("ascii")
     model_id = getattr(widget, "model_id", None)
@@ -26,7 +28,9 @@ def widget_bundle(widget: Any, html: str, png: bytes | None = None) -> dict[str,
     return bundle
 
 
-def display_widget(widget: Any, html: str, png: bytes | None = None, updatable: bool = False) -> Any:
+def display_widget(
+    widget: Any, html: str, png: bytes | None = None, updatable: bool = False, text: str | None = None
+) -> Any:
     """Display ``widget`` with ``html`` (and ``png``) as its static fallback.
 
     With ``updatable``, returns a ``DisplayHandle`` whose ``update`` replaces the
@@ -34,7 +38,7 @@ def display_widget(widget: Any, html: str, png: bytes | None = None, updatable: 
     """
     from IPython.display import display
 
-    bundle = widget_bundle(widget, html, png)
+    bundle = widget_bundle(widget, html, png, text)
     if not in_ipython():  # a plain script: text, not the repr of a MIME bundle
         print(bundle["text/plain"])
         return TextHandle()
