@@ -159,6 +159,35 @@ def test_jax_mesh_draws_a_pytree_an_expression_and_reads_as_text(kernel):
     assert text[1].split() == ["data=0", "data=1"] and text[2].split()[1] == "[p0]", text
 
 
+CHATTY = """\
+def chatty(config):
+    import time, jax, jaxnb
+    for step in range(1, 60):
+        print(f"step {step} on p{jax.process_index()}", flush=True)
+        jaxnb.report({"step": step})
+        time.sleep(0.1)
+"""
+
+
+def test_prints_of_a_background_run_are_shown_while_it_runs(kernel, tmp_path):
+    kernel.ok(CHATTY)
+    msg_id = kernel.send(f"%jax_train chatty --background -o bg --storage {tmp_path}")
+    kernel.collect(msg_id, timeout=60)  # the cell returns at once; the run goes on
+    seen, deadline = [], time.monotonic() + 20
+    while time.monotonic() < deadline and not any("on p1" in t for t in seen):
+        try:
+            msg = kernel.client.get_iopub_msg(timeout=0.5)
+        except Exception:
+            continue
+        if msg["parent_header"].get("msg_id") == msg_id:
+            content = msg["content"]
+            seen.append(content.get("text") or content.get("data", {}).get("text/plain", ""))
+    assert any("[p1] step" in t and "on p1" in t for t in seen), seen[-5:]
+    assert kernel.value("bg.running"), "the lines must arrive while the run goes on"
+    kernel.ok("bg.wait(60)")
+    assert kernel.value("bg.error is None and len(bg.history)") == 59
+
+
 SELF_KILL = """\
 %%jax_cluster
 import os, signal, jax, jax.numpy as jnp

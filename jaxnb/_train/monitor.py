@@ -15,7 +15,7 @@ from jaxnb._errors import RemoteError, remote_error
 from jaxnb._failures import detect, explain, free, stacks
 from jaxnb._failures.watch import died
 from jaxnb._live import LiveMerger
-from jaxnb._live_panel import live_options
+from jaxnb._live_panel import LivePanel, NotebookScreen, in_kernel, live_options
 from jaxnb._messages import RESET, RESTART, label, labels
 from jaxnb._run_folder import Checkpoint, remember_user_checkpoint
 from jaxnb._state import Group
@@ -57,6 +57,8 @@ class Monitor:
         # Identical lines as they come; the rest, tidy, at the end (bounded, full logs saved).
         self.out = LiveMerger(self.processes, sys.stdout.write, **live_options("stdout"))
         self.err = LiveMerger(self.processes, sys.stderr.write, **live_options("stderr"))
+        # Lines that differ between processes, live (as in cells), also for a --background run.
+        self.live = LivePanel([self.out.view, self.err.view], NotebookScreen()) if in_kernel() else None
         self.stop_requested = False
         self.interrupted = False
         self.gave_up: BaseException | None = None
@@ -114,6 +116,8 @@ class Monitor:
         for p, md in self.md.items():
             self.out.feed(p, md["stdout"] or "")
             self.err.feed(p, md["stderr"] or "")
+        if self.live is not None:
+            self.live.tick()
 
     def _refresh_loop(self) -> None:
         while not self._ended.wait(REFRESH_SECONDS):
@@ -130,6 +134,8 @@ class Monitor:
         self._ended.set()
         self._refresher.join()
         self.drain()
+        if self.live is not None:
+            self.live.close()
         self.out.finish()
         self.err.finish()
         self.result.reports = {p: r.count for p, r in self.receivers.items()}
