@@ -54,7 +54,8 @@ class RemoteError(JaxnbError):
         for tb in self.tracebacks:
             lines.extend(tb.rstrip("\n").splitlines())
             lines.append("")
-        return lines[:-1]
+        lines.append(f"{type(self).__name__}: {self.summary}")  # and last, where eyes land
+        return lines
 
     def __str__(self) -> str:
         return self.summary + ("\n\n" + "\n".join(self.tracebacks) if self.tracebacks else "")

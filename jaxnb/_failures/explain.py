@@ -10,6 +10,7 @@ from jaxnb._messages import GROUP_BROKEN, label, labels
 from jaxnb._state import Group
 
 STDERR_TAIL_LINES = 12
+NOTHING_WRITTEN = "it wrote nothing to its stderr during this cell"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _FATAL = "Fatal Python error:"
 
@@ -100,6 +101,8 @@ def describe_dead(group: Group, dead: dict[int, str], cell_code: str = "") -> st
         tail = stderr_tail(group, p)
         if tail:
             parts.append("  last lines of its stderr:\n" + "\n".join("    " + ln for ln in tail))
+        else:
+            parts.append(f"  {NOTHING_WRITTEN}.")
         crash = crash_stack(group, p, cell_code)
         if crash:
             parts.append("  its main thread when it crashed:\n" + crash)
