@@ -1,6 +1,6 @@
 """`JaxCluster`: the public front of one SPMD group of JAX processes on ipyparallel engines.
 
-It holds the group's record (:class:`jaxnb._state.Group`) and hands it to the
+It holds the group's record (:class:`jaxnb._core.state.Group`) and hands it to the
 module that does each job: start-up, shutdown, cells, values, training,
 failure handling and repair. It keeps no state of its own.
 """
@@ -12,13 +12,19 @@ import contextlib
 import sys
 from typing import Any
 
-from jaxnb import _pull, _shutdown, _spmd, _startup
-from jaxnb._errors import ClusterStateError, StartError
+from jaxnb._cells import pull
+
+from jaxnb._lifecycle import shutdown
+
+from jaxnb._cells import spmd
+
+from jaxnb._lifecycle import startup
+from jaxnb._core.errors import ClusterStateError, StartError
 from jaxnb._failures import detect, repair, stacks
-from jaxnb._hosts import HostError, read_hostfile
-from jaxnb._messages import ALREADY_RUNNING
-from jaxnb._options import ClusterOptions, OptionError
-from jaxnb._state import Group, ProcessInfo
+from jaxnb._core.host_entries import HostError, read_hostfile
+from jaxnb._core.messages import ALREADY_RUNNING
+from jaxnb._core.options import ClusterOptions, OptionError
+from jaxnb._core.state import Group, ProcessInfo
 from jaxnb._train import driver
 
 CPU_MULTI_DEVICE_NOTE = (
@@ -34,7 +40,7 @@ __all__ = ["JaxCluster", "ProcessInfo"]
 
 def _tpu_workers() -> tuple[list[str], str | None]:
     """On a TPU VM slice: its workers (in worker order) and this worker; else none."""
-    from jaxnb._tpu import SliceError, discover
+    from jaxnb._hosts.tpu import SliceError, discover
 
     try:
         found = discover()
@@ -94,8 +100,8 @@ class JaxCluster:
             **extra,
         )
         if options.is_local and options.platform != "cpu":
-            from jaxnb._options import local_gpu_count
-            from jaxnb._platforms import check_local
+            from jaxnb._core.options import local_gpu_count
+            from jaxnb._hosts.platforms import check_local
 
             gpus = local_gpu_count() if options.platform == "gpu" else None
             problem = check_local(options.platform, gpus)
@@ -120,11 +126,11 @@ class JaxCluster:
         if self.running:
             raise ClusterStateError(ALREADY_RUNNING)
         try:
-            _startup.start_engines(self.group)
+            startup.start_engines(self.group)
             # After ipyparallel registered its own exit hook (when its controller started):
             # hooks run last-registered first, so this fast stop runs before its slow one.
             atexit.register(self.stop)
-            _startup.join_group(self.group)
+            startup.join_group(self.group)
         except BaseException as exc:
             self.stop()
             if isinstance(exc, (StartError, KeyboardInterrupt)):
@@ -138,7 +144,7 @@ class JaxCluster:
         """Stop every engine and the controller; nothing is left running."""
         with contextlib.suppress(Exception):
             atexit.unregister(self.stop)
-        _shutdown.stop_all(self.group)
+        shutdown.stop_all(self.group)
 
     def restart(self) -> JaxCluster:
         """Stop, then start again with the same options (new processes)."""
@@ -228,11 +234,11 @@ class JaxCluster:
                 f"--process {process} does not exist; choose 0..{self.num_processes - 1}"
             )
         repair.ensure_ready(self.group)
-        return _spmd.run_cell(
+        return spmd.run_cell(
             self.group,
             code,
             timeout=(timeout if timeout is not None else self.options.timeout) or None,
-            show=_spmd.ShowMode(all=all, process=process),
+            show=spmd.ShowMode(all=all, process=process),
             value=value,
         )
 
@@ -240,13 +246,13 @@ class JaxCluster:
         """Set ``values`` as variables on every process."""
         self.group.require_idle()
         repair.ensure_ready(self.group)
-        _pull.push(self.group, values)
+        pull.push(self.group, values)
 
     def pull(self, name: str) -> Any:
         """The value of ``name`` on the engines (global arrays gathered as NumPy)."""
         self.group.require_idle()
         repair.ensure_ready(self.group)
-        return _pull.pull(self.group, name, self.options.timeout or DEFAULT_OPERATION_TIMEOUT)
+        return pull.pull(self.group, name, self.options.timeout or DEFAULT_OPERATION_TIMEOUT)
 
     def status(self) -> list[ProcessInfo]:
         """One entry per process, with its current state (idle, busy, dead)."""

@@ -2,7 +2,7 @@
 
 from test_live_merge import Printer, merger
 
-from jaxnb._live_noise import is_noise, noise_key, split_noise
+from jaxnb._cells.live_noise import is_noise, noise_key, split_noise
 
 #: gloo's C++ lines as two processes with two CPU devices each print them on stdout
 #: (recorded with `JaxCluster(2, devices_per_process=2)` and a pmap psum), in any order.

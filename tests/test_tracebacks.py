@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jaxnb._tracebacks import user_frames
+from jaxnb._core.tracebacks import user_frames
 
 #: A %jax_train error as an engine formatted it (recorded, colours removed).
 TRAIN = """\
@@ -15,7 +15,7 @@ File /x/site-packages/ipyparallel/engine/kernel.py:157, in IPythonParallelKernel
 File <string>:1
 ----> 1 'Could not get source, probably due dynamically evaluated source code.'
 
-File /x/jaxnb/_contract.py:98, in EngineCall.__call__(self, *args, **kwargs)
+File /x/jaxnb/_core/contract.py:98, in EngineCall.__call__(self, *args, **kwargs)
 ---> 98     return getattr(importlib.import_module(module), name)(*args, **kwargs)
 
 File /x/jaxnb/_engine/reporting.py:161, in execute()

@@ -11,7 +11,7 @@ import re
 import time
 
 import pytest
-from kernel_harness import Kernel
+from support.kernel_harness import Kernel
 
 NOT_OURS = ("do_apply", "_contract.py", "reporting.py", "Could not get source", "_spmd.py",
             "threading.py", "ipyparallel/")
@@ -82,8 +82,8 @@ def test_pushing_and_pulling_what_cannot_be_pickled_is_one_line(kernel):
 
 
 def test_a_large_value_sent_is_named_with_its_size_once(kernel, tmp_path):
-    # jaxnb._pull.LARGE_BYTES (100 MiB) lowered so that the test sends 8 MB, not 200.
-    kernel.ok("import numpy as np, jaxnb._pull\njaxnb._pull.LARGE_BYTES = 4_000_000\n"
+    # jaxnb._cells.pull.LARGE_BYTES (100 MiB) lowered so that the test sends 8 MB, not 200.
+    kernel.ok("import numpy as np, jaxnb._cells.pull\njaxnb._cells.pull.LARGE_BYTES = 4_000_000\n"
               "big = np.zeros(1_000_000)\nsmall = np.zeros(10)")
     out = kernel.ok("%jax_push big small")
     assert out.stderr.count("jaxnb: `big` is 8.0 MB pickled; it is sent to each of the 2 processes") == 1
@@ -91,7 +91,7 @@ def test_a_large_value_sent_is_named_with_its_size_once(kernel, tmp_path):
     kernel.ok("def uses_big():\n    return float(big.sum())")
     out = kernel.ok(f"%jax_train uses_big --storage {tmp_path}")
     assert out.stderr.count("jaxnb: `uses_big` with what it uses from the notebook is 8.0 MB") == 1, out.shown
-    kernel.ok("jaxnb._pull.LARGE_BYTES = 100 * 2**20")
+    kernel.ok("jaxnb._cells.pull.LARGE_BYTES = 100 * 2**20")
 
 
 def test_config_is_evaluated_the_same_quoted_or_not_and_checked(kernel, tmp_path):
@@ -216,7 +216,7 @@ def test_after_kill_9_only_this_cells_lines_are_quoted_and_the_survivor_is_stopp
 
 def test_platforms_and_flags_that_cannot_apply_are_one_line_before_anything_starts():
     """This machine has no CUDA JAX and is no TPU VM (checked, else the test says so)."""
-    from jaxnb._platforms import cuda_jax_installed, local_tpu
+    from jaxnb._hosts.platforms import cuda_jax_installed, local_tpu
 
     assert not cuda_jax_installed() and not local_tpu(), "run this test on a CPU-only machine"
     with Kernel() as k:

@@ -20,7 +20,7 @@ from typing import Any
 
 from jaxnb._engine import sources, stopping
 from jaxnb._engine.publisher import BatchPublisher, datapub_sender
-from jaxnb._run_folder import Checkpoint
+from jaxnb._core.run_folder import Checkpoint
 
 #: Reports whose JAX values may still be computing; ``report()`` waits on the value
 #: reported this many reports ago, so dispatch never runs unboundedly ahead.
@@ -175,7 +175,7 @@ def execute() -> dict[str, Any]:
 
 
 def article(word: str) -> str:
-    """``an int``, ``a str`` (as :func:`jaxnb._messages.article`, which engines do not import)."""
+    """``an int``, ``a str`` (as :func:`jaxnb._core.messages.article`, which engines do not import)."""
     return f"{'an' if word[:1].lower() in 'aeiou' else 'a'} {word}"
 
 

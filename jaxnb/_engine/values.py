@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from jaxnb._contract import ELSEWHERE, MISSING
+from jaxnb._core.contract import ELSEWHERE, MISSING
 
 
 def user_namespace() -> dict[str, Any]:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import re
 
-from jaxnb import _ipp, _remote
+from jaxnb._core import ipp_internals
+
+from jaxnb._hosts import remote
 from jaxnb._failures import detect, stacks
-from jaxnb._messages import GROUP_BROKEN, label, labels
-from jaxnb._state import Group
+from jaxnb._core.messages import GROUP_BROKEN, label, labels
+from jaxnb._core.state import Group
 
 STDERR_TAIL_LINES = 12
 NOTHING_WRITTEN = "it wrote nothing to its stderr during this cell"
@@ -21,11 +23,11 @@ def engine_log(group: Group, p: int) -> str:
     pid = group.processes[p].pid
     launcher = detect.launcher_of(group, pid)
     if launcher is None and not group.options.is_local:
-        return _ANSI.sub("", _remote.log_of(group, p))  # read on its host
+        return _ANSI.sub("", remote.log_of(group, p))  # read on its host
     if launcher is None:
         return ""
     start, request = group.log_marks.get(pid, (0, ""))
-    text = _ipp.launcher_output(launcher, start)
+    text = ipp_internals.launcher_output(launcher, start)
     # The engine logs the request it handles; fd output of an earlier cell can reach the log
     # late (ipykernel forwards it from a thread), so what comes before that line is not this cell's.
     at = text.rfind(request) if request else -1
@@ -39,7 +41,7 @@ def mark_logs(group: Group, requests: list[str] | None = None) -> None:
     process, in process order): a death quotes only what the engine wrote after."""
     for p, info in enumerate(group.processes):
         launcher = detect.launcher_of(group, info.pid)
-        size = _ipp.launcher_output_size(launcher) if launcher is not None else None
+        size = ipp_internals.launcher_output_size(launcher) if launcher is not None else None
         if size is not None:
             request = requests[p] if requests and p < len(requests) else ""
             group.log_marks[info.pid] = (size, request)
@@ -47,7 +49,7 @@ def mark_logs(group: Group, requests: list[str] | None = None) -> None:
 
 def launcher_log(launcher: object) -> str:
     """What the engine an ipyparallel launcher started wrote, colours removed."""
-    return _ANSI.sub("", _ipp.launcher_output(launcher))
+    return _ANSI.sub("", ipp_internals.launcher_output(launcher))
 
 
 def stderr_tail(group: Group, p: int, lines: int = STDERR_TAIL_LINES) -> list[str]:

@@ -15,7 +15,7 @@ import sysconfig
 from collections.abc import Iterator
 from typing import Any
 
-from jaxnb._messages import article
+from jaxnb._core.messages import article
 from jaxnb._train.sources import cell_sources
 
 _RUN_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")

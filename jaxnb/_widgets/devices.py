@@ -6,7 +6,7 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
-from jaxnb._messages import plural
+from jaxnb._core.messages import plural
 from jaxnb._widgets._display import display_widget
 from jaxnb._widgets.palette import process_colour
 

@@ -3,7 +3,7 @@
 gloo's C++ lines (``[Gloo] Rank 1 is connected to 1 peer ranks. …``) and Python
 warnings whose path holds the engine's pid (``/tmp/ipykernel_4242/…py:3:
 UserWarning: …`` and the source line under it) are not the user's output. The
-merger (:class:`jaxnb._live.LiveMerger`) keeps them out of the line-by-line
+merger (:class:`jaxnb._cells.live.LiveMerger`) keeps them out of the line-by-line
 merge, so identical user lines around them stay one line, and writes each once
 (by its :func:`noise_key`, digits ignored).
 """

@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from jaxnb._contract import MISSING, EngineCall
-from jaxnb._state import Group
+from jaxnb._core.contract import MISSING, EngineCall
+from jaxnb._core.state import Group
 
 _FETCH = EngineCall("jaxnb._engine.values:fetch")
 #: A value this big (bytes, pickled) sent to the engines is named with its size, once.
@@ -30,7 +30,7 @@ def pull(group: Group, name: str, timeout: float) -> Any:
     """
     import ipyparallel as ipp
 
-    from jaxnb._errors import remote_error
+    from jaxnb._core.errors import remote_error
 
     ar = group.view.apply_async(_FETCH, name)
     try:

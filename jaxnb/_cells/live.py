@@ -27,8 +27,8 @@ import dataclasses
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from jaxnb import _live_noise
-from jaxnb._messages import label
+from jaxnb._cells import live_noise
+from jaxnb._core.messages import label
 
 #: Lines of one stream written to the page per cell, at most (live and at the end).
 PAGE_LINES = 2000
@@ -98,7 +98,7 @@ class LiveMerger:
         Only the lines after those already taken are used. ipyparallel's client
         collapses carriage returns in the text it keeps (it removes characters,
         never newlines), so lines are counted, not characters. Noise (gloo's
-        lines, Python warnings: :mod:`jaxnb._live_noise`) stays out of the merge
+        lines, Python warnings: :mod:`jaxnb._cells.live_noise`) stays out of the merge
         and is written once, as it comes.
         """
         old = self._text[process]
@@ -131,11 +131,11 @@ class LiveMerger:
 
     def _noise(self, process: int, line: str) -> bool:
         """Whether ``line`` is noise; noise not written yet (by any process) is written now."""
-        if _live_noise.is_noise(line):
-            key = _live_noise.noise_key(line)
-            self._warning[process] = key if _live_noise.is_warning(line) else None
-        elif self._warning[process] is not None and _live_noise.is_warning_source(line):
-            key = self._warning[process] + "\n" + _live_noise.noise_key(line)
+        if live_noise.is_noise(line):
+            key = live_noise.noise_key(line)
+            self._warning[process] = key if live_noise.is_warning(line) else None
+        elif self._warning[process] is not None and live_noise.is_warning_source(line):
+            key = self._warning[process] + "\n" + live_noise.noise_key(line)
             self._warning[process] = None
         else:
             self._warning[process] = None
@@ -221,7 +221,7 @@ class LiveMerger:
             last = lines.pop()
             if "\r" in self._text[p]:
                 lines = [collapse(line) for line in lines]
-            lines = _live_noise.split_noise(lines)[0][self.released :]
+            lines = live_noise.split_noise(lines)[0][self.released :]
             if collapse(last):
                 lines.append(collapse(last))
                 ends_open = True

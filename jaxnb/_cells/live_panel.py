@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from jaxnb import _temp_folders
+from jaxnb._core import temp_folders
 
 #: Seconds the view must have content before the panel appears.
 GRACE_SECONDS = 0.25
@@ -111,14 +111,14 @@ class LivePanel:
 
 
 def save_outputs(stream: str) -> Callable[[dict[int, str]], str]:
-    """A ``save_log`` for :class:`jaxnb._live.LiveMerger`: each process's text to a file.
+    """A ``save_log`` for :class:`jaxnb._cells.live.LiveMerger`: each process's text to a file.
 
     The files go to a new folder under the temporary directory, removed when the
     cluster stops; the folder's name is what the page's note shows.
     """
 
     def save(texts: dict[int, str]) -> str:
-        folder = pathlib.Path(_temp_folders.made(tempfile.mkdtemp(prefix="jaxnb-output-")))
+        folder = pathlib.Path(temp_folders.made(tempfile.mkdtemp(prefix="jaxnb-output-")))
         for p, text in texts.items():
             (folder / f"p{p}.{stream}.txt").write_text(text)
         return f"{folder}{os.sep}p*.{stream}.txt"
@@ -127,5 +127,5 @@ def save_outputs(stream: str) -> Callable[[dict[int, str]], str]:
 
 
 def live_options(stream: str) -> dict:
-    """The ``save_log`` and ``flush`` of the :class:`jaxnb._live.LiveMerger` of ``sys.<stream>``."""
+    """The ``save_log`` and ``flush`` of the :class:`jaxnb._cells.live.LiveMerger` of ``sys.<stream>``."""
     return {"save_log": save_outputs(stream), "flush": getattr(sys, stream).flush}

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from jaxnb._messages import labels
-from jaxnb._tracebacks import user_frames
+from jaxnb._core.messages import labels
+from jaxnb._core.tracebacks import user_frames
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _CELL_NUMBER = re.compile(r"Cell In\[\d+\]")
