@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from jaxnb._lifecycle.launch import controller_ip
 from jaxnb._core.options import ClusterOptions
 from jaxnb._hosts.ssh_config import SshHost, parse_dump, resolve
+from jaxnb._lifecycle.launch import controller_ip
 
 CONFIG = """\
 Host gpu1

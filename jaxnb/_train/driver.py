@@ -10,11 +10,11 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from jaxnb._cells.pull import note_size
 from jaxnb._core import ipp_internals
 from jaxnb._core.contract import EngineCall
 from jaxnb._core.errors import ClusterStateError, remote_error
 from jaxnb._core.messages import BUSY, RESET, RESTART
-from jaxnb._cells.pull import note_size
 from jaxnb._core.run_folder import check_fresh_run
 from jaxnb._core.state import Group
 from jaxnb._train import function, handover
