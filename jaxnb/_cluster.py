@@ -106,6 +106,14 @@ class JaxCluster:
             ] if v),
             **extra,
         )
+        if options.is_local and options.platform != "cpu":
+            from jaxnb._core.options import local_gpu_count
+            from jaxnb._hosts.platforms import check_local
+
+            gpus = local_gpu_count() if options.platform == "gpu" else None
+            problem = check_local(options.platform, gpus)
+            if problem:
+                raise OptionError(problem)
         self.group = Group(options)
 
     # ---- lifecycle -------------------------------------------------------------------
@@ -218,8 +226,15 @@ class JaxCluster:
         timeout: float | None = None,
         all: bool = False,
         process: int | None = None,
+        value: bool = False,
     ) -> Any:
-        """Run ``code`` on every process (SPMD) and show the merged output."""
+        """Run ``code`` on every process (SPMD) and show the merged output.
+
+        ``timeout``: seconds (default: the cluster's ``timeout``); ``0``: no timeout.
+
+        ``value``: return the cell's value (process 0's) in the outcome's ``value`` instead
+        of showing it (what ``%%jax_cluster`` gives IPython as ``Out[n]``).
+        """
         self.group.require_idle()
         if process is not None and process not in self.process_indices:
             raise ValueError(
@@ -229,8 +244,9 @@ class JaxCluster:
         return spmd.run_cell(
             self.group,
             code,
-            timeout=timeout if timeout is not None else self.options.timeout,
+            timeout=(timeout if timeout is not None else self.options.timeout) or None,
             show=spmd.ShowMode(all=all, process=process),
+            value=value,
         )
 
     def profile(self, code: str, *, name: str | None = None, storage: str | None = None,
@@ -299,5 +315,6 @@ class JaxCluster:
         return tune(self.group, fn, space, **options)
 
     def __repr__(self) -> str:
-        state = f"{self.num_processes} processes" if self.running else "stopped"
+        n = self.num_processes
+        state = f"{n} process{'es' if n != 1 else ''}" if self.running else "stopped"
         return f"<JaxCluster {state}, platform={self.options.platform}>"

@@ -18,7 +18,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 
 from jaxnb import _mesh
 from jaxnb._cluster import JaxCluster
-from jaxnb._core.errors import ClusterStateError, StartError
+from jaxnb._core.errors import ClusterStateError, StartError, short_interrupt
 from jaxnb._core.host_entries import HostError, parse_hosts
 from jaxnb._core.messages import ALREADY_RUNNING, NOT_STARTED
 from jaxnb._core.options import OptionError
@@ -63,12 +63,14 @@ def _positive_int(flag: str):
     return parse
 
 
-def _seconds(flag: str):
+def _seconds(flag: str, zero: bool = False):
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             raise UsageError(f"{flag} takes seconds, got {text!r}; e.g. {flag} 30") from None
+        if zero and value == 0:
+            return 0.0
         if value <= 0:
             raise UsageError(f"{flag} must be a positive number of seconds, got {text}")
         return value
@@ -236,9 +238,12 @@ class JaxnbMagics(Magics):
     @magic_arguments(name="%jax_cluster")
     @argument("--all", action="store_true", help="show every process's output raw, labelled")
     @argument("--process", type=_process_index, default=None, metavar="I", help="show process I only")
-    @argument("--timeout", type=_seconds("--timeout"), default=None, metavar="S", help="cell timeout")
+    @argument(
+        "--timeout", type=_seconds("--timeout", zero=True), default=None, metavar="S",
+        help="cell timeout (0: none, also when the cluster was started with one)",
+    )
     @cell_magic("jax_cluster")
-    def jax_cluster_cell(self, line: str, cell: str) -> None:
+    def jax_cluster_cell(self, line: str, cell: str) -> Any:
         """Run the cell on every JAX process (SPMD) and show the merged output.
 
         Identical output is shown once; output that differs is labelled [pI].
@@ -247,10 +252,16 @@ class JaxnbMagics(Magics):
         if args.all and args.process is not None:
             raise UsageError("--all and --process I do not go together; pick one")
         cluster = self._require()
+        merged = not args.all and args.process is None
         try:
-            cluster.run(cell, timeout=args.timeout, all=args.all, process=args.process)
+            outcome = cluster.run(
+                cell, timeout=args.timeout, all=args.all, process=args.process, value=merged
+            )
         except (ValueError, ClusterStateError) as exc:
             raise UsageError(str(exc)) from None
+        except KeyboardInterrupt as exc:
+            raise short_interrupt(exc) from None
+        return outcome.value  # process 0's value: IPython's Out[n] and `_`
 
     @cell_magic
     def jax_profile(self, line: str, cell: str) -> None:
@@ -270,7 +281,7 @@ class JaxnbMagics(Magics):
         for name in names:
             try:
                 self.shell.user_ns[name] = cluster.pull(name)
-            except (NameError, ClusterStateError) as exc:
+            except (NameError, ValueError, ClusterStateError) as exc:
                 raise UsageError(str(exc)) from None
 
     @line_magic
@@ -283,13 +294,28 @@ class JaxnbMagics(Magics):
             raise UsageError(f"name {missing[0]!r} is not defined in the notebook; define it first")
         try:
             cluster.push(**{n: self.shell.user_ns[n] for n in names})
-        except ClusterStateError as exc:
+        except (ValueError, ClusterStateError) as exc:
             raise UsageError(str(exc)) from None
 
     @line_magic
     def jax_mesh(self, line: str) -> None:
-        """``%jax_mesh NAME``: draw the mesh, or the sharding of the global array, NAME."""
-        (name,) = _names(line, "%jax_mesh", exactly_one=True)
+        """``%jax_mesh NAME``: draw the mesh, the sharding of the global array, or the leaves
+        (shape, dtype, spec, bytes per device) of the pytree NAME; NAME may be an
+        expression, e.g. ``%jax_mesh params['w1']``."""
+        name = line.strip()
+        flags = [t for t in name.split() if t.startswith("--") or (t[:1] == "-" and t[1:2].isalpha())]
+        if flags:
+            raise UsageError(f"%jax_mesh takes no flags (got {' '.join(flags)}); e.g. %jax_mesh mesh")
+        if not name:
+            raise UsageError("%jax_mesh takes one NAME or expression; e.g. %jax_mesh mesh")
+        if not name.isidentifier():
+            try:
+                compile(name, "<%jax_mesh>", "eval")
+            except SyntaxError:
+                raise UsageError(
+                    f"%jax_mesh: {name!r} is neither a Python name nor an expression; "
+                    "e.g. %jax_mesh params['w1']"
+                ) from None
         cluster = self._require()
         try:
             _mesh.show_remote(cluster.group, name)

@@ -75,8 +75,8 @@ def test_identical_lines_after_a_difference_lose_their_label_when_they_line_up()
     assert m.view() == "[p0] x=0\n[p0] same\n[p1] x=1\n"
     say(1, "same\n")
     assert m.view() == "[p0] x=0\nsame\n[p1] x=1\n"
-    m.finish()  # today's tidy form: after the first difference, each process's own lines
-    assert page.text == "[p0] x=0\n[p0] same\n[p1] x=1\n[p1] same\n"
+    m.finish()  # tidy form: what differs under each label, the common end once
+    assert page.text == "[p0] x=0\n[p1] x=1\nsame\n"
 
 
 def test_carriage_return_progress_updates_in_place_per_process():

@@ -226,9 +226,9 @@ def test_describe_rejects_other_types(desc: dict[str, Any]) -> None:
 
 
 def test_show_helpers_display_bundles(desc: dict[str, Any]) -> None:
-    shown = desc["shown"]
-    assert "Mesh <code>mesh2</code>" in shown and "Array <code>w</code>" in shown
-    assert "text/html" in shown
+    shown = desc["shown"]  # outside IPython: the readable text, not the repr of a MIME bundle
+    assert "Mesh mesh2 x=2, y=2 (4 devices, 1 process)" in shown and "Array w " in shown
+    assert "text/html" not in shown and "x=1    2 [p0]  3 [p0]" in shown
 
 
 # -- rendering (kernel side) ------------------------------------------------

@@ -124,4 +124,4 @@ def test_remote_errors_group_identical_tracebacks():
     assert str(error).startswith("ValueError: same (on processes [p0], [p1], [p2])")
     assert [tb.splitlines()[0] for tb in error.tracebacks] == ["---- [p0], [p1] ----", "---- [p2] ----"]
     rendered = error._render_traceback_()
-    assert rendered[-1].startswith("RemoteError: ValueError: same")
+    assert rendered[0].startswith("RemoteError: ValueError: same")  # the cause first

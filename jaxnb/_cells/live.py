@@ -27,6 +27,7 @@ import dataclasses
 from collections import deque
 from collections.abc import Callable, Sequence
 
+from jaxnb._cells import live_noise
 from jaxnb._core.messages import label
 
 #: Lines of one stream written to the page per cell, at most (live and at the end).
@@ -78,7 +79,11 @@ class LiveMerger:
         self._done = {p: 0 for p in self.processes}  # characters of complete lines taken
         self._rewritable = {p: False for p in self.processes}  # a taken line has a "\r"
         self._partial = {p: "" for p in self.processes}  # the unfinished line
-        self._count = {p: 0 for p in self.processes}  # complete lines
+        self._count = {p: 0 for p in self.processes}  # complete lines (noise left out)
+        self._taken = {p: 0 for p in self.processes}  # complete lines (noise included)
+        self._warning: dict[int, str | None] = {p: None for p in self.processes}  # last line's
+        self._noise_seen: set[str] = set()
+        self._noise_written = 0
         self._pending: dict[int, deque[str]] = {p: deque() for p in self.processes}
         self._entries: dict[int, _Entry] = {}  # the view, oldest first (key: serial number)
         self._by_position: dict[int, list[int]] = {}  # line position -> entry keys
@@ -92,7 +97,9 @@ class LiveMerger:
 
         Only the lines after those already taken are used. ipyparallel's client
         collapses carriage returns in the text it keeps (it removes characters,
-        never newlines), so lines are counted, not characters.
+        never newlines), so lines are counted, not characters. Noise (gloo's
+        lines, Python warnings: :mod:`jaxnb._cells.live_noise`) stays out of the merge
+        and is written once, as it comes.
         """
         old = self._text[process]
         if text is old:
@@ -100,7 +107,7 @@ class LiveMerger:
         done = self._done[process]  # characters up to the last newline taken
         # Only lines with a carriage return can be rewritten: check the old ones only if they have one.
         if self._rewritable[process] and not text.startswith(old[:done]):
-            done = len(text) - len(text.split("\n", self._count[process])[-1])
+            done = len(text) - len(text.split("\n", self._taken[process])[-1])
         self._text[process] = text
         rest = text[done:]
         lines = rest.split("\n")
@@ -108,6 +115,9 @@ class LiveMerger:
         self._done[process] = len(text) - len(self._partial[process])
         if text.find("\r", done, self._done[process]) >= 0:
             self._rewritable[process] = True
+        self._taken[process] += len(lines)
+        wrote = self._noise_written
+        lines = [line for line in map(collapse, lines) if not self._noise(process, line)]
         if not self.streaming and len(lines) > self.view_lines:
             skipped = len(lines) - self.view_lines  # they would only scroll through the view
             self._count[process] += skipped
@@ -115,9 +125,26 @@ class LiveMerger:
             lines = lines[skipped:]
         released = self.released
         for line in lines:
-            self._add(process, collapse(line))
-        if self.flush is not None and self.released != released:
+            self._add(process, line)
+        if self.flush is not None and (self.released != released or self._noise_written != wrote):
             self.flush()  # lines on the page now, not at the kernel's next flush
+
+    def _noise(self, process: int, line: str) -> bool:
+        """Whether ``line`` is noise; noise not written yet (by any process) is written now."""
+        if live_noise.is_noise(line):
+            key = live_noise.noise_key(line)
+            self._warning[process] = key if live_noise.is_warning(line) else None
+        elif self._warning[process] is not None and live_noise.is_warning_source(line):
+            key = self._warning[process] + "\n" + live_noise.noise_key(line)
+            self._warning[process] = None
+        else:
+            self._warning[process] = None
+            return False
+        if key not in self._noise_seen:
+            self._noise_seen.add(key)
+            self.write(line + "\n")
+            self._noise_written += 1
+        return True
 
     def _add(self, process: int, text: str) -> None:
         position = self._count[process]
@@ -181,41 +208,85 @@ class LiveMerger:
         return "".join(line + "\n" for line in lines)
 
     def finish(self) -> None:
-        """Write everything not on the page yet, in tidy form (call once, when the cell is over)."""
+        """Write everything not on the page yet, in tidy form (call once, when the cell is over).
+
+        Tidy form: what every process printed identically (the start and the end of the
+        rest) once, what differs under each process's label. At most ``page_lines`` lines
+        in all; a longer output keeps the end of every process's own lines.
+        """
         rest: dict[int, list[str]] = {}
         ends_open = False
         for p in self.processes:
             lines = self._text[p].split("\n")
             last = lines.pop()
-            lines = lines[self.released :]
             if "\r" in self._text[p]:
                 lines = [collapse(line) for line in lines]
+            lines = live_noise.split_noise(lines)[0][self.released :]
             if collapse(last):
                 lines.append(collapse(last))
                 ends_open = True
             rest[p] = lines
         if not any(rest.values()):
             return
-        first = rest[self.processes[0]]
-        labelled = not (first and all(rest[p] == first for p in self.processes))
-        total = sum(len(lines) for lines in rest.values()) if labelled else len(first)
+        head, middles, tail = _tidy(self.processes, rest)
         room = max(self.page_lines - self.released, 0)
-        left_out = max(total - room, 0)
+        head, middles, tail, left_out = _cap(head, middles, tail, room)
         if left_out:
             where = self.save_log(dict(self._text)) if self.save_log else "not saved"
             self.write(
                 f"[jaxnb] {left_out:,} lines of output not shown; each process's full output: {where}\n"
             )
-        if not labelled:
-            out = first[left_out:]
-        else:  # only the lines that are shown get their label
-            out, skip = [], left_out
-            for p in self.processes:
-                out.extend(f"{label(p)} {line}" for line in rest[p][skip:])
-                skip = max(skip - len(rest[p]), 0)
+        out = list(head)
+        for p in self.processes:
+            out.extend(f"{label(p)} {line}" for line in middles[p])
+        out.extend(tail)
         if not out:
             return
         text = "\n".join(out)
-        if labelled or not ends_open:
+        if not ends_open or (any(middles.values()) and not tail):
             text += "\n"
         self.write(text)
+
+
+def _tidy(
+    processes: list[int], rest: dict[int, list[str]]
+) -> tuple[list[str], dict[int, list[str]], list[str]]:
+    """The lines every process has at the start, each process's own middle, the common end."""
+    lists = [rest[p] for p in processes]
+    shortest = min(len(lines) for lines in lists)
+    start = 0
+    while start < shortest and all(lines[start] == lists[0][start] for lines in lists):
+        start += 1
+    end = 0
+    while end < shortest - start and all(lines[-1 - end] == lists[0][-1 - end] for lines in lists):
+        end += 1
+    head = lists[0][:start]
+    tail = lists[0][len(lists[0]) - end :]
+    middles = {p: rest[p][start : len(rest[p]) - end] for p in processes}
+    return head, middles, tail
+
+
+def _cap(
+    head: list[str], middles: dict[int, list[str]], tail: list[str], room: int
+) -> tuple[list[str], dict[int, list[str]], list[str], int]:
+    """At most ``room`` lines: the common end first, then every process's last own lines
+    (an equal share each), then the end of the common start; and how many were left out."""
+    total = len(head) + sum(map(len, middles.values())) + len(tail)
+    if total <= room:
+        return head, middles, tail, 0
+    tail = tail[len(tail) - min(len(tail), room) :]
+    room -= len(tail)
+    shares = {p: 0 for p in middles}
+    left = room
+    want = {p: len(lines) for p, lines in middles.items()}
+    while left > 0 and any(want[p] > shares[p] for p in middles):
+        needy = [p for p in middles if want[p] > shares[p]]
+        each = max(left // len(needy), 1)
+        for p in needy:
+            give = min(each, want[p] - shares[p], left)
+            shares[p] += give
+            left -= give
+    middles = {p: lines[len(lines) - shares[p] :] if shares[p] else [] for p, lines in middles.items()}
+    head = head[len(head) - left :] if left else []
+    kept = len(head) + sum(map(len, middles.values())) + len(tail)
+    return head, middles, tail, total - kept

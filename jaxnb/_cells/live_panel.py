@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from jaxnb._core import temp_folders
+
 #: Seconds the view must have content before the panel appears.
 GRACE_SECONDS = 0.25
 #: Seconds between two updates of the panel, at least.
@@ -111,12 +113,12 @@ class LivePanel:
 def save_outputs(stream: str) -> Callable[[dict[int, str]], str]:
     """A ``save_log`` for :class:`jaxnb._cells.live.LiveMerger`: each process's text to a file.
 
-    The files go to a new folder under the temporary directory; the folder's
-    name is what the page's note shows.
+    The files go to a new folder under the temporary directory, removed when the
+    cluster stops; the folder's name is what the page's note shows.
     """
 
     def save(texts: dict[int, str]) -> str:
-        folder = pathlib.Path(tempfile.mkdtemp(prefix="jaxnb-output-"))
+        folder = pathlib.Path(temp_folders.made(tempfile.mkdtemp(prefix="jaxnb-output-")))
         for p, text in texts.items():
             (folder / f"p{p}.{stream}.txt").write_text(text)
         return f"{folder}{os.sep}p*.{stream}.txt"

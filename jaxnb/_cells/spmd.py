@@ -11,12 +11,14 @@ from jaxnb._cells.live import LiveMerger
 from jaxnb._cells.live_panel import LivePanel, NotebookScreen, in_kernel, live_options
 from jaxnb._cells.outputs import write_raw
 from jaxnb._core import ipp_internals
+from jaxnb._core.contract import EngineCall
 from jaxnb._core.errors import remote_error
 from jaxnb._core.state import Group
 from jaxnb._failures import stacks
 from jaxnb._failures.watch import Watch
 
 POLL_SECONDS = 0.02
+_LAST_VALUE = EngineCall("jaxnb._engine.values:last_value")
 
 
 @dataclasses.dataclass
@@ -33,6 +35,21 @@ class CellOutcome:
 
     errors: dict[int, Any]
     results: dict[int, dict | None]
+    #: With ``value=True``: the cell's value (process 0's), for ``Out[n]``; ``None`` if none.
+    value: Any = None
+
+
+class ShownValue:
+    """A cell value that stayed on the engines (a JAX array, too big): shown as process 0 showed it."""
+
+    def __init__(self, data: dict, metadata: dict) -> None:
+        self.data, self.metadata = data, metadata
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> tuple[dict, dict]:
+        return self.data, self.metadata
+
+    def __repr__(self) -> str:
+        return str(self.data.get("text/plain", "<value on the engines>"))
 
 
 def check_syntax(code: str) -> bool:
@@ -46,9 +63,18 @@ def check_syntax(code: str) -> bool:
 
 
 def run_cell(
-    group: Group, code: str, *, timeout: float | None = None, show: ShowMode | None = None
+    group: Group,
+    code: str,
+    *,
+    timeout: float | None = None,
+    show: ShowMode | None = None,
+    value: bool = False,
 ) -> CellOutcome:
-    """Execute ``code`` on every process; stream merged output; raise on any error."""
+    """Execute ``code`` on every process; stream merged output; raise on any error.
+
+    ``value``: give the cell's value (process 0's) back in ``CellOutcome.value`` instead of
+    showing it, so that a magic returns it as IPython's ``Out[n]``.
+    """
     show = show or ShowMode()
     shows_value = check_syntax(code)
     processes = group.indices
@@ -62,7 +88,7 @@ def run_cell(
     err = LiveMerger(processes, sys.stderr.write, **live_options("stderr")) if merged else None
     live = LivePanel([out.view, err.view], NotebookScreen()) if merged and in_kernel() else None
     shown_displays = 0
-    watch = Watch(group, code, timeout)
+    watch = Watch(group, code, timeout, list(ar.msg_ids))
     try:
         while True:
             ar.wait(POLL_SECONDS)
@@ -85,7 +111,11 @@ def run_cell(
     if merged:
         _feed(out, err, live, by_process, final=True)
         _show_displays(by_process[processes[0]], shown_displays)
-        _show_result(outcome.results.get(processes[0]))
+        result = outcome.results.get(processes[0])
+        if value and not outcome.errors and result and result.get("data"):
+            outcome.value = _cell_value(group, result)
+        else:
+            _show_result(result)
     else:
         chosen = processes if show.process is None else [show.process]
         _show_raw(chosen, by_process)
@@ -136,6 +166,20 @@ def _failed(future: Any) -> BaseException | None:
     except BaseException as exc:
         return exc
     return value if isinstance(value, BaseException) else None
+
+
+def _cell_value(group: Group, result: dict) -> Any:
+    """Process 0's value of the cell, or what shows it when the value stays on the engines."""
+    import cloudpickle
+
+    try:
+        engine = group.client[group.processes[0].engine_id]
+        data = engine.apply_sync(_LAST_VALUE)
+        if data is not None:
+            return cloudpickle.loads(data)
+    except Exception:  # whatever went wrong, the display is still there to show
+        pass
+    return ShownValue(result["data"], result.get("metadata", {}))
 
 
 def _show_displays(md: dict, start: int) -> int:

@@ -6,9 +6,15 @@ import re
 from typing import Any
 
 from jaxnb._core.messages import labels
+from jaxnb._core.tracebacks import user_frames
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _CELL_NUMBER = re.compile(r"Cell In\[\d+\]")
+#: The note under a traceback whose jaxnb/ipyparallel frames were left out.
+HIDDEN = (
+    "{n} frame{s} of jaxnb and ipyparallel not shown; every frame: "
+    "`import sys; print(sys.last_value.full_traceback)`"
+)
 
 
 class JaxnbError(Exception):
@@ -27,22 +33,28 @@ class RemoteError(JaxnbError):
     """An exception raised on one or more JAX processes.
 
     ``processes`` lists the process indices that raised; the message shows
-    each distinct remote traceback once. IPython renders it without the
-    local (jaxnb-internal) traceback.
+    each distinct remote traceback once, with the user's frames only (jaxnb's,
+    ipyparallel's and ``threading``'s left out); ``full_traceback`` has every
+    frame. IPython renders it without the local (jaxnb-internal) traceback,
+    the one-line cause first.
     """
 
-    def __init__(self, summary: str, processes: list[int], tracebacks: list[str]):
+    def __init__(
+        self, summary: str, processes: list[int], tracebacks: list[str], full_traceback: str = ""
+    ):
         super().__init__(summary)
         self.summary = summary
         self.processes = processes
         self.tracebacks = tracebacks
+        #: Every remote frame, jaxnb's and ipyparallel's included.
+        self.full_traceback = full_traceback or "\n".join(tracebacks)
 
     def _render_traceback_(self) -> list[str]:
-        lines: list[str] = []
+        lines: list[str] = [f"{type(self).__name__}: {self.summary}", ""]
         for tb in self.tracebacks:
             lines.extend(tb.rstrip("\n").splitlines())
             lines.append("")
-        lines.append(f"{type(self).__name__}: {self.summary}")
+        lines.append(f"{type(self).__name__}: {self.summary}")  # and last, where eyes land
         return lines
 
     def __str__(self) -> str:
@@ -63,12 +75,18 @@ def remote_error(errors: dict[int, Any]) -> RemoteError:
         key = _CELL_NUMBER.sub("Cell", text)
         groups.setdefault(key, []).append(p)
         texts.setdefault(key, text)
-    tracebacks = [f"---- {labels(procs)} ----\n{texts[key]}" for key, procs in groups.items()]
+    tracebacks, full = [], []
+    for key, procs in groups.items():
+        shown, hidden = user_frames(texts[key])
+        note = f"\n({HIDDEN.format(n=hidden, s='s' if hidden > 1 else '')})" if hidden else ""
+        tracebacks.append(f"---- {labels(procs)} ----\n{shown.rstrip()}{note}")
+        full.append(f"---- {labels(procs)} ----\n{texts[key]}")
     first = errors[min(errors)]
     name = getattr(first, "ename", type(first).__name__)
     value = getattr(first, "evalue", str(first))
     count = "process" if len(errors) == 1 else "processes"
-    return RemoteError(f"{name}: {value} (on {count} {labels(errors)})", sorted(errors), tracebacks)
+    summary = f"{name}: {value} (on {count} {labels(errors)})"
+    return RemoteError(summary, sorted(errors), tracebacks, "\n".join(full))
 
 
 def traceback_text(error: Any) -> str:
@@ -80,3 +98,12 @@ def traceback_text(error: Any) -> str:
         tb = f"{getattr(error, 'ename', type(error).__name__)}: {getattr(error, 'evalue', error)}"
     return _ANSI.sub("", tb)
 
+
+
+INTERRUPTED = "KeyboardInterrupt: jaxnb interrupted the cell on every process (what each was doing: above)"
+
+
+def short_interrupt(exc: BaseException) -> BaseException:
+    """``exc`` (a kernel interrupt in a jaxnb call) shown by IPython as one line, not jaxnb's frames."""
+    exc._render_traceback_ = lambda: [INTERRUPTED]  # type: ignore[attr-defined]
+    return exc

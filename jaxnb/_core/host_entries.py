@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import socket
+from collections.abc import Callable
 
 #: Any port: a UDP ``connect`` only asks the kernel for a route, it sends nothing.
 _PROBE_PORT = 9
@@ -147,9 +148,14 @@ def default_address() -> str:
         return "127.0.0.1"
 
 
-def controller_address(entries: tuple[HostEntry, ...]) -> str:
-    """The one address of this machine that every host routes to (the controller listens there)."""
-    found = {entry.host: route_address(entry.host) for entry in entries}
+def controller_address(
+    entries: tuple[HostEntry, ...], real_host: Callable[[str], str] = str
+) -> str:
+    """The one address of this machine that every host routes to (the controller listens there).
+
+    ``real_host`` turns a host as named (an ssh-config alias) into what ssh connects to.
+    """
+    found = {entry.host: route_address(real_host(entry.host)) for entry in entries}
     addresses = set(found.values())
     if len(addresses) > 1:
         which = ", ".join(f"{host} via {addr}" for host, addr in found.items())

@@ -53,13 +53,22 @@ def launched_engines(ipp_cluster: Any) -> dict[int, Any]:
     return found
 
 
-def launcher_output(launcher: Any) -> str:
-    """What the process a launcher started wrote (stderr and stdout together)."""
+def launcher_output(launcher: Any, start: int = 0) -> str:
+    """What the process a launcher started wrote (stderr and stdout together), from byte ``start``."""
     try:
-        with open(launcher.output_file, errors="replace") as f:
-            return f.read()
+        with open(launcher.output_file, "rb") as f:
+            f.seek(start)
+            return f.read().decode(errors="replace")
     except (OSError, AttributeError):
         return launcher.get_output() or ""
+
+
+def launcher_output_size(launcher: Any) -> int | None:
+    """How many bytes the process a launcher started has written so far (``None``: unknown)."""
+    try:
+        return os.path.getsize(launcher.output_file)
+    except (OSError, AttributeError, TypeError):
+        return None
 
 
 def controller_process(ipp_cluster: Any) -> psutil.Process | None:

@@ -43,3 +43,13 @@ def first_line(error: Any, width: int = 200) -> str:
     lines = str(getattr(error, "evalue", error)).strip().splitlines()
     text = f"{name}: {lines[0]}" if lines else name
     return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def plural(count: int, one: str, many: str | None = None) -> str:
+    """``1 process``, ``2 processes``, ``1 global device``, ``2 global devices``."""
+    return f"{count} {one if count == 1 else (many or one + 's')}"
+
+
+def article(word: str) -> str:
+    """``an int``, ``a str``: ``word`` with its indefinite article."""
+    return f"{'an' if word[:1].lower() in 'aeiou' else 'a'} {word}"

@@ -92,6 +92,16 @@ class ClusterOptions:
             )
         if k is not None and self.platform == "gpu" and k != 1:
             raise OptionError("--platform gpu places one engine per GPU; drop --devices-per-process")
+        if self.is_local and self.python is not None:
+            raise OptionError(
+                "--python is the interpreter on the hosts; local engines run this notebook's own "
+                "interpreter: drop --python, or pass --hosts"
+            )
+        if self.is_local and self.address is not None:
+            raise OptionError(
+                "--address is this machine's address for engines on other hosts; local engines "
+                "use loopback: drop --address, or pass --hosts"
+            )
         for name in ("timeout", "init_timeout"):
             value = getattr(self, name)
             if value is not None and value <= 0:
@@ -130,6 +140,11 @@ class ClusterOptions:
         if self.devices_per_process is not None:
             return self.devices_per_process
         return DEFAULT_CPU_DEVICES_PER_PROCESS
+
+
+def local_gpu_count() -> int:
+    """GPUs on this machine (``CUDA_VISIBLE_DEVICES``, else ``nvidia-smi``; 0 if none)."""
+    return _count_local_gpus()
 
 
 def _count_local_gpus() -> int:

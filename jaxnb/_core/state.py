@@ -81,6 +81,11 @@ class Group:
     busy_with: str | None = None
     #: The current (or last) training run's monitor: a new run waits for one asked to stop.
     current_run: Any = None
+    #: pid → (size of its engine's log when the current cell began, the cell's request id):
+    #: a death quotes only what the engine wrote after (see ``explain.mark_logs``).
+    log_marks: dict[int, tuple[int, str]] = dataclasses.field(default_factory=dict)
+    #: pids of engines jaxnb itself stopped (survivors of a death): named "stopped", not "killed".
+    stopped_pids: set[int] = dataclasses.field(default_factory=set)
 
     @property
     def running(self) -> bool:

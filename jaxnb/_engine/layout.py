@@ -14,6 +14,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
+from jaxnb._engine.reporting import article
+
 __all__ = ["describe", "describe_array", "describe_mesh"]
 
 
@@ -180,17 +182,34 @@ def _axis_types(mesh: Mesh) -> list[str] | None:
 
 def describe_named(name: str) -> dict[str, Any]:
     """Describe the mesh or array called ``name`` in the engine's namespace (``%jax_mesh``)."""
+    from jaxnb._engine.tree_layout import describe_tree, is_tree_of_arrays
     from jaxnb._engine.values import user_namespace
 
     namespace = user_namespace()
-    if name not in namespace:
-        raise NameError(f"name {name!r} is not defined on the engines; define it in a %%jax_cluster cell")
+    if name.isidentifier():
+        if name not in namespace:
+            raise NameError(
+                f"name {name!r} is not defined on the engines; define it in a %%jax_cluster cell"
+            )
+        value = namespace[name]
+    else:  # an expression, e.g. params['w1']
+        try:
+            value = eval(name, namespace)
+        except NameError as exc:
+            raise NameError(f"{name}: {exc}; define it in a %%jax_cluster cell") from None
+        except Exception as exc:
+            raise TypeError(
+                f"{name} could not be evaluated on the engines: {type(exc).__name__}: {exc}"
+            ) from None
     try:
-        desc = describe(namespace[name])
+        desc = describe(value)
     except TypeError:
-        kind = type(namespace[name]).__name__
-        raise TypeError(
-            f"{name!r} is a {kind}; %jax_mesh draws a jax.sharding.Mesh or a jax.Array"
-        ) from None
+        if not is_tree_of_arrays(value):
+            kind = type(value).__name__
+            raise TypeError(
+                f"{name!r} is {article(kind)}; %jax_mesh draws a jax.sharding.Mesh, a jax.Array "
+                "or a pytree of arrays (e.g. a dict of parameters)"
+            ) from None
+        desc = describe_tree(value)
     desc["name"] = name
     return desc

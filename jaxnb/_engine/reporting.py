@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
+import re
 import sys
 import time
 from collections import deque
@@ -18,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jaxnb._core.run_folder import Checkpoint
-from jaxnb._engine import datasets, profiling, stopping
+from jaxnb._engine import datasets, profiling, sources, stopping
 from jaxnb._engine.publisher import BatchPublisher, datapub_sender
 
 #: Reports whose JAX values may still be computing; ``report()`` waits on the value
@@ -181,6 +182,11 @@ def execute() -> dict[str, Any]:
 # ---- helpers -------------------------------------------------------------------------
 
 
+def article(word: str) -> str:
+    """``an int``, ``a str`` (as :func:`jaxnb._core.messages.article`, which engines do not import)."""
+    return f"{'an' if word[:1].lower() in 'aeiou' else 'a'} {word}"
+
+
 def _function(spec: dict[str, Any]) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     """The function to run and its arguments: none, or the config."""
     import cloudpickle
@@ -189,11 +195,12 @@ def _function(spec: dict[str, Any]) -> tuple[Callable[..., Any], tuple[Any, ...]
     if spec.get("pickled") is not None:
         fn = cloudpickle.loads(spec["pickled"])
         _see_engine_namespace(fn)
+        sources.restore(fn, spec.get("sources"))
     else:
         fn = _lookup(spec["name"])
     label = spec.get("label") or getattr(fn, "__name__", "FUNC")
     if not callable(fn):
-        raise TypeError(f"{label} is a {type(fn).__name__}, not a function")
+        raise TypeError(f"{label} is {article(type(fn).__name__)}, not a function")
     takes = _takes_config(fn, label)
     if takes is None and config is not None:
         raise TypeError(
@@ -202,7 +209,36 @@ def _function(spec: dict[str, Any]) -> tuple[Callable[..., Any], tuple[Any, ...]
         )
     if takes is None or (takes == "optional" and config is None):
         return fn, ()
+    if config is not None:
+        _check_config(fn, config, label)
     return fn, ({} if config is None else config,)
+
+
+#: Configs that are a single value: taken only by a function whose parameter is annotated so.
+_SCALARS = (str, bytes, int, float, complex, bool)
+
+
+def _check_config(fn: Callable[..., Any], config: Any, label: str) -> None:
+    """Refuse a config that is one number or string unless ``fn``'s parameter is annotated to take it."""
+    if not isinstance(config, _SCALARS):
+        return
+    kind = type(config).__name__
+    try:
+        param = next(iter(inspect.signature(fn).parameters.values()))
+    except (TypeError, ValueError, StopIteration):
+        return
+    note = param.annotation
+    if note is not inspect.Parameter.empty:
+        if isinstance(note, type) and isinstance(config, note):
+            return
+        if isinstance(note, str) and re.search(rf"\b{kind}\b|\bAny\b", note):
+            return
+        if not isinstance(note, (type, str)):  # a Union, Any, ...: trust it
+            return
+    raise TypeError(
+        f"--config {config!r:.40} is {article(kind)}, but {label}() takes a config dict: "
+        f"pass e.g. --config dict(lr=0.1) (or annotate its parameter, `{param.name}: {kind}`)"
+    )
 
 
 def _takes_config(fn: Callable[..., Any], label: str) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from jaxnb._core.contract import ELSEWHERE, MISSING
@@ -29,7 +30,7 @@ def fetch(name: str) -> Any:
     if name not in namespace:
         return MISSING
     value = namespace[name]
-    import sys
+
 
     jax = sys.modules.get("jax")
     if jax is not None and isinstance(value, jax.Array):
@@ -45,3 +46,23 @@ def fetch(name: str) -> Any:
     from jaxnb._engine import context
 
     return value if context.process_index() == 0 else ELSEWHERE
+
+
+#: A cell's value bigger than this (pickled bytes) stays on the engines; the notebook shows it.
+LAST_VALUE_LIMIT = 64 * 2**20
+
+
+def last_value() -> Any:
+    """Process 0's value of the cell just run (IPython's ``_``), pickled, for the notebook's
+    ``Out[n]``; ``None`` when it should stay here (a JAX array, too big, cannot be pickled)."""
+    value = user_namespace().get("_")
+    jax = sys.modules.get("jax")
+    if jax is not None and isinstance(value, jax.Array):
+        return None  # the notebook never loads JAX: it gets the display instead
+    import cloudpickle
+
+    try:
+        data = cloudpickle.dumps(value)
+    except Exception:
+        return None
+    return data if len(data) <= LAST_VALUE_LIMIT else None

@@ -22,6 +22,8 @@ def dead_processes(group: Group) -> dict[int, str]:
         process = ipp_internals.launcher_process(launcher) if launcher is not None else None
         if process is not None:
             how = processes.exit_of(process)
+            if how is not None and info.pid in group.stopped_pids:
+                how = "was stopped by jaxnb (after a death in the group)"
             if how is not None:
                 dead[info.process_index] = how
     where = site.of(group)

@@ -4,18 +4,43 @@ from __future__ import annotations
 
 import re
 
+from jaxnb._core import ipp_internals
 from jaxnb._core.messages import GROUP_BROKEN, label, labels
 from jaxnb._core.state import Group
-from jaxnb._failures import site, stacks
+from jaxnb._failures import processes, site, stacks
 
 STDERR_TAIL_LINES = 12
+NOTHING_WRITTEN = "it wrote nothing to its stderr during this cell"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _FATAL = "Fatal Python error:"
 
 
 def engine_log(group: Group, p: int) -> str:
-    """What process ``p``'s engine wrote to its log (stderr and stdout), colours removed."""
-    return _ANSI.sub("", site.of(group).log(group, p))  # read where it ran
+    """What process ``p``'s engine wrote to its log (stderr and stdout) since the current cell
+    began (:func:`mark_logs`), colours removed; read where it ran."""
+    pid = group.processes[p].pid
+    launcher = processes.launcher_of(group, pid)
+    if launcher is None:
+        return _ANSI.sub("", site.of(group).log(group, p))
+    start, request = group.log_marks.get(pid, (0, ""))
+    text = ipp_internals.launcher_output(launcher, start)
+    # The engine logs the request it handles; fd output of an earlier cell can reach the log
+    # late (ipykernel forwards it from a thread), so what comes before that line is not this cell's.
+    at = text.rfind(request) if request else -1
+    if at >= 0:
+        text = text[text.find("\n", at) + 1 :] if "\n" in text[at:] else ""
+    return _ANSI.sub("", text)
+
+
+def mark_logs(group: Group, requests: list[str] | None = None) -> None:
+    """Remember where each local engine's log ends and the request it runs now (one id per
+    process, in process order): a death quotes only what the engine wrote after."""
+    for p, info in enumerate(group.processes):
+        launcher = processes.launcher_of(group, info.pid)
+        size = ipp_internals.launcher_output_size(launcher) if launcher is not None else None
+        if size is not None:
+            request = requests[p] if requests and p < len(requests) else ""
+            group.log_marks[info.pid] = (size, request)
 
 
 def stderr_tail(group: Group, p: int, lines: int = STDERR_TAIL_LINES) -> list[str]:
@@ -69,6 +94,8 @@ def describe_dead(group: Group, dead: dict[int, str], cell_code: str = "") -> st
         tail = stderr_tail(group, p)
         if tail:
             parts.append("  last lines of its stderr:\n" + "\n".join("    " + ln for ln in tail))
+        else:
+            parts.append(f"  {NOTHING_WRITTEN}.")
         crash = crash_stack(group, p, cell_code)
         if crash:
             parts.append("  its main thread when it crashed:\n" + crash)

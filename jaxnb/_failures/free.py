@@ -40,6 +40,7 @@ def stop_survivors(group: Group, dead: dict[int, str]) -> list[int]:
     """SIGKILL the processes still alive after a death: without a peer they could only wait
     for JAX's heartbeat. Returns the processes stopped (remote ones through ipyparallel)."""
     survivors = [p for p in group.indices if p not in dead]
+    group.stopped_pids.update(group.processes[p].pid for p in survivors)
     site.kill(group, survivors)
     return survivors
 

@@ -64,7 +64,10 @@ class Watch:
     waited on. Cells and training runs share it: one liveness period, one grace after the
     first process finishes, one way of releasing the processes left waiting."""
 
-    def __init__(self, group: Group, code: str = "", timeout: float | None = None):
+    def __init__(
+        self, group: Group, code: str = "", timeout: float | None = None,
+        requests: list[str] | None = None,
+    ):
         self.group = group
         self.code = code
         self.timeout = timeout
@@ -74,6 +77,7 @@ class Watch:
         self._next_look = 0.0
         self._cpu: dict[int, float] = {}
         stacks.remember_cell(code)
+        explain.mark_logs(group, requests)
 
     def check(self, done: set[int], by_process: dict[int, dict]) -> None:
         """Raise :class:`ProcessFailure` on a dead process, divergence or a timeout."""

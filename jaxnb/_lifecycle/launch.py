@@ -75,7 +75,9 @@ def controller_ip(options: ClusterOptions) -> str:
     if not options.hosts:  # mpi, slurm, ...: the nodes are not known in advance
         return default_address()
     try:
-        return controller_address(options.host_entries())
+        from jaxnb._hosts.ssh_config import real_hostname
+
+        return controller_address(options.host_entries(), real_hostname)
     except HostError as exc:
         raise StartError(str(exc)) from None
 

@@ -16,7 +16,7 @@ import signal
 
 import psutil
 
-from jaxnb._core import ipp_internals
+from jaxnb._core import ipp_internals, temp_folders
 from jaxnb._core.contract import EngineCall
 from jaxnb._core.state import Group
 from jaxnb._failures import processes
@@ -49,6 +49,7 @@ def stop_all(group: Group) -> None:
     if group.stacks_dir is not None:
         shutil.rmtree(group.stacks_dir, ignore_errors=True)
         group.stacks_dir = None
+    temp_folders.remove_all()  # the cut cells' full outputs (jaxnb-output-*)
 
 
 def _stop_processes(ipp_cluster: object, engines: list[psutil.Process], local: bool) -> None:
@@ -64,6 +65,11 @@ def _stop_processes(ipp_cluster: object, engines: list[psutil.Process], local: b
     for path in ipp_internals.key_files(ipp_cluster):
         with contextlib.suppress(OSError):
             os.unlink(path)
+    if not local:  # the shared ssh connections' sockets (jaxnb-ssh-*), once nothing uses them
+        with contextlib.suppress(Exception):
+            folder = remote.control_dir(ipp_cluster)
+            if os.path.basename(folder).startswith("jaxnb-ssh-"):
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 def _kill_all(engines: list[psutil.Process], ipp_cluster: object) -> None:

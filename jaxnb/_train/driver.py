@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from jaxnb._cells.pull import note_size
 from jaxnb._core import ipp_internals
 from jaxnb._core.contract import EngineCall
 from jaxnb._core.errors import ClusterStateError, remote_error
@@ -78,6 +79,9 @@ def train(
     run = function.run_name(fn, name)
     spec = function.package(fn, config)
     spec["datasets"] = dataset_names.check(datasets)
+    if spec["pickled"] is not None:
+        note_size(f"`{spec['label']}` with what it uses from the notebook", len(spec["pickled"]),
+                  group.size)
     run_dir = os.path.abspath(os.path.join(os.fspath(storage or DEFAULT_STORAGE), run))
     resume_from = check_fresh_run(run_dir, resume)
     if resume and resume_from is None:
@@ -87,6 +91,7 @@ def train(
     _prepare(group, spec)
 
     result = Result(run, run_dir)
+    result.checkpoint = resume_from  # until the run saves a newer one (it may have nothing left to do)
     total = expected_steps(config, total_steps)
     if background:
         monitor = _launch(group, result, total, background=True, view=view)

@@ -15,10 +15,13 @@ import sysconfig
 from collections.abc import Iterator
 from typing import Any
 
+from jaxnb._core.messages import article
+from jaxnb._train.sources import cell_sources
+
 _RUN_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 
 NOT_A_FUNCTION = (
-    "{what} is a {kind}, not a function; pass a function defined in the notebook or the "
+    "{what} is {kind}, not a function; pass a function defined in the notebook or the "
     "name (a string) of one defined on the engines"
 )
 CANNOT_SEND = (
@@ -59,10 +62,11 @@ def package(fn: Any, config: Any) -> dict[str, Any]:
         try:
             with _by_value(fn):
                 spec["pickled"] = cloudpickle.dumps(fn)
+            spec["sources"] = cell_sources(fn)
         except Exception as exc:
             raise ValueError(CANNOT_SEND.format(label=label, error=_short(exc))) from None
     else:
-        raise ValueError(NOT_A_FUNCTION.format(what=repr(fn)[:40], kind=type(fn).__name__))
+        raise ValueError(NOT_A_FUNCTION.format(what=repr(fn)[:40], kind=article(type(fn).__name__)))
     if config is not None:
         try:
             spec["config"] = cloudpickle.dumps(config)

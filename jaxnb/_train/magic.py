@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Callable
 from typing import Any
 
@@ -13,6 +14,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from jaxnb._core.errors import ClusterStateError
 from jaxnb._profile import train_magic as profiled_steps
 from jaxnb._train import dataset_names
+from jaxnb._core.messages import article
 
 _CONFIG = re.compile(r"(?:^|\s)--config(?:=|\s+|$)")
 _NEXT_FLAG = re.compile(
@@ -121,13 +123,26 @@ def _function(name: str, user_ns: dict, local_ns: dict) -> Any:
     except AttributeError as exc:
         raise UsageError(f"{name}: {exc}") from None
     if not callable(value):
-        raise UsageError(f"{name} is a {type(value).__name__} in the notebook, not a function")
+        raise UsageError(f"{name} is {article(type(value).__name__)} in the notebook, not a function")
     return value
+
+
+def unquote(expr: str) -> str:
+    """``"dict(lr=0.1)"`` as a shell user types it: the expression inside one pair of quotes."""
+    if len(expr) >= 2 and expr[0] == expr[-1] and expr[0] in "'\"":
+        try:
+            words = shlex.split(expr)
+        except ValueError:
+            return expr
+        if len(words) == 1:
+            return words[0]
+    return expr
 
 
 def _evaluate(expr: str | None, user_ns: dict, local_ns: dict) -> Any:
     if expr is None:
         return None
+    expr = unquote(expr)
     try:
         return eval(expr, user_ns, local_ns)
     except Exception as exc:

@@ -9,14 +9,14 @@ import threading
 from typing import Any
 
 from jaxnb._cells.live import LiveMerger
-from jaxnb._cells.live_panel import live_options
+from jaxnb._cells.live_panel import LivePanel, NotebookScreen, in_kernel, live_options
 from jaxnb._core import ipp_internals
 from jaxnb._core.contract import STOP_SIGNAL
 from jaxnb._core.errors import ProcessFailure
 from jaxnb._core.messages import label
 from jaxnb._core.run_folder import Checkpoint, remember_user_checkpoint
 from jaxnb._core.state import Group, Suspect
-from jaxnb._failures import free
+from jaxnb._failures import explain, free
 from jaxnb._failures.watch import Watch
 from jaxnb._train.receive import Receiver
 from jaxnb._train.result import Result
@@ -40,12 +40,15 @@ class Monitor:
     def __init__(self, group: Group, ar: Any, result: Result, dashboard: Dashboard) -> None:
         self.group, self.ar, self.result, self.dashboard = group, ar, result, dashboard
         self.processes = group.indices
+        explain.mark_logs(group, list(ar.msg_ids))
         self.futures = dict(zip(self.processes, ipp_internals.futures(ar), strict=True))
         self.md = {p: f.output.metadata for p, f in self.futures.items()}
         self.receivers = {p: Receiver(self.md[p]["data"]) for p in self.processes}
         # Identical lines as they come; the rest, tidy, at the end (bounded, full logs saved).
         self.out = LiveMerger(self.processes, sys.stdout.write, **live_options("stdout"))
         self.err = LiveMerger(self.processes, sys.stderr.write, **live_options("stderr"))
+        # Lines that differ between processes, live (as in cells), also for a --background run.
+        self.live = LivePanel([self.out.view, self.err.view], NotebookScreen()) if in_kernel() else None
         self.stop_requested = False
         self.interrupted = False
         self.gave_up: BaseException | None = None
@@ -104,6 +107,8 @@ class Monitor:
         for p, md in self.md.items():
             self.out.feed(p, md["stdout"] or "")
             self.err.feed(p, md["stderr"] or "")
+        if self.live is not None:
+            self.live.tick()
 
     def _refresh_loop(self) -> None:
         while not self._ended.wait(REFRESH_SECONDS):
@@ -120,6 +125,8 @@ class Monitor:
         self._ended.set()
         self._refresher.join()
         self.drain()
+        if self.live is not None:
+            self.live.close()
         self.out.finish()
         self.err.finish()
         self.result.reports = {p: r.count for p, r in self.receivers.items()}

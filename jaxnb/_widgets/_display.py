@@ -6,14 +6,16 @@ import base64
 from typing import Any
 
 
-def widget_bundle(widget: Any, html: str, png: bytes | None = None) -> dict[str, Any]:
+def widget_bundle(
+    widget: Any, html: str, png: bytes | None = None, text: str | None = None
+) -> dict[str, Any]:
     """A MIME bundle holding the live widget view plus static HTML (and PNG).
 
     Frontends with widget support render the widget; papermill, nbconvert,
     nbviewer and GitHub fall back to the HTML/PNG, so a saved notebook shows
     the result in any viewer.
     """
-    bundle: dict[str, Any] = {"text/html": html, "text/plain": html_to_text(html)}
+    bundle: dict[str, Any] = {"text/html": html, "text/plain": text or html_to_text(html)}
     if png is not None:
         bundle["image/png"] = base64.b64encode(png).decode("ascii")
     model_id = getattr(widget, "model_id", None)
@@ -26,7 +28,9 @@ def widget_bundle(widget: Any, html: str, png: bytes | None = None) -> dict[str,
     return bundle
 
 
-def display_widget(widget: Any, html: str, png: bytes | None = None, updatable: bool = False) -> Any:
+def display_widget(
+    widget: Any, html: str, png: bytes | None = None, updatable: bool = False, text: str | None = None
+) -> Any:
     """Display ``widget`` with ``html`` (and ``png``) as its static fallback.
 
     With ``updatable``, returns a ``DisplayHandle`` whose ``update`` replaces the
@@ -34,7 +38,27 @@ def display_widget(widget: Any, html: str, png: bytes | None = None, updatable: 
     """
     from IPython.display import display
 
-    return display(widget_bundle(widget, html, png), raw=True, display_id=True if updatable else None)
+    bundle = widget_bundle(widget, html, png, text)
+    if not in_ipython():  # a plain script: text, not the repr of a MIME bundle
+        print(bundle["text/plain"])
+        return TextHandle()
+    return display(bundle, raw=True, display_id=True if updatable else None)
+
+
+def in_ipython() -> bool:
+    """Whether an IPython shell runs here (a notebook kernel or IPython); not in a plain script."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    return get_ipython() is not None
+
+
+class TextHandle:
+    """The handle of a display in a plain script: an update prints the new text once."""
+
+    def update(self, bundle: dict[str, Any], raw: bool = True) -> None:
+        print(bundle.get("text/plain", ""))
 
 
 def png_img(png: bytes, width: int | None = None) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 import ipywidgets as w
 from IPython.display import HTML, Image, display
 
-from ._display import display_widget, png_img, widget_bundle
+from ._display import display_widget, html_to_text, in_ipython, png_img, widget_bundle
 from .plots import Curves, MetricsFigure, build_panels
 from .run_stats import ProcessReports, process_stats
 from .run_text import duration_text, mean_rates_text, process_table, rate_text, steps_text, summary_table
@@ -181,6 +181,8 @@ class Dashboard:
         if self._handle is not None:
             static = summary + png_img(png, self._figure.css_size[0])
             self._handle.update(widget_bundle(self.widget, static, png), raw=True)
+        elif not in_ipython():  # a plain script: the summary as text
+            print(html_to_text(summary))
         else:
             display(HTML(summary))
             display(Image(data=png, format="png", width=self._figure.css_size[0]))

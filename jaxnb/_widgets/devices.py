@@ -6,6 +6,7 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
+from jaxnb._core.messages import plural
 from jaxnb._widgets._display import display_widget
 from jaxnb._widgets.palette import process_colour
 
@@ -30,9 +31,9 @@ def devices_html(processes: Sequence[Any], title: str = "jaxnb cluster") -> str:
             + "</tr>"
         )
     summary = (
-        f"{len(processes)} processes, {total} global devices"
+        f"{plural(len(processes), 'process', 'processes')}, {plural(total, 'global device')}"
         if total
-        else f"{len(processes)} processes (jax.distributed not initialised by jaxnb)"
+        else f"{plural(len(processes), 'process', 'processes')} (jax.distributed not initialised by jaxnb)"
     )
     return (
         f'<div class="jaxnb-devices"><b>{html.escape(title)}</b>: {summary}'

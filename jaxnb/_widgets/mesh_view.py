@@ -51,14 +51,45 @@ def sharding_widget(desc: dict[str, Any]) -> Any:
 def show(desc: dict[str, Any]) -> None:
     """Display a mesh or array description as a widget with a static HTML fallback."""
     from jaxnb._widgets._display import display_widget
+    from jaxnb._widgets.layout_text import layout_text
 
     kind = desc.get("kind")
+    text = layout_text(desc) if kind in ("mesh", "array", "tree") else None
     if kind == "mesh":
-        display_widget(mesh_widget(desc), mesh_html(desc))
+        display_widget(mesh_widget(desc), mesh_html(desc), text=text)
     elif kind == "array":
-        display_widget(sharding_widget(desc), sharding_html(desc))
+        display_widget(sharding_widget(desc), sharding_html(desc), text=text)
+    elif kind == "tree":
+        display_widget(_widget(_tree_title(desc), _tree_body(desc)), tree_html(desc), text=text)
     else:
         raise ValueError(f"show() got a description of kind {kind!r}; expected 'mesh' or 'array'")
+
+
+def tree_html(desc: dict[str, Any]) -> str:
+    """Static HTML of a pytree description: one row per leaf."""
+    return f'<div style="{_BOX}">{_tree_title(desc)}{_tree_body(desc)}</div>'
+
+
+def _tree_title(desc: dict[str, Any]) -> str:
+    from jaxnb._widgets.layout_text import human_bytes
+
+    name = desc.get("name")
+    n = len(desc["leaves"])
+    label = f"Pytree <code>{_esc(name)}</code>" if name else "Pytree"
+    return f"<div><b>{label}</b>: {n} lea{'ves' if n != 1 else 'f'}, " \
+           f"{human_bytes(desc['bytes_per_device'])} per device</div>"
+
+
+def _tree_body(desc: dict[str, Any]) -> str:
+    from jaxnb._widgets.layout_text import MAX_ROWS, human_bytes
+
+    head = "".join(_th(h) for h in ("leaf", "shape", "dtype", "spec", "bytes per device"))
+    rows = []
+    for leaf in desc["leaves"][:MAX_ROWS]:
+        shape = "—" if leaf["shape"] is None else str(tuple(leaf["shape"]))
+        cells = (leaf["path"], shape, leaf["dtype"], leaf["spec"], human_bytes(leaf["bytes_per_device"]))
+        rows.append("<tr>" + "".join(_td(_esc(c)) for c in cells) + "</tr>")
+    return f'<table style="{_TABLE}"><tr>{head}</tr>{"".join(rows)}</table>'
 
 
 def _widget(title: str, body: str) -> Any:
