@@ -90,11 +90,12 @@ def main():
                 times[name].append(dt)
                 sizes[name] = size(path) if pid == 0 else 0
     from jaxnb._engine import checkpoint_leaves as cl
+    from jaxnb._engine import checkpoint_plan as plan
 
     fp_times = []
     for _ in range(rounds):  # what the host-local save adds: classify + fingerprint every leaf
         t0 = time.perf_counter()
-        cl.fingerprints([cl.prepare(k, v, 2) for k, v in local_tree.items()])
+        plan.fingerprints([cl.prepare(k, v, 2) for k, v in local_tree.items()])
         fp_times.append(time.perf_counter() - t0)
     times["(fingerprints alone)"] = fp_times
     orbax.close()

@@ -29,7 +29,7 @@ from hosts import start_stop  # noqa: E402 - bench/hosts.py: start, first psum, 
 
 def workdir_copy(lab, private: str) -> list[tuple[str, float, str]]:
     """(which start, seconds for the whole --workdir step, what it printed) for a 10 MB folder."""
-    from jaxnb._hosts import ssh, workdir
+    from jaxnb._hosts import ssh_connections, workdir
 
     project = os.path.join(private, "proj10mb")
     os.makedirs(project)
@@ -38,8 +38,8 @@ def workdir_copy(lab, private: str) -> list[tuple[str, float, str]]:
             f.write(os.urandom(1_000_000))
     with open(os.path.join(project, "mymodel.py"), "w") as f:
         f.write("VALUE = 1\n")
-    control = ssh.new_control_dir()
-    args = ssh.ssh_options(control)
+    control = ssh_connections.new_control_dir()
+    args = ssh_connections.ssh_options(control)
     rows = []
     try:
         for which in ("first start", "second start (nothing changed)", "after editing mymodel.py"):
@@ -54,7 +54,7 @@ def workdir_copy(lab, private: str) -> list[tuple[str, float, str]]:
         for p in placed:
             if p.folder != project:
                 shutil.rmtree(p.folder, ignore_errors=True)
-        ssh.close_connections(control, lab.addresses)
+        ssh_connections.close_connections(control, lab.addresses)
 
 
 def main() -> None:

@@ -9,13 +9,13 @@ magics keep their cluster on the instance; scripts reach it with
 
 from __future__ import annotations
 
-import shlex
 from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, needs_local_scope
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from jaxnb import _magic_args as accept
 from jaxnb import _mesh
 from jaxnb._cluster import JaxCluster
 from jaxnb._core.errors import ClusterStateError, StartError, short_interrupt
@@ -27,65 +27,7 @@ from jaxnb._train import magic as train_magic
 from jaxnb._tune import magic as tune_magic
 
 SUBCOMMANDS = ("start", "status", "stop", "restart", "reset", "stacks")
-#: ``%jax_cluster start``'s flags (argparse destinations); no other subcommand takes any.
-START_FLAGS = {
-    "n": "-n",
-    "devices_per_process": "--devices-per-process",
-    "platform": "--platform",
-    "engines": "--engines",
-    "hosts": "--hosts",
-    "hostfile": "--hostfile",
-    "python": "--python",
-    "address": "--address",
-    "workdir": "--workdir",
-    "workdir_exclude": "--workdir-exclude",
-    "partition": "--partition",
-    "time_limit": "--time-limit",
-    "account": "--account",
-    "sbatch": "--sbatch",
-    "no_init": "--no-init",
-    "timeout": "--timeout",
-    "init_timeout": "--init-timeout",
-}
 DEFAULT_INIT_TIMEOUT = 60.0
-
-
-def _positive_int(flag: str):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise UsageError(f"{flag} takes a whole number, got {text!r}; e.g. {flag} 2") from None
-        if value < 1:
-            raise UsageError(f"{flag} must be at least 1, got {value}; e.g. {flag} 2")
-        return value
-
-    return parse
-
-
-def _seconds(flag: str, zero: bool = False):
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise UsageError(f"{flag} takes seconds, got {text!r}; e.g. {flag} 30") from None
-        if zero and value == 0:
-            return 0.0
-        if value <= 0:
-            raise UsageError(f"{flag} must be a positive number of seconds, got {text}")
-        return value
-
-    return parse
-
-
-def _process_index(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise UsageError(f"--process takes a process index, got {text!r}; e.g. --process 0") from None
-    if value < 0:
-        raise UsageError(f"--process takes a process index ≥ 0, got {value}; e.g. --process 0")
-    return value
 
 
 @magics_class
@@ -101,10 +43,10 @@ class JaxnbMagics(Magics):
 
     @magic_arguments(name="jax_cluster")
     @argument("command", nargs="?", default=None, help=f"one of: {', '.join(SUBCOMMANDS)}")
-    @argument("-n", type=_positive_int("-n"), default=None, metavar="N", help="start: JAX processes")
+    @argument("-n", type=accept.positive_int("-n"), default=None, metavar="N", help="start: JAX processes")
     @argument(
         "--devices-per-process",
-        type=_positive_int("--devices-per-process"),
+        type=accept.positive_int("--devices-per-process"),
         default=None,
         metavar="K",
         help="start: devices per process (simulated on CPU)",
@@ -128,10 +70,11 @@ class JaxnbMagics(Magics):
         help="start: an extra #SBATCH line, e.g. --sbatch=--gres=gpu:8 (repeat for more)",
     )
     @argument("--no-init", action="store_true", default=None, help="start: leave jax.distributed to you")
-    @argument("--timeout", type=_seconds("--timeout"), default=None, metavar="S", help="start: cell timeout")
+    @argument("--timeout", type=accept.seconds("--timeout"), default=None, metavar="S",
+              help="start: cell timeout")
     @argument(
         "--init-timeout",
-        type=_seconds("--init-timeout"),
+        type=accept.seconds("--init-timeout"),
         default=None,
         metavar="S",
         help=f"start: seconds to join jax.distributed (default {DEFAULT_INIT_TIMEOUT:g})",
@@ -152,7 +95,7 @@ class JaxnbMagics(Magics):
                 f"unknown subcommand {args.command!r}; use one of: {', '.join(SUBCOMMANDS)}"
             )
         if args.command != "start":
-            given = [flag for dest, flag in START_FLAGS.items() if getattr(args, dest) is not None]
+            given = [flag for dest, flag in accept.START_FLAGS.items() if getattr(args, dest) is not None]
             if given:
                 raise UsageError(
                     f"`%jax_cluster {args.command}` takes no flags (got {', '.join(given)}); "
@@ -189,7 +132,7 @@ class JaxnbMagics(Magics):
                 time_limit=args.time_limit,
                 account=args.account,
                 sbatch=args.sbatch or (),
-                workdir_exclude=_patterns(args.workdir_exclude),
+                workdir_exclude=accept.patterns(args.workdir_exclude),
                 init=not args.no_init,
                 timeout=args.timeout,
                 init_timeout=args.init_timeout or DEFAULT_INIT_TIMEOUT,
@@ -237,9 +180,9 @@ class JaxnbMagics(Magics):
 
     @magic_arguments(name="%jax_cluster")
     @argument("--all", action="store_true", help="show every process's output raw, labelled")
-    @argument("--process", type=_process_index, default=None, metavar="I", help="show process I only")
+    @argument("--process", type=accept.process_index, default=None, metavar="I", help="show process I only")
     @argument(
-        "--timeout", type=_seconds("--timeout", zero=True), default=None, metavar="S",
+        "--timeout", type=accept.seconds("--timeout", zero=True), default=None, metavar="S",
         help="cell timeout (0: none, also when the cluster was started with one)",
     )
     @cell_magic("jax_cluster")
@@ -276,7 +219,7 @@ class JaxnbMagics(Magics):
 
         A global array is gathered as NumPy; other objects come from process 0.
         """
-        names = _names(line, "%jax_pull")
+        names = accept.names(line, "%jax_pull")
         cluster = self._require()
         for name in names:
             try:
@@ -287,7 +230,7 @@ class JaxnbMagics(Magics):
     @line_magic
     def jax_push(self, line: str) -> None:
         """``%jax_push NAME [NAME ...]``: send notebook variables to every process."""
-        names = _names(line, "%jax_push")
+        names = accept.names(line, "%jax_push")
         cluster = self._require()
         missing = [n for n in names if n not in self.shell.user_ns]
         if missing:
@@ -341,32 +284,10 @@ JaxnbMagics.jax_tune.__doc__ = tune_magic.HELP
 JaxnbMagics.jax_profile.__doc__ = profile_magic.HELP
 
 
-def _patterns(text: str | None) -> list[str]:
-    """``--workdir-exclude '*.ckpt,data'`` → ``["*.ckpt", "data"]`` (IPython keeps the quotes)."""
-    unquoted = (text or "").strip()
-    if len(unquoted) > 1 and unquoted[0] == unquoted[-1] and unquoted[0] in "'\"":
-        unquoted = unquoted[1:-1]
-    return [p.strip() for p in unquoted.split(",") if p.strip()]
-
-
 def _show_status(cluster: JaxCluster) -> None:
     from jaxnb._widgets.devices import show_devices
 
     show_devices(cluster.status())
-
-
-def _names(line: str, magic: str, exactly_one: bool = False) -> list[str]:
-    names = shlex.split(line)
-    flags = [n for n in names if n.startswith("-")]
-    if flags:
-        raise UsageError(f"{magic} takes no flags (got {' '.join(flags)}); e.g. {magic} x")
-    if not names or (exactly_one and len(names) != 1):
-        what = "one NAME" if exactly_one else "NAME [NAME ...]"
-        raise UsageError(f"{magic} takes {what}; e.g. {magic} x")
-    for name in names:
-        if not name.isidentifier():
-            raise UsageError(f"{magic}: {name!r} is not a Python name")
-    return names
 
 
 def _instance(shell: Any) -> JaxnbMagics | None:

@@ -26,7 +26,7 @@ from support.fault_cells import ASYNC_LOOP, EXPECTED, SETUP, SYNC_LOOP, VERIFY
 
 from jaxnb import ClusterStateError, JaxCluster, ProcessFailure, RemoteError, StartError
 from jaxnb._core import ipp_internals
-from jaxnb._failures import detect, stacks
+from jaxnb._failures import stacks
 from jaxnb._lifecycle import startup
 from jaxnb.magics import current_cluster, use_cluster
 

@@ -185,7 +185,7 @@ def test_workdir_copied_with_tar_where_rsync_is_missing(prep_lab, monkeypatch):
     """Without rsync on this machine, the copy goes through tar over the same ssh connection."""
     import shutil
 
-    from jaxnb._hosts import ssh, workdir
+    from jaxnb._hosts import ssh_connections, workdir
 
     project = os.path.join(prep_lab.private_dir, "tarproj")
     os.makedirs(os.path.join(project, "pkg"))
@@ -195,19 +195,19 @@ def test_workdir_copied_with_tar_where_rsync_is_missing(prep_lab, monkeypatch):
         f.write("big")
     which = shutil.which
     monkeypatch.setattr(workdir.shutil, "which", lambda name: None if name == "rsync" else which(name))
-    control = ssh.new_control_dir()
+    control = ssh_connections.new_control_dir()
     placed = []
     try:
         placed = workdir.place(prep_lab.addresses[:1], project, ("*.ckpt",), sys.executable,
-                                ssh.ssh_options(control))
+                                ssh_connections.ssh_options(control))
         (one,) = placed
         assert one.copied and one.how == "tar over ssh" and one.files == 1, one
         out = prep_lab.ssh(prep_lab.hosts[0], f"cat {one.folder}/pkg/m.py; ls {one.folder}")
         assert out.stdout.split() == ["X", "=", "1", "pkg"], out
         again = workdir.place(prep_lab.addresses[:1], project, ("*.ckpt",), sys.executable,
-                               ssh.ssh_options(control))
+                               ssh_connections.ssh_options(control))
         assert not again[0].copied and again[0].folder == one.folder
     finally:
         for p in placed:
             shutil.rmtree(p.folder, ignore_errors=True)
-        ssh.close_connections(control, prep_lab.addresses[:1])
+        ssh_connections.close_connections(control, prep_lab.addresses[:1])

@@ -21,6 +21,9 @@ import orbax.checkpoint as ocp
 
 from jaxnb._core.run_folder import Checkpoint, checkpoint_dir
 from jaxnb._engine import checkpoint_leaves as leaves_
+from jaxnb._engine import checkpoint_plan as plan_
+from jaxnb._engine import checkpoint_restore as restore_
+from jaxnb._engine import checkpoint_tree as tree_
 from jaxnb._engine.gather import Gatherer
 
 _ITEM = "default"  # the arrays (the name a single-item CheckpointManager used)
@@ -81,11 +84,11 @@ def _restore_jaxnb(path: str, target: Any) -> Any:
         raise ValueError(f"checkpoint {path} was written by another jaxnb version "
                          f"({manifest.get('format')}); restore it with that version")
     paths, records = manifest["paths"], manifest["records"]
-    plan = leaves_.Plan(**manifest["plan"])
+    plan = plan_.Plan(**manifest["plan"])
     saved_n, me = int(manifest["num_processes"]), jax.process_index()
     targets: list[Any] = [None] * len(paths)
     if target is not None:
-        tpaths, targets, treedef = leaves_.flatten(target)
+        tpaths, targets, treedef = tree_.flatten(target)
         if tpaths != paths:
             diff = next((f"{a} vs {b}" for a, b in zip(paths, tpaths, strict=False) if a != b),
                         f"{len(paths)} leaves vs {len(tpaths)}")
@@ -93,7 +96,7 @@ def _restore_jaxnb(path: str, target: Any) -> Any:
                              f"{diff}); pass a target with the saved structure, or none")
     else:
         try:
-            treedef = leaves_.load_treedef(manifest["treedef"])
+            treedef = tree_.load_treedef(manifest["treedef"])
         except Exception as exc:
             raise ValueError(
                 f"the structure of checkpoint {path} cannot be rebuilt here ({type(exc).__name__}: "
@@ -107,22 +110,22 @@ def _restore_jaxnb(path: str, target: Any) -> Any:
         blob = restored[_PER_PROCESS]
         row = np.asarray(blob.addressable_shards[0].data)[0] if isinstance(blob, jax.Array) \
             else np.asarray(blob)[me]
-        own_records, values = leaves_.unpack(plan, me, row.tobytes())
+        own_records, values = plan_.unpack(plan, me, row.tobytes())
     mine = own_records or records
     out = []
     for i, target_leaf in enumerate(targets):
         record = mine[i]
         if i in values:
-            value = leaves_.from_bytes(record, values[i])
+            value = restore_.from_bytes(record, values[i])
         elif record["kind"] == leaves_.VALUE:
             value = leaves_.decode_value(manifest["values"][str(i)])
         elif record.get("inline"):
-            value = leaves_.from_bytes(record, base64.b64decode(manifest["values"][str(i)]))
+            value = restore_.from_bytes(record, base64.b64decode(manifest["values"][str(i)]))
         else:
             value = restored[f"leaf_{i}"]
-        out.append(leaves_.as_saved(record, value) if target is None
-                   else leaves_.like(record, value, target_leaf))
-    return leaves_.unflatten(treedef, out)
+        out.append(restore_.as_saved(record, value) if target is None
+                   else restore_.like(record, value, target_leaf))
+    return tree_.unflatten(treedef, out)
 
 
 def _restore_arrays(item_dir: str, records: list[dict[str, Any]], targets: list[Any],
@@ -254,16 +257,16 @@ class CheckpointStore:
         leaves: list[leaves_.Leaf] = []
         treedef_text, failure, error = None, None, None
         try:
-            paths, xs, treedef = leaves_.flatten(pytree)
+            paths, xs, treedef = tree_.flatten(pytree)
             leaves = [leaves_.prepare(p, x, n) for p, x in zip(paths, xs, strict=True)]
             if me == 0:
-                treedef_text = leaves_.dump_treedef(treedef)
+                treedef_text = tree_.dump_treedef(treedef)
         except Exception as exc:  # told to the others first, so that none waits for us
             failure, error = exc, f"{type(exc).__name__}: {exc}"
-        summaries = self._gather(leaves_.summary(leaves, paths, error))
+        summaries = self._gather(plan_.summary(leaves, paths, error))
         if failure is not None:
             raise failure
-        plan = leaves_.plan(summaries, me)
+        plan = plan_.plan(summaries, me)
         arrays: dict[str, Any] = {}
         values: dict[str, str] = {}
         for i, leaf in enumerate(leaves):
@@ -280,7 +283,7 @@ class CheckpointStore:
                 arrays[f"leaf_{i}"] = leaf.data
         if plan.width:
             row = np.zeros((1, plan.width), np.uint8)
-            own = leaves_.pack(plan, me, leaves)
+            own = plan_.pack(plan, me, leaves)
             row[0, : len(own)] = np.frombuffer(own, np.uint8)
             sharding = _per_process_sharding(n)
             device = next(iter(sharding.addressable_devices))

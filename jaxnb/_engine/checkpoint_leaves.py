@@ -12,7 +12,9 @@ A leaf is one of four kinds:
 
 Typed PRNG keys are saved as their key data and wrapped again on restore. Plain
 dataclasses that JAX does not know as pytrees are walked field by field.
-Everything here is pure (no collectives, no files); ``checkpoint.py`` drives it.
+Everything here is pure (no collectives, no files); ``checkpoint.py`` drives it, with
+:mod:`.checkpoint_tree` (the pytree's structure), :mod:`.checkpoint_plan` (who writes what)
+and :mod:`.checkpoint_restore` (giving values back).
 """
 
 from __future__ import annotations
@@ -21,11 +23,12 @@ import base64
 import dataclasses
 import io
 import json
-import zlib
 from typing import Any
 
 import jax
 import numpy as np
+
+from jaxnb._engine.checkpoint_tree import shown
 
 GLOBAL, LOCAL, NUMPY, VALUE = "global", "local", "numpy", "value"
 
@@ -38,78 +41,6 @@ WHAT_TO_DO = (
 
 class LeafError(ValueError):
     """A checkpoint leaf that cannot be saved; the message names its path and what to do."""
-
-
-# ---- structure: pytrees with plain dataclasses walked field by field -------------------
-
-
-class DataclassNode:
-    """Stands for an instance of a dataclass that is not a registered pytree."""
-
-    def __init__(self, cls: type, names: tuple[str, ...], values: tuple[Any, ...]) -> None:
-        self.cls, self.names, self.values = cls, names, values
-
-    def build(self) -> Any:
-        obj = object.__new__(self.cls)
-        for name, value in zip(self.names, self.values, strict=True):
-            object.__setattr__(obj, name, collapse(value))
-        return obj
-
-
-jax.tree_util.register_pytree_with_keys(
-    DataclassNode,
-    lambda n: ([(jax.tree_util.GetAttrKey(k), v) for k, v in zip(n.names, n.values, strict=True)],
-               (n.cls, n.names)),
-    lambda aux, values: DataclassNode(aux[0], aux[1], tuple(values)),
-)
-
-
-def _plain_dataclass(x: Any) -> bool:
-    return dataclasses.is_dataclass(x) and not isinstance(x, type)
-
-
-def expand(tree: Any) -> Any:
-    """``tree`` with every unregistered dataclass instance replaced by a :class:`DataclassNode`."""
-
-    def fix(x: Any) -> Any:
-        if _plain_dataclass(x):
-            names = tuple(f.name for f in dataclasses.fields(x))
-            return DataclassNode(type(x), names, tuple(expand(getattr(x, n)) for n in names))
-        return x
-
-    return jax.tree.map(fix, tree)
-
-
-def collapse(tree: Any) -> Any:
-    """Undo :func:`expand`."""
-    node = lambda x: isinstance(x, DataclassNode)  # noqa: E731
-    return jax.tree.map(lambda x: x.build() if node(x) else x, tree, is_leaf=node)
-
-
-def flatten(tree: Any) -> tuple[list[str], list[Any], Any]:
-    """Paths (``jax.tree_util.keystr``), leaves and treedef of ``tree`` (dataclasses expanded)."""
-    pairs, treedef = jax.tree_util.tree_flatten_with_path(expand(tree))
-    return [jax.tree_util.keystr(p) for p, _ in pairs], [x for _, x in pairs], treedef
-
-
-def unflatten(treedef: Any, leaves: list[Any]) -> Any:
-    return collapse(jax.tree_util.tree_unflatten(treedef, leaves))
-
-
-def dump_treedef(treedef: Any) -> str:
-    import cloudpickle
-
-    return base64.b64encode(cloudpickle.dumps(treedef)).decode()
-
-
-def load_treedef(text: str) -> Any:
-    import pickle
-
-    return pickle.loads(base64.b64decode(text))
-
-
-def shown(path: str) -> str:
-    return path or "(the pytree itself)"
 
 
 # ---- one leaf ------------------------------------------------------------------------
@@ -305,226 +236,3 @@ def across_processes(x: jax.Array, lay: dict[str, Any], num_processes: int) -> j
     sharding = NamedSharding(mesh, PartitionSpec(*spec))
     return jax.make_array_from_single_device_arrays(
         x.shape, sharding, [s.data for s in x.addressable_shards])
-
-
-# ---- identical on every process? -----------------------------------------------------
-
-
-#: Fingerprints are taken in pieces this long, on several threads (CRC-32 and NumPy's sum
-#: release the GIL), so that a host with spare cores takes them in a fraction of the time.
-CHUNK_BYTES = 8 << 20
-
-
-def _chunk_sums(raw: memoryview | bytes) -> tuple[int, int]:
-    """CRC-32 and the 64-bit wrapping sum of the whole 8-byte words of one piece."""
-    words = len(raw) // 8
-    total = int(np.add.reduce(np.frombuffer(raw[: words * 8], np.uint64), dtype=np.uint64)) \
-        if words else 0
-    return zlib.crc32(raw), total
-
-
-def fingerprint(leaf: Leaf, pool: Any = None) -> list[int]:
-    """Cheap 96-bit fingerprint of a leaf's value, type and shape: CRC-32s and a 64-bit word sum.
-
-    ``pool`` (a ``concurrent.futures`` executor) takes the pieces of a big leaf in parallel.
-    """
-    raw = leaf.raw()
-    pieces = [raw[i:i + CHUNK_BYTES] for i in range(0, len(raw), CHUNK_BYTES)] or [raw]
-    sums = list(pool.map(_chunk_sums, pieces)) if pool is not None and len(pieces) > 1 \
-        else [_chunk_sums(p) for p in pieces]
-    crc = sums[0][0] if len(sums) == 1 else zlib.crc32(np.array([c for c, _ in sums], np.uint32))
-    total = sum(t for _, t in sums) & 0xFFFFFFFFFFFFFFFF
-    meta = json.dumps([leaf.kind, leaf.record.get("dtype"), leaf.record.get("shape"),
-                       leaf.record.get("scalar"), leaf.record.get("key_impl"), len(raw)])
-    tail = bytes(raw[len(raw) // 8 * 8:])  # the bytes the word sum left out
-    return [crc, total & 0xFFFFFFFF, total >> 32, zlib.crc32(tail, zlib.crc32(meta.encode()))]
-
-
-def fingerprints(leaves: list[Leaf]) -> list[list[int] | None]:
-    """:func:`fingerprint` of every leaf that is not global (None for those), on threads when big."""
-    import concurrent.futures
-    import os
-
-    todo = [leaf for leaf in leaves if leaf.kind != GLOBAL]
-    size = sum(len(leaf.raw()) for leaf in todo)
-    threads = min(8, os.cpu_count() or 1, size // CHUNK_BYTES)
-    if threads < 2:
-        return [None if leaf.kind == GLOBAL else fingerprint(leaf) for leaf in leaves]
-    with concurrent.futures.ThreadPoolExecutor(threads, "jaxnb-fingerprint") as pool:
-        small = [pool.submit(fingerprint, leaf) for leaf in todo if len(leaf.raw()) <= CHUNK_BYTES]
-        big = {id(leaf): fingerprint(leaf, pool) for leaf in todo if len(leaf.raw()) > CHUNK_BYTES}
-        done = iter(f.result() for f in small)
-        return [None if leaf.kind == GLOBAL else big.get(id(leaf)) or next(done)
-                for leaf in leaves]
-
-
-def records_json(leaves: list[Leaf]) -> bytes:
-    """The records of the leaves that are not saved as global arrays (JSON, one list)."""
-    return json.dumps([leaf.record for leaf in leaves], sort_keys=True).encode()
-
-
-@dataclasses.dataclass
-class Plan:
-    """Which leaves are written once and what each process writes for itself.
-
-    ``per_process`` lists the (non-global) leaves whose value differs between
-    processes; process q's own bytes are ``records_len[q]`` bytes of its records
-    (0 when they equal process 0's), then its value of each such leaf, in order
-    (``nbytes[q]``).
-    """
-
-    shared: list[bool]
-    per_process: list[int]
-    records_len: list[int]
-    nbytes: list[list[int]]
-
-    @property
-    def width(self) -> int:
-        return max(r + sum(n) for r, n in zip(self.records_len, self.nbytes, strict=True))
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-def summary(leaves: list[Leaf], paths: list[str], error: str | None) -> dict[str, Any]:
-    """What one process tells the others before a save (small; no array data)."""
-    if error is not None:
-        return {"error": error}
-    records = records_json(leaves)
-    return {
-        "error": None,
-        "paths": zlib.crc32("\0".join(paths).encode()),
-        "n": len(paths),
-        "fp": fingerprints(leaves),
-        "nbytes": [0 if leaf.kind == GLOBAL else len(leaf.raw()) for leaf in leaves],
-        "records": zlib.crc32(records),
-        "records_len": len(records),
-    }
-
-
-def plan(summaries: list[dict[str, Any]], me: int, first_path: str = "") -> Plan:
-    """Agree on a :class:`Plan` from every process's :func:`summary` (the same on all).
-
-    Raises ``LeafError`` (this process's own problem) or ``ValueError`` (another's,
-    or pytrees that differ between processes).
-    """
-    mine = summaries[me]
-    if mine["error"]:
-        raise LeafError(mine["error"])
-    for q, s in enumerate(summaries):
-        if s["error"]:
-            raise ValueError(f"process {q} could not save its checkpoint: {s['error']}")
-    base = summaries[0]
-    for q, s in enumerate(summaries):
-        if s["n"] != base["n"] or s["paths"] != base["paths"]:
-            raise ValueError(
-                f"the checkpoint pytree of process {q} ({s['n']} leaves) differs from process 0's "
-                f"({base['n']} leaves); pass the same structure on every process"
-            )
-    n = base["n"]
-    shared = [base["fp"][i] is None or all(s["fp"][i] == base["fp"][i] for s in summaries)
-              for i in range(n)]
-    per_process = [i for i in range(n) if not shared[i]]
-    records_len = [0 if q == 0 or s["records"] == base["records"] else s["records_len"]
-                   for q, s in enumerate(summaries)]
-    nbytes = [[s["nbytes"][i] for i in per_process] for s in summaries]
-    return Plan(shared, per_process, records_len, nbytes)
-
-
-def pack(plan_: Plan, me: int, leaves: list[Leaf]) -> bytes:
-    """This process's own bytes for the per-process part (see :class:`Plan`)."""
-    parts: list[bytes | memoryview] = []
-    if plan_.records_len[me]:
-        parts.append(records_json(leaves))
-    parts += [leaves[i].raw() for i in plan_.per_process]
-    return b"".join(parts)
-
-
-def unpack(plan_: Plan, q: int, row: bytes) -> tuple[list[dict[str, Any]] | None, dict[int, bytes]]:
-    """Process q's own records (None: process 0's) and its per-process leaf bytes."""
-    at = plan_.records_len[q]
-    records = json.loads(row[:at]) if at else None
-    values = {}
-    for i, size in zip(plan_.per_process, plan_.nbytes[q], strict=True):
-        values[i] = row[at:at + size]
-        at += size
-    return records, values
-
-
-# ---- giving values back ---------------------------------------------------------------
-
-
-def from_bytes(record: dict[str, Any], raw: bytes) -> Any:
-    """A per-process value as saved: NumPy for arrays, the Python value for values."""
-    if record["kind"] == VALUE:
-        return decode_value(raw)
-    return np.frombuffer(raw, dtype_of(record["dtype"])).reshape(record["shape"]).copy()
-
-
-def as_saved(record: dict[str, Any], value: Any) -> Any:
-    """``value`` (NumPy, a restored global array or a Python value) as the kind that was saved."""
-    kind = record["kind"]
-    if kind in (LOCAL, GLOBAL) and record.get("committed") is False:
-        value = jax.device_put(np.asarray(value).reshape(record["shape"]))
-    elif kind == LOCAL:
-        value = jax.device_put(np.asarray(value).reshape(record["shape"]),
-                               sharding_of(record["layout"]))
-    elif kind == NUMPY:
-        value = np.asarray(value).reshape(record["shape"])  # Orbax gives 0-d arrays back as 1-d
-        return value[()] if record.get("scalar") else value
-    if "key_impl" in record:
-        value = jax.random.wrap_key_data(value, impl=record["key_impl"])
-    return value
-
-
-def like(record: dict[str, Any], value: Any, target: Any) -> Any:
-    """``value`` laid out like ``target`` (a jax.Array, ShapeDtypeStruct, NumPy or Python value)."""
-    if record["kind"] == VALUE or not hasattr(target, "dtype"):
-        if isinstance(target, bool | int | float | complex) and not isinstance(value, str | bytes):
-            return type(target)(np.asarray(value).item())
-        return as_saved(record, value)
-    if isinstance(target, np.ndarray | np.generic):
-        out = np.asarray(value).reshape(np.shape(target)).astype(target.dtype, copy=False)
-        return out[()] if isinstance(target, np.generic) else out
-    key = jax.dtypes.issubdtype(target.dtype, jax.dtypes.prng_key)
-    if key and "key_impl" not in record:
-        raise ValueError(
-            f"checkpoint leaf is not a PRNG key but its target is {target.dtype}; pass a target "
-            "leaf of the saved kind, or call restore() without a target"
-        )
-    sharding = getattr(target, "sharding", None)
-    if isinstance(target, jax.Array) and not target.committed:
-        sharding = None  # the target was never committed to a device: neither is its value
-    if isinstance(value, jax.Array) and not key and value.dtype == target.dtype and (
-            value.sharding == sharding or (sharding is None and not value.committed)):
-        return value
-    if key:
-        return _keys(np.asarray(value), record["key_impl"], sharding)
-    host = np.asarray(value).reshape(target.shape).astype(target.dtype, copy=False)
-    return _place(host, sharding)
-
-
-def _place(host: np.ndarray, sharding: Any) -> jax.Array:
-    """``host`` as a jax.Array with ``sharding`` (uncommitted when None); never a
-    ``device_put`` to devices of other processes: each process places its own shards."""
-    if sharding is None:
-        return jax.device_put(host)
-    if sharding.is_fully_addressable:
-        return jax.device_put(host, sharding)
-    return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
-
-
-def _keys(data: np.ndarray, impl: str, sharding: Any) -> jax.Array:
-    """PRNG keys from their key data, laid out with the keys' ``sharding``."""
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec
-
-    if sharding is None or sharding.is_fully_addressable:
-        keys = jax.random.wrap_key_data(_place(data, None), impl=impl)
-        return keys if sharding is None else jax.device_put(keys, sharding)
-    if isinstance(sharding, NamedSharding):  # the key data's extra last axis is not split
-        data_sharding = NamedSharding(sharding.mesh, sharding.spec)
-    else:
-        devices = np.array(sorted(sharding.device_set, key=lambda d: d.id))
-        data_sharding = NamedSharding(Mesh(devices, ("jaxnb_devices",)), PartitionSpec())
-    wrap = jax.jit(lambda d: jax.random.wrap_key_data(d, impl=impl), out_shardings=sharding)
-    return wrap(_place(data, data_sharding))

@@ -19,7 +19,7 @@ from jaxnb._core.errors import StartError
 from jaxnb._core.host_entries import engine_counts
 from jaxnb._core.options import ClusterOptions
 from jaxnb._core.state import Group
-from jaxnb._hosts import preflight, ssh, workdir
+from jaxnb._hosts import preflight, ssh, ssh_connections, workdir
 
 
 def ssh_sets(ipp_cluster: ipp.Cluster | None) -> list[ssh.FastSSHEngineSetLauncher]:
@@ -53,7 +53,7 @@ def start_launch(
     def check() -> None:
         if not remote:
             return
-        reports = ssh.check_hosts(
+        reports = ssh_connections.check_hosts(
             remote, options.resolved_python(), forward,
             control_dir(ipp_cluster), ssh.remote_log_dir(ipp_cluster.profile_dir),
             timeout=min(options.init_timeout, 20.0), count_gpus=options.platform == "gpu",
@@ -77,7 +77,7 @@ def start_launch(
         if options.workdir:  # the folder on every host (copied where it is not the same)
             placed = workdir.place(
                 [e.target for e in remote], options.workdir, options.workdir_exclude,
-                options.resolved_python(), ssh.ssh_options(control_dir(ipp_cluster)),
+                options.resolved_python(), ssh_connections.ssh_options(control_dir(ipp_cluster)),
             )
             ipp_cluster.config.FastSSHEngineSetLauncher.workdirs = {p.target: p.folder for p in placed}
             env[ENV_WORKDIR_BY_HOST] = json.dumps({p.hostname: p.folder for p in placed})
@@ -191,7 +191,7 @@ def explain_lost(group: Group, processes: list[int]) -> dict[int, str]:
     if probe:
         with concurrent.futures.ThreadPoolExecutor(len(probe)) as pool:
             answers = dict(zip(probe, pool.map(
-                lambda lch: ssh.probe(lch.location, lch.pid, directory), probe.values()
+                lambda lch: ssh_connections.probe(lch.location, lch.pid, directory), probe.values()
             ), strict=True))
         for p, (why, alive) in answers.items():
             host = probe[p].location
@@ -244,7 +244,7 @@ def stop(ipp_cluster: ipp.Cluster) -> None:
     directory = control_dir(ipp_cluster)
     if directory:
         targets = list(ipp_cluster.config.SSHEngineSetLauncher.get("engines", {}))
-        ssh.close_connections(directory, targets)
+        ssh_connections.close_connections(directory, targets)
 
 
 #: Run on a host with its engines' pids and stack files: ask each main thread for a dump

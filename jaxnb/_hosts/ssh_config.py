@@ -44,7 +44,9 @@ def parse_dump(text: str, host: str) -> SshHost:
 def resolve(host: str, config: str | None = None) -> SshHost:
     """What ssh makes of ``host`` (an alias, a name or an address); ``host`` itself when
     ``ssh -G`` is not available."""
-    from jaxnb._hosts.ssh import SSH_CONFIG_VARIABLE  # the config jaxnb's own ssh commands use (-F)
+    from jaxnb._hosts.ssh_connections import (
+        SSH_CONFIG_VARIABLE,  # the config jaxnb's own ssh commands use (-F)
+    )
 
     config = config if config is not None else os.environ.get(SSH_CONFIG_VARIABLE)
     cmd = ["ssh", *(["-F", config] if config else []), "-G", host]

@@ -101,18 +101,18 @@ def build_cluster(options: ClusterOptions) -> ipp.Cluster:
     config.LocalEngineSetLauncher.engine_cmd = engine_cmd
     if options.hosts:
         from jaxnb._core.host_entries import engine_counts
-        from jaxnb._hosts import ssh
+        from jaxnb._hosts import ssh, ssh_connections
 
         config.SSHEngineSetLauncher.engines = engine_counts(options.host_entries())
         config.SSHLauncher.remote_python = python
-        control_dir = ssh.new_control_dir()
+        control_dir = ssh_connections.new_control_dir()
         config.FastSSHEngineSetLauncher.control_dir = control_dir
         # Over ssh, under a shell that writes the engine's exit status to its log.
         config.FastSSHEngineSetLauncher.engine_cmd = ssh.reporting_exit(engine_cmd)
         if options.local_host:  # this machine is one of the hosts (a TPU VM worker)
             config.FastSSHEngineSetLauncher.local_targets = [options.local_host]
-        config.SSHLauncher.ssh_args = ssh.ssh_options(control_dir)
-        config.SSHLauncher.scp_args = ssh.ssh_options(control_dir)
+        config.SSHLauncher.ssh_args = ssh_connections.ssh_options(control_dir)
+        config.SSHLauncher.scp_args = ssh_connections.ssh_options(control_dir)
     if options.engines == "mpi":  # mpiexec through ipyparallel's MPI launcher (see jaxnb._hosts.mpi)
         from jaxnb._core.errors import StartError
         from jaxnb._hosts import mpi, ssh
@@ -122,7 +122,7 @@ def build_cluster(options: ClusterOptions) -> ipp.Cluster:
             raise StartError(why)
 
         entries = options.host_entries()
-        ssh_args = ssh.ssh_options(config.FastSSHEngineSetLauncher.get("control_dir") or "/tmp")
+        ssh_args = ssh_connections.ssh_options(config.FastSSHEngineSetLauncher.get("control_dir") or "/tmp")
         config.JaxnbMPIEngineSetLauncher.mpi_args = mpi.mpi_args(entries, ssh_args, controller_ip(options))
     if options.engines == "slurm":  # sbatch/srun through ipyparallel's Slurm launcher
         from jaxnb._core.errors import StartError

@@ -12,9 +12,9 @@ from IPython.core.error import UsageError
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from jaxnb._core.errors import ClusterStateError
+from jaxnb._core.messages import article
 from jaxnb._profile import train_magic as profiled_steps
 from jaxnb._train import dataset_names
-from jaxnb._core.messages import article
 
 _CONFIG = re.compile(r"(?:^|\s)--config(?:=|\s+|$)")
 _NEXT_FLAG = re.compile(
