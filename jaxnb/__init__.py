@@ -18,6 +18,7 @@ from jaxnb._errors import RemoteError as RemoteError
 from jaxnb._errors import StartError as StartError
 from jaxnb._mesh import show_mesh as show_mesh
 from jaxnb._mesh import show_sharding as show_sharding
+from jaxnb._replay import ReplayError as ReplayError
 from jaxnb._run_folder import Checkpoint as Checkpoint
 from jaxnb._state import ProcessInfo as ProcessInfo
 from jaxnb._train.result import Result as Result

@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import sys
+import time
 from typing import Any
 
 from jaxnb import _pull, _shutdown, _spmd, _startup
@@ -111,6 +112,10 @@ class JaxCluster:
         """Start the engines and join them into one ``jax.distributed`` group."""
         if self.running:
             raise ClusterStateError(ALREADY_RUNNING)
+        self.group.setup.clear()  # new engines: nothing of the old setup is on them
+        return self._start()
+
+    def _start(self) -> JaxCluster:
         try:
             _startup.start_engines(self.group)
             # After ipyparallel registered its own exit hook (when its controller started):
@@ -132,10 +137,39 @@ class JaxCluster:
             atexit.unregister(self.stop)
         _shutdown.stop_all(self.group)
 
-    def restart(self) -> JaxCluster:
-        """Stop, then start again with the same options (new processes)."""
+    def restart(self, replay: bool = False) -> JaxCluster:
+        """Stop, then start again with the same options (new processes).
+
+        ``replay``: then run again, in order, the setup that succeeded since start
+        (``run`` cells on every process and ``push`` values; not ``process=I``
+        cells or pulls), so the engines' Python state comes back. A step that
+        fails raises :class:`jaxnb.ReplayError` showing it.
+        """
         self.stop()
-        return self.start()
+        if not replay:
+            return self.start()
+        self._start()
+        self._replay()
+        return self
+
+    def _replay(self) -> float:
+        """Run the recorded setup on the (new) engines; the seconds it took."""
+        group = self.group
+
+        def cell(code: str, timeout: float | None) -> None:
+            _spmd.run_cell(group, code, timeout=timeout if timeout is not None else self.options.timeout,
+                           show=_spmd.ShowMode(quiet=True))
+
+        return group.setup.run(cell, lambda values: _pull.push(group, values))
+
+    def _recover(self) -> dict[str, float]:
+        """Restart with the same options and replay the setup (a training run's recovery)."""
+        started = time.monotonic()
+        self.stop()
+        self._start()
+        restarted = time.monotonic()
+        replayed = self._replay()
+        return {"restart": restarted - started, "replay": replayed}
 
     def __enter__(self) -> JaxCluster:
         return self.start()
@@ -213,18 +247,22 @@ class JaxCluster:
                 f"--process {process} does not exist; choose 0..{self.num_processes - 1}"
             )
         repair.ensure_ready(self.group)
-        return _spmd.run_cell(
+        outcome = _spmd.run_cell(
             self.group,
             code,
             timeout=timeout if timeout is not None else self.options.timeout,
             show=_spmd.ShowMode(all=all, process=process),
         )
+        if process is None:  # succeeded on every process: part of the setup to replay
+            self.group.setup.cell(code, timeout)
+        return outcome
 
     def push(self, **values: Any) -> None:
         """Set ``values`` as variables on every process."""
         self.group.require_idle()
         repair.ensure_ready(self.group)
         _pull.push(self.group, values)
+        self.group.setup.push(values)
 
     def pull(self, name: str) -> Any:
         """The value of ``name`` on the engines (global arrays gathered as NumPy)."""
@@ -258,11 +296,16 @@ class JaxCluster:
         self.group.require_running()
         return stacks.collect(self.group)
 
-    def train(self, fn: Any, config: Any = None, **options: Any) -> Any:
-        """Run ``fn`` (or ``fn(config)``) on every process with a live dashboard; a ``Result``."""
+    def train(self, fn: Any, config: Any = None, *, max_failures: int = 0, **options: Any) -> Any:
+        """Run ``fn`` (or ``fn(config)``) on every process with a live dashboard; a ``Result``.
+
+        ``max_failures=N``: when a process dies or a host is lost, restart the
+        cluster, replay the setup and resume from the latest checkpoint, up to N times.
+        """
         self.group.require_running()
         repair.ensure_ready(self.group)
-        return driver.train(self.group, fn, config, **options)
+        return driver.train(self.group, fn, config, max_failures=max_failures,
+                            restart=self._recover, **options)
 
     def __repr__(self) -> str:
         state = f"{self.num_processes} processes" if self.running else "stopped"

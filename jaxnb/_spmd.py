@@ -21,10 +21,11 @@ POLL_SECONDS = 0.02
 
 @dataclasses.dataclass
 class ShowMode:
-    """Which outputs a cell shows: merged (default), ``all`` raw, or one process."""
+    """Which outputs a cell shows: merged (default), ``all`` raw, one process, or none (``quiet``)."""
 
     all: bool = False
     process: int | None = None
+    quiet: bool = False
 
 
 @dataclasses.dataclass
@@ -57,7 +58,7 @@ def run_cell(
     futures = dict(zip(processes, _ipp.futures(ar), strict=True))
     # Per-process metadata dicts (stdout, stderr, outputs, error) filled as messages arrive.
     by_process = {p: f.output.metadata for p, f in futures.items()}
-    merged = show.process is None and not show.all
+    merged = show.process is None and not show.all and not show.quiet
     out = LiveMerger(processes, sys.stdout.write, **live_options("stdout")) if merged else None
     err = LiveMerger(processes, sys.stderr.write, **live_options("stderr")) if merged else None
     live = LivePanel([out.view, err.view], NotebookScreen()) if merged and in_kernel() else None
@@ -86,6 +87,8 @@ def run_cell(
         _feed(out, err, live, by_process, final=True)
         _show_displays(by_process[processes[0]], shown_displays)
         _show_result(outcome.results.get(processes[0]))
+    elif show.quiet:
+        pass
     else:
         chosen = processes if show.process is None else [show.process]
         _show_raw(chosen, by_process)

@@ -14,6 +14,7 @@ from typing import Any
 from jaxnb._errors import ClusterStateError
 from jaxnb._messages import BUSY, NOT_STARTED
 from jaxnb._options import ClusterOptions
+from jaxnb._replay import Replay
 
 
 @dataclasses.dataclass
@@ -62,6 +63,9 @@ class Group:
     busy_with: str | None = None
     #: The current (or last) training run's monitor: a new run waits for one asked to stop.
     current_run: Any = None
+    #: The setup that succeeded since start (cells, pushes), for ``restart --replay`` and
+    #: recovery; kept across a stop (the next start decides whether to replay or forget it).
+    setup: Replay = dataclasses.field(default_factory=Replay)
 
     @property
     def running(self) -> bool:

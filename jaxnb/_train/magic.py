@@ -1,5 +1,5 @@
 """``%jax_train FUNC [--config EXPR] [--name RUN] [--storage DIR] [-o VAR] [--resume] [--background]
-[--steps N]``: parse the line, resolve FUNC and the config in the notebook, train."""
+[--steps N] [--max-failures N]``: parse the line, resolve FUNC and the config in the notebook, train."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from jaxnb._errors import ClusterStateError
 
 _CONFIG = re.compile(r"(?:^|\s)--config(?:=|\s+|$)")
 _NEXT_FLAG = re.compile(
-    r"\s(?:--name|--storage|-o|--output|--resume|--background|--steps)(?=[\s=]|$)"
+    r"\s(?:--name|--storage|-o|--output|--resume|--background|--steps|--max-failures)(?=[\s=]|$)"
 )
 
 
@@ -28,9 +28,11 @@ _NEXT_FLAG = re.compile(
 @argument("--resume", action="store_true", help="continue run RUN from its latest checkpoint")
 @argument("--background", action="store_true", help="return at once; VAR holds the live Result")
 @argument("--steps", default=None, metavar="N", help="steps the run will report (progress and ETA)")
+@argument("--max-failures", default=None, metavar="N", help="when a process dies or a host is lost: "
+          "restart, replay the setup, resume from the latest checkpoint, up to N times (default 0)")
 def jax_train(line: str) -> None:
     """%jax_train FUNC [--config EXPR] [--name RUN] [--storage DIR] [-o VAR] [--resume]
-    [--background] [--steps N]
+    [--background] [--steps N] [--max-failures N]
 
     Run FUNC (no argument, or the config) on every JAX process with a live
     dashboard. --config EXPR is evaluated in the notebook (the rest of the
@@ -66,6 +68,7 @@ def run(cluster_of: Callable[[], Any], shell: Any, line: str, local_ns: dict | N
     if args.output is not None and not args.output.isidentifier():
         raise UsageError(f"-o takes a Python name, got {args.output!r}; e.g. -o result")
     steps = _step_count(args.steps)
+    max_failures = _max_failures(args.max_failures)
     cluster = cluster_of()
     fn = _function(args.func, shell.user_ns, local_ns or {})
     config = _evaluate(config_expr, shell.user_ns, local_ns or {})
@@ -77,7 +80,7 @@ def run(cluster_of: Callable[[], Any], shell: Any, line: str, local_ns: dict | N
     try:
         result = cluster.train(fn, config, name=args.name, storage=args.storage,
                                resume=args.resume, background=args.background, total_steps=steps,
-                               on_result=store)
+                               on_result=store, max_failures=max_failures)
     except (ValueError, FileExistsError, ClusterStateError) as exc:
         raise UsageError(str(exc)) from None
     if args.background:
@@ -91,6 +94,15 @@ def _step_count(text: str | None) -> int | None:
         return None
     if not text.isdigit() or int(text) == 0:
         raise UsageError(f"--steps takes a positive whole number, got {text!r}; e.g. --steps 1000")
+    return int(text)
+
+
+def _max_failures(text: str | None) -> int:
+    if text is None:
+        return 0
+    if not text.isdigit():
+        raise UsageError(f"--max-failures takes a whole number >= 0, got {text!r}; "
+                         "e.g. --max-failures 2")
     return int(text)
 
 

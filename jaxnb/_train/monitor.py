@@ -7,6 +7,7 @@ import signal
 import sys
 import threading
 import time
+from collections import deque
 from typing import Any
 
 from jaxnb import _ipp
@@ -59,6 +60,16 @@ class Monitor:
         self.stop_requested = False
         self.interrupted = False
         self.gave_up: BaseException | None = None
+        #: The processes found dead (index -> how they ended), when a death ended the run.
+        self.deaths: dict[int, str] = {}
+        #: The highest step any process reported (``None`` before the first report).
+        self.last_step: int | None = None
+        #: When (``time.monotonic()``) the first report of this attempt was booked.
+        self.first_report_at: float | None = None
+        self._finished: dict[int, Any] | None = None
+        #: The other processes' reports ahead of process 0's (to fill what a dead process 0 lost).
+        self._ahead: dict[int, deque] = {p: deque() for p in self.processes[1:]}
+        self._lead_step: int | None = None
         self._first_error_at: float | None = None
         self._next_liveness = time.monotonic() + LIVENESS_SECONDS
         self._ended = threading.Event()
@@ -107,12 +118,34 @@ class Monitor:
         for p, receiver in self.receivers.items():
             records = receiver.take()
             if records:
+                self.first_report_at = self.first_report_at or time.monotonic()
+                top = max(int(r["step"]) for r in records)
+                self.last_step = top if self.last_step is None else max(self.last_step, top)
                 if p == self.processes[0]:
                     self._book(records)
+                    self._lead_step = int(records[-1]["step"])
+                else:
+                    self._ahead[p].extend(records)
                 self.dashboard.add(records)
+        for ahead in self._ahead.values():
+            while ahead and self._lead_step is not None and int(ahead[0]["step"]) <= self._lead_step:
+                ahead.popleft()
         for p, md in self.md.items():
             self.out.feed(p, md["stdout"] or "")
             self.err.feed(p, md["stderr"] or "")
+
+    def fill_lost(self, upto: int | None) -> None:
+        """Book, for the steps up to ``upto`` whose process-0 report was lost (it died before
+        sending it), the report of the lowest process that sent one."""
+        if upto is None:
+            return
+        for p in self.processes[1:]:
+            missing = [r for r in self._ahead[p]
+                       if (self._lead_step is None or int(r["step"]) > self._lead_step)
+                       and int(r["step"]) <= upto]
+            if missing:
+                self._book(missing)
+                self._lead_step = int(missing[-1]["step"])
 
     def _refresh_loop(self) -> None:
         while not self._ended.wait(REFRESH_SECONDS):
@@ -123,7 +156,10 @@ class Monitor:
                 return
 
     def finish(self) -> dict[int, Any]:
-        """After the run: take the last messages; the errors by process."""
+        """After the run: take the last messages; the errors by process (once; later calls
+        give the same errors)."""
+        if self._finished is not None:
+            return self._finished
         if self.gave_up is None:
             self.ar.wait_for_output(OUTPUT_WAIT_SECONDS)
         self._ended.set()
@@ -131,12 +167,14 @@ class Monitor:
         self.drain()
         self.out.finish()
         self.err.finish()
-        self.result.reports = {p: r.count for p, r in self.receivers.items()}
+        for p, r in self.receivers.items():  # summed over the attempts of a recovered run
+            self.result.reports[p] = self.result.reports.get(p, 0) + r.count
         missing = {p: r.missing for p, r in self.receivers.items() if r.missing}
         if missing and self.gave_up is None:
             lost = ", ".join(f"{label(p)}: {n}" for p, n in missing.items())
             print(f"jaxnb: some reports did not arrive ({lost})", file=sys.stderr)
-        return self.errors()
+        self._finished = self.errors()
+        return self._finished
 
     def errors(self) -> dict[int, Any]:
         """The exception raised by each process that has failed so far."""
@@ -151,10 +189,9 @@ class Monitor:
     def _book(self, records: list[dict[str, Any]]) -> None:
         result = self.result
         for record in records:
-            result.history.append(record["metrics"])
+            result.add_report(record["metrics"], int(record["step"]))
             if record.get("checkpoint"):
                 result.checkpoint = _checkpoint(record, result.path)
-        result.metrics = records[-1]["metrics"]
 
     def _check(self) -> None:
         now = time.monotonic()
@@ -175,6 +212,7 @@ class Monitor:
         dead = detect.dead_processes(self.group)
         if dead:
             running = [p for p, f in self.futures.items() if not f.done() and p not in dead]
+            self.deaths = dict(dead)
             self.gave_up = died(self.group, dead, running, errors=self.errors())
         return bool(dead)
 
