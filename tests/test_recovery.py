@@ -220,3 +220,55 @@ def test_a_fresh_start_forgets_the_setup():
         assert len(c.group.setup) == 0
     finally:
         c.stop()
+
+
+# ---- the magics -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def magics(ip, cluster):
+    from jaxnb.magics import current_cluster, use_cluster
+
+    previous = current_cluster(ip)
+    use_cluster(cluster, ip)
+    yield ip
+    use_cluster(previous, ip)
+
+
+@pytest.mark.parametrize(("line", "says"), [
+    ("raises_at --max-failures -1", "--max-failures takes a whole number >= 0, got '-1'"),
+    ("raises_at --max-failures two", "--max-failures takes a whole number >= 0, got 'two'"),
+])
+def test_bad_max_failures_is_a_usage_error(magics, line, says):
+    from IPython.core.error import UsageError
+
+    with pytest.raises(UsageError) as info:
+        magics.run_line_magic("jax_train", line)
+    assert says in str(info.value) and "\n" not in str(info.value)
+
+
+def test_replay_goes_with_restart_only(magics):
+    from IPython.core.error import UsageError
+
+    for sub in ("stop", "status", "start"):
+        with pytest.raises(UsageError, match=f"--replay goes with `%jax_cluster restart`, not `{sub}`"):
+            magics.run_line_magic("jax_cluster", f"{sub} --replay")
+    assert "--max-failures" in magics.find_line_magic("jax_train").__doc__
+    assert "--replay" in magics.find_line_magic("jax_cluster").__doc__
+
+
+@pytest.mark.timeout(120)
+def test_magics_record_and_replay_cells_and_pushes(magics):
+    from IPython.utils.capture import capture_output
+
+    magics.run_line_magic("jax_cluster", "restart")
+    magics.run_cell_magic("jax_cluster", "", "from_cell = 7")
+    magics.user_ns["pushed"] = [1, 2]
+    magics.run_line_magic("jax_push", "pushed")
+    magics.run_line_magic("jax_pull", "from_cell")
+    with capture_output() as cap:
+        magics.run_line_magic("jax_cluster", "restart --replay")
+    assert "jaxnb: replayed 1 cell and 1 push" in cap.stdout
+    magics.run_cell_magic("jax_cluster", "", "both = (from_cell, pushed)")
+    magics.run_line_magic("jax_pull", "both")
+    assert magics.user_ns["both"] == (7, [1, 2])
