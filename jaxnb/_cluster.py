@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any
 
-from jaxnb import _pull, _shutdown, _spmd, _startup
+from jaxnb import _pull, _shutdown, _spares, _spmd, _startup
 from jaxnb._errors import ClusterStateError, StartError
 from jaxnb._failures import detect, repair, stacks
 from jaxnb._hosts import HostError, read_hostfile
@@ -69,6 +69,7 @@ class JaxCluster:
         init_timeout: float = 60.0,
         collective_timeout: int | None = None,
         env: dict[str, str] | None = None,
+        spares: int | None = None,
     ) -> None:
         extra = {} if collective_timeout is None else {"collective_timeout": collective_timeout}
         if hostfile is not None:  # one [user@]host[:count] per line, after any --hosts
@@ -92,6 +93,7 @@ class JaxCluster:
             python=python,
             address=address,
             local_host=local_host,
+            spares=spares,
             **extra,
         )
         self.group = Group(options)
@@ -122,6 +124,7 @@ class JaxCluster:
             # hooks run last-registered first, so this fast stop runs before its slow one.
             atexit.register(self.stop)
             _startup.join_group(self.group)
+            _spares.top_up(self.group)  # warm spares for a fast restart
         except BaseException as exc:
             self.stop()
             if isinstance(exc, (StartError, KeyboardInterrupt)):
@@ -138,19 +141,31 @@ class JaxCluster:
         _shutdown.stop_all(self.group)
 
     def restart(self, replay: bool = False) -> JaxCluster:
-        """Stop, then start again with the same options (new processes).
+        """Stop, then start again with the same options (new processes): on the warm
+        spares when enough are ready (only a join), else stopping and starting everything.
 
         ``replay``: then run again, in order, the setup that succeeded since start
         (``run`` cells on every process and ``push`` values; not ``process=I``
         cells or pulls), so the engines' Python state comes back. A step that
         fails raises :class:`jaxnb.ReplayError` showing it.
         """
-        self.stop()
-        if not replay:
-            return self.start()
-        self._start()
-        self._replay()
+        if not self._swap_spares():
+            self.stop()
+            self._start()
+        if replay:
+            self._replay()
+        else:
+            self.group.setup.clear()  # the new engines start empty
         return self
+
+    def _swap_spares(self) -> bool:
+        """Restart on the warm spares (only a join); False when none are ready."""
+        if not self.running:
+            return False
+        try:
+            return _spares.swap(self.group)
+        except Exception:  # a spare failed to join: restart the slow way
+            return False
 
     def _replay(self) -> float:
         """Run the recorded setup on the (new) engines; the seconds it took."""
@@ -165,8 +180,9 @@ class JaxCluster:
     def _recover(self) -> dict[str, float]:
         """Restart with the same options and replay the setup (a training run's recovery)."""
         started = time.monotonic()
-        self.stop()
-        self._start()
+        if not self._swap_spares():
+            self.stop()
+            self._start()
         restarted = time.monotonic()
         replayed = self._replay()
         return {"restart": restarted - started, "replay": replayed}

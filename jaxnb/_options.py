@@ -39,6 +39,8 @@ class ClusterOptions:
     address: str | None = None
     #: The ``hosts`` entry that is this machine (a TPU VM worker): its engine runs here, not over ssh.
     local_host: str | None = None
+    #: Warm spare engines kept for a fast restart (``None``: one per process; 0: none).
+    spares: int | None = None
 
     def __post_init__(self) -> None:
         from jaxnb._hosts import HostError, check_address, parse_entry
@@ -65,6 +67,10 @@ class ClusterOptions:
             )
         if k is not None and self.platform == "gpu" and k != 1:
             raise OptionError("--platform gpu places one engine per GPU; drop --devices-per-process")
+        if self.spares is not None and (isinstance(self.spares, bool) or not isinstance(self.spares, int)
+                                        or self.spares < 0):
+            raise OptionError(f"--spares must be a whole number >= 0, got {self.spares!r}; "
+                              "e.g. --spares 0 to keep none")
         for name in ("timeout", "init_timeout"):
             value = getattr(self, name)
             if value is not None and value <= 0:

@@ -52,6 +52,7 @@ def start_engines(group: Group) -> None:
         controller = _ipp.controller_process(ipp_cluster)
         if controller is not None:
             env[ENV_CONTROLLER_PID] = str(controller.pid)
+    group.engine_env = dict(env)
     if launched is None:
         ipp_cluster.start_engines_sync(environment=env)
     group.launchers = _ipp.launched_engines(ipp_cluster)

@@ -66,6 +66,10 @@ class Group:
     #: The setup that succeeded since start (cells, pushes), for ``restart --replay`` and
     #: recovery; kept across a stop (the next start decides whether to replay or forget it).
     setup: Replay = dataclasses.field(default_factory=Replay)
+    #: pids of the warm spare engines (started, registered, not in the group): see ``_spares``.
+    spare_pids: set[int] = dataclasses.field(default_factory=set)
+    #: The environment the engines were started with (spares get the same).
+    engine_env: dict[str, str] | None = None
 
     @property
     def running(self) -> bool:
@@ -117,3 +121,5 @@ class Group:
         self.group_cut = False
         self.busy_with = None
         self.current_run = None
+        self.spare_pids = set()
+        self.engine_env = None

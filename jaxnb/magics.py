@@ -37,6 +37,7 @@ START_FLAGS = {
     "no_init": "--no-init",
     "timeout": "--timeout",
     "init_timeout": "--init-timeout",
+    "spares": "--spares",
 }
 DEFAULT_INIT_TIMEOUT = 60.0
 
@@ -50,6 +51,15 @@ def _positive_int(flag: str):
         if value < 1:
             raise UsageError(f"{flag} must be at least 1, got {value}; e.g. {flag} 2")
         return value
+
+    return parse
+
+
+def _count(flag: str):
+    def parse(text: str) -> int:
+        if not text.isdigit():
+            raise UsageError(f"{flag} takes a whole number >= 0, got {text!r}; e.g. {flag} 0")
+        return int(text)
 
     return parse
 
@@ -113,6 +123,8 @@ class JaxnbMagics(Magics):
         metavar="S",
         help=f"start: seconds to join jax.distributed (default {DEFAULT_INIT_TIMEOUT:g})",
     )
+    @argument("--spares", type=_count("--spares"), default=None, metavar="K",
+              help="start: warm spare engines for a fast restart (default: one per process; 0: none)")
     @argument("--replay", action="store_true", default=None,
               help="restart: then run again the setup that succeeded since start (cells, pushes)")
     @line_magic("jax_cluster")
@@ -165,6 +177,7 @@ class JaxnbMagics(Magics):
                 init=not args.no_init,
                 timeout=args.timeout,
                 init_timeout=args.init_timeout or DEFAULT_INIT_TIMEOUT,
+                spares=args.spares,
             )
         except OptionError as exc:
             raise UsageError(str(exc)) from None
