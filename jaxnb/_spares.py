@@ -5,13 +5,15 @@ off). A restart that finds enough spares registered SIGKILLs the group's old
 engines, joins the spares into a new ``jax.distributed`` group (new processes,
 empty namespaces: the same as a full restart for the user) and starts new spares
 in the background; the controller stays. Without enough spares ready, the
-restart stops and starts everything as before. Engines on ``--hosts`` get no
-spares yet.
+restart stops and starts everything as before. New spares start a few seconds
+after a swap (importing JAX would slow the new group's first steps). Engines on
+``--hosts`` get no spares yet.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import Any
 
 import psutil
@@ -25,6 +27,10 @@ _PIDS = EngineCall("jaxnb._engine.process:pids")
 
 #: How long the old engines get to disappear after SIGKILL.
 KILL_WAIT_SECONDS = 5.0
+#: After a swap, new spares start this much later: importing JAX takes CPU that the
+#: restarted group's first steps (compilation, restore) need more.
+TOP_UP_DELAY_SECONDS = 5.0
+_lock = threading.Lock()  # one top-up or swap at a time
 
 
 def wanted(group: Group) -> int:
@@ -37,14 +43,32 @@ def wanted(group: Group) -> int:
 
 def top_up(group: Group) -> None:
     """Start spares until ``group`` has :func:`wanted` of them (they register on their own)."""
+    with _lock:
+        _top_up(group, group.ipp)
+
+
+def top_up_later(group: Group, delay: float = TOP_UP_DELAY_SECONDS) -> None:
+    """:func:`top_up` in ``delay`` seconds, unless the cluster was stopped meanwhile."""
+    ipp_cluster = group.ipp
+
+    def run() -> None:
+        with _lock, contextlib.suppress(Exception):  # no spares: restarts take the slow way
+            _top_up(group, ipp_cluster)
+
+    timer = threading.Timer(delay, run)
+    timer.daemon = True
+    timer.start()
+
+
+def _top_up(group: Group, ipp_cluster: Any) -> None:
     missing = wanted(group) - len(_alive(group, group.spare_pids))
-    if missing <= 0 or group.ipp is None or group.engine_env is None:
+    if missing <= 0 or ipp_cluster is None or group.ipp is not ipp_cluster or group.engine_env is None:
         return
-    before = set(_ipp.launched_engines(group.ipp))
-    group.ipp.start_engines_sync(n=missing, environment=dict(group.engine_env))
-    started = set(_ipp.launched_engines(group.ipp)) - before
+    before = set(_ipp.launched_engines(ipp_cluster))
+    ipp_cluster.start_engines_sync(n=missing, environment=dict(group.engine_env))
+    started = set(_ipp.launched_engines(ipp_cluster)) - before
     group.spare_pids.update(started)
-    group.launchers.update(_ipp.launched_engines(group.ipp))
+    group.launchers.update(_ipp.launched_engines(ipp_cluster))
 
 
 def ready(group: Group) -> list[int]:
@@ -66,6 +90,14 @@ def ready(group: Group) -> list[int]:
 
 def swap(group: Group) -> bool:
     """Replace the group's engines by spares and join them; False when too few are ready."""
+    with _lock:
+        swapped = _swap(group)
+    if swapped:
+        top_up_later(group)
+    return swapped
+
+
+def _swap(group: Group) -> bool:
     spares = ready(group)
     if not spares:
         return False
@@ -78,7 +110,6 @@ def swap(group: Group) -> bool:
     group.suspect, group.group_cut, group.busy_with, group.current_run = None, False, None, None
     _startup.join_group(group)
     group.spare_pids.difference_update(info.pid for info in group.processes)
-    top_up(group)
     return True
 
 

@@ -36,6 +36,10 @@ def test_a_restart_joins_the_warm_spares_then_starts_new_ones():
         assert {p.pid for p in cluster.processes} == spares  # the spares became the group
         assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"
                        for pid in old)
+        deadline = time.monotonic() + 60  # new spares start a little later
+        while len(cluster.group.spare_pids) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        _spares_registered(cluster)
         assert len(cluster.group.spare_pids) == 2 and not cluster.group.spare_pids & spares
         assert _total(cluster) == 2.0
         with pytest.raises(Exception, match="name 'x' is not defined"):
