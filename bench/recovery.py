@@ -134,6 +134,9 @@ def _read(config: dict) -> tuple[float, dict]:
 
 def _spares_ready(cluster, seconds: float = 120.0) -> None:
     deadline = time.monotonic() + seconds
+    wanted = 0 if cluster.options.spares == 0 else cluster.num_processes
+    while len(cluster.group.spare_pids) < wanted and time.monotonic() < deadline:
+        time.sleep(0.05)  # new spares start a few seconds after a swap
     want = cluster.num_processes + len(cluster.group.spare_pids)
     while len(cluster.client.ids) < want and time.monotonic() < deadline:
         time.sleep(0.05)
