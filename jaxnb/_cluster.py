@@ -124,7 +124,7 @@ class JaxCluster:
             # hooks run last-registered first, so this fast stop runs before its slow one.
             atexit.register(self.stop)
             _startup.join_group(self.group)
-            _spares.top_up(self.group)  # warm spares for a fast restart
+            _spares.top_up_later(self.group)  # warm spares, once the start is done with the CPU
         except BaseException as exc:
             self.stop()
             if isinstance(exc, (StartError, KeyboardInterrupt)):

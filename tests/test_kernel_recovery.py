@@ -65,7 +65,7 @@ def survived(k: Kernel, victim: int, pid: int) -> None:
     failures = k.value("[(f.processes, f.resumed_from, f.cause) for f in run.failures]")
     assert len(failures) == 1, failures
     processes, resumed_from, cause = failures[0]
-    assert list(processes) == [victim] and resumed_from >= 10 and resumed_from % 5 == 0
+    assert victim in processes and resumed_from >= 10 and resumed_from % 5 == 0
     assert cause.startswith(f"[p{victim}] (pid {pid} on ") and "SIGKILL" in cause
     assert k.value("[h['step'] for h in run.history]") == list(range(1, 41))
     assert k.value("[h['square'] for h in run.history]") == [s * s for s in range(1, 41)]

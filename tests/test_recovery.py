@@ -114,8 +114,12 @@ def test_killed_twice_ends_bit_identical_to_an_uninterrupted_run(cluster, tmp_pa
         {**config, "out": str(tmp_path / "killed.npy"), "kills": _kills(tmp_path, (1, 12), (0, 23))},
         name="killed", storage=tmp_path, max_failures=2)
     assert killed.error is None, killed.error
-    assert [(f.processes, f.resumed_from) for f in killed.failures] == [((1,), 10), ((0,), 20)]
-    assert "[p1]" in killed.failures[0].cause and "SIGKILL" in killed.failures[0].cause
+    assert [f.resumed_from for f in killed.failures] == [10, 20]
+    # Killing p0 (the coordinator) may also end p1 (JAX aborts it) before jaxnb looks:
+    # both are listed as dead, p0 first as the cause.
+    assert killed.failures[0].processes == (1,) and 0 in killed.failures[1].processes
+    assert killed.failures[0].cause.startswith("[p1]") and "SIGKILL" in killed.failures[0].cause
+    assert killed.failures[1].cause.startswith("[p0]") and "SIGKILL" in killed.failures[1].cause
     assert killed.failures[0].step >= 12 and killed.failures[1].step >= 23
     assert _steps(killed) == list(range(1, 31))  # the redone steps replaced the lost ones
     assert [h["loss"] for h in killed.history] == [h["loss"] for h in clean.history]
@@ -142,7 +146,7 @@ def test_more_failures_than_allowed_fails_listing_every_cause(cluster, tmp_path)
     message = info.value.summary
     assert "gave up after 1 recovery (--max-failures 1)" in message, message
     assert "1) at step 7: [p1]" in message and "2) at step 13: [p0]" in message
-    assert [f.processes for f in info.value.result.failures] == [(1,), (0,)]
+    assert [f.processes[0] for f in info.value.result.failures] == [1, 0]
     cluster.restart()
 
 

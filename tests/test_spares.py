@@ -27,6 +27,9 @@ def _total(cluster: JaxCluster) -> float:
 @pytest.mark.timeout(240)
 def test_a_restart_joins_the_warm_spares_then_starts_new_ones():
     with JaxCluster(n=2) as cluster:
+        deadline = time.monotonic() + 60  # spares start a few seconds after the cluster
+        while len(cluster.group.spare_pids) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
         spares = set(cluster.group.spare_pids)
         assert len(spares) == 2 and not spares & {p.pid for p in cluster.processes}
         old = [p.pid for p in cluster.processes]
