@@ -16,8 +16,8 @@ import statistics
 import time
 from collections.abc import Callable
 
-from fault_cells import ASYNC_LOOP, EXPECTED, SETUP, SYNC_LOOP, VERIFY, WEDGED
-from kernel_harness import Kernel
+from tests.support.fault_cells import ASYNC_LOOP, EXPECTED, SETUP, SYNC_LOOP, VERIFY, WEDGED
+from tests.support.kernel_harness import Kernel
 
 STARTED = "print('started', flush=True)\n"
 CELL = "%%jax_cluster --timeout 120\n"

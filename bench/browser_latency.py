@@ -19,8 +19,8 @@ import tempfile
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
 
-import lab_server
-from browser_page import dashboard, open_notebook, run_and_wait
+from tests.support import lab_server
+from tests.support.browser_page import dashboard, open_notebook, run_and_wait
 from playwright.sync_api import sync_playwright
 
 RATE, SECONDS = 100, 20

@@ -44,12 +44,12 @@ import time
 import psutil
 
 from jaxnb import JaxCluster, ProcessFailure, RemoteError, StartError
-from jaxnb._errors import ClusterStateError
+from jaxnb._core.errors import ClusterStateError
 from jaxnb._failures import detect
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fault_cells import ASYNC_LOOP, EXPECTED, SETUP, SYNC_LOOP, VERIFY
+from tests.support.fault_cells import ASYNC_LOOP, EXPECTED, SETUP, SYNC_LOOP, VERIFY
 
 
 def now() -> float:
@@ -225,14 +225,14 @@ def _running(pid: int) -> bool:
 
 def busy_port_start() -> float:
     """Start with the coordinator's port taken by another program (fault injected)."""
-    from jaxnb import _startup
+    from jaxnb._lifecycle import startup
 
     blocker = socket.socket()
     blocker.bind(("127.0.0.1", 0))
     blocker.listen()
     busy = f"127.0.0.1:{blocker.getsockname()[1]}"
-    original = _startup.coordinator_address
-    _startup.coordinator_address = lambda group, first_engine: busy
+    original = startup.coordinator_address
+    startup.coordinator_address = lambda group, first_engine: busy
     c = JaxCluster(n=2, init_timeout=30)
     t = now()
     try:
@@ -241,7 +241,7 @@ def busy_port_start() -> float:
     except StartError:
         pass
     finally:
-        _startup.coordinator_address = original
+        startup.coordinator_address = original
         blocker.close()
     return now() - t
 

@@ -34,7 +34,7 @@ import time
 import psutil
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
-from kernel_client import Kernel, Run, kernel
+from tests.support.kernel_client import Kernel, Run, kernel
 
 SETUP = """%load_ext jaxnb
 %jax_cluster start -n 2

@@ -246,7 +246,7 @@ def main() -> None:
         return
 
     from jaxnb import JaxCluster
-    from jaxnb._launch import engine_environment
+    from jaxnb._lifecycle.launch import engine_environment
 
     config = {k: getattr(args, k) for k in ("steps", "warmup", "din", "hidden", "batch")}
     storage = tempfile.mkdtemp(prefix="jaxnb-bench-")

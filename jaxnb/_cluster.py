@@ -1,6 +1,6 @@
 """`JaxCluster`: the public front of one SPMD group of JAX processes on ipyparallel engines.
 
-It holds the group's record (:class:`jaxnb._state.Group`) and hands it to the
+It holds the group's record (:class:`jaxnb._core.state.Group`) and hands it to the
 module that does each job: start-up, shutdown, cells, values, training,
 failure handling and repair. It keeps no state of its own.
 """
@@ -13,13 +13,21 @@ import sys
 import time
 from typing import Any
 
-from jaxnb import _pull, _shutdown, _spares, _spmd, _startup
-from jaxnb._errors import ClusterStateError, StartError
+from jaxnb._cells import pull
+
+from jaxnb._lifecycle import shutdown
+
+from jaxnb._lifecycle import spares
+
+from jaxnb._cells import spmd
+
+from jaxnb._lifecycle import startup
+from jaxnb._core.errors import ClusterStateError, StartError
 from jaxnb._failures import detect, repair, stacks
-from jaxnb._hosts import HostError, read_hostfile
-from jaxnb._messages import ALREADY_RUNNING
-from jaxnb._options import ClusterOptions, OptionError
-from jaxnb._state import Group, ProcessInfo
+from jaxnb._core.host_entries import HostError, read_hostfile
+from jaxnb._core.messages import ALREADY_RUNNING
+from jaxnb._core.options import ClusterOptions, OptionError
+from jaxnb._core.state import Group, ProcessInfo
 from jaxnb._train import driver
 
 CPU_MULTI_DEVICE_NOTE = (
@@ -35,7 +43,7 @@ __all__ = ["JaxCluster", "ProcessInfo"]
 
 def _tpu_workers() -> tuple[list[str], str | None]:
     """On a TPU VM slice: its workers (in worker order) and this worker; else none."""
-    from jaxnb._tpu import SliceError, discover
+    from jaxnb._hosts.tpu import SliceError, discover
 
     try:
         found = discover()
@@ -119,12 +127,12 @@ class JaxCluster:
 
     def _start(self) -> JaxCluster:
         try:
-            _startup.start_engines(self.group)
+            startup.start_engines(self.group)
             # After ipyparallel registered its own exit hook (when its controller started):
             # hooks run last-registered first, so this fast stop runs before its slow one.
             atexit.register(self.stop)
-            _startup.join_group(self.group)
-            _spares.top_up_later(self.group)  # warm spares, once the start is done with the CPU
+            startup.join_group(self.group)
+            spares.top_up_later(self.group)  # warm spares, once the start is done with the CPU
         except BaseException as exc:
             self.stop()
             if isinstance(exc, (StartError, KeyboardInterrupt)):
@@ -138,7 +146,7 @@ class JaxCluster:
         """Stop every engine and the controller; nothing is left running."""
         with contextlib.suppress(Exception):
             atexit.unregister(self.stop)
-        _shutdown.stop_all(self.group)
+        shutdown.stop_all(self.group)
 
     def restart(self, replay: bool = False) -> JaxCluster:
         """Stop, then start again with the same options (new processes): on the warm
@@ -163,7 +171,7 @@ class JaxCluster:
         if not self.running:
             return False
         try:
-            return _spares.swap(self.group)
+            return spares.swap(self.group)
         except Exception:  # a spare failed to join: restart the slow way
             return False
 
@@ -172,10 +180,10 @@ class JaxCluster:
         group = self.group
 
         def cell(code: str, timeout: float | None) -> None:
-            _spmd.run_cell(group, code, timeout=timeout if timeout is not None else self.options.timeout,
-                           show=_spmd.ShowMode(quiet=True))
+            spmd.run_cell(group, code, timeout=timeout if timeout is not None else self.options.timeout,
+                           show=spmd.ShowMode(quiet=True))
 
-        return group.setup.run(cell, lambda values: _pull.push(group, values))
+        return group.setup.run(cell, lambda values: pull.push(group, values))
 
     def _recover(self) -> dict[str, float]:
         """Restart with the same options and replay the setup (a training run's recovery)."""
@@ -263,11 +271,11 @@ class JaxCluster:
                 f"--process {process} does not exist; choose 0..{self.num_processes - 1}"
             )
         repair.ensure_ready(self.group)
-        outcome = _spmd.run_cell(
+        outcome = spmd.run_cell(
             self.group,
             code,
             timeout=timeout if timeout is not None else self.options.timeout,
-            show=_spmd.ShowMode(all=all, process=process),
+            show=spmd.ShowMode(all=all, process=process),
         )
         if process is None:  # succeeded on every process: part of the setup to replay
             self.group.setup.cell(code, timeout)
@@ -277,14 +285,14 @@ class JaxCluster:
         """Set ``values`` as variables on every process."""
         self.group.require_idle()
         repair.ensure_ready(self.group)
-        _pull.push(self.group, values)
+        pull.push(self.group, values)
         self.group.setup.push(values)
 
     def pull(self, name: str) -> Any:
         """The value of ``name`` on the engines (global arrays gathered as NumPy)."""
         self.group.require_idle()
         repair.ensure_ready(self.group)
-        return _pull.pull(self.group, name, self.options.timeout or DEFAULT_OPERATION_TIMEOUT)
+        return pull.pull(self.group, name, self.options.timeout or DEFAULT_OPERATION_TIMEOUT)
 
     def status(self) -> list[ProcessInfo]:
         """One entry per process, with its current state (idle, busy, dead)."""

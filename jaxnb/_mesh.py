@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from jaxnb._contract import EngineCall
-from jaxnb._state import Group
+from jaxnb._core.contract import EngineCall
+from jaxnb._core.state import Group
 
 if TYPE_CHECKING:
     import jax

@@ -18,9 +18,9 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 
 from jaxnb import _mesh
 from jaxnb._cluster import JaxCluster
-from jaxnb._errors import ClusterStateError, StartError
-from jaxnb._messages import ALREADY_RUNNING, NOT_STARTED
-from jaxnb._options import OptionError
+from jaxnb._core.errors import ClusterStateError, StartError
+from jaxnb._core.messages import ALREADY_RUNNING, NOT_STARTED
+from jaxnb._core.options import OptionError
 from jaxnb._train import magic as train_magic
 
 SUBCOMMANDS = ("start", "status", "stop", "restart", "reset", "stacks")

@@ -11,14 +11,14 @@ import re
 import time
 from collections.abc import Iterator
 
-import lab_server
+from support import lab_server
 import pytest
 
 WHY = lab_server.missing()
 if WHY:
     pytest.skip(f"browser tests: {WHY}", allow_module_level=True)
 
-from browser_page import (  # noqa: E402 - only importable where playwright is installed
+from support.browser_page import (  # noqa: E402 - only importable where playwright is installed
     Watched,
     cell,
     dashboard,

@@ -18,7 +18,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from jaxnb._engine.checkpoint import CheckpointStore
-from jaxnb._run_folder import Checkpoint, check_fresh_run
+from jaxnb._core.run_folder import Checkpoint, check_fresh_run
 
 REPO = Path(__file__).resolve().parents[1]
 

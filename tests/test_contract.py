@@ -7,11 +7,11 @@ import pickle
 
 import pytest
 
-from jaxnb._contract import ELSEWHERE, MISSING, EngineCall, JoinParams, stack_file
-from jaxnb._options import ClusterOptions
-from jaxnb._pull import choose
-from jaxnb._run_folder import Checkpoint, check_fresh_run, remember_user_checkpoint
-from jaxnb._startup import join_params, placements
+from jaxnb._core.contract import ELSEWHERE, MISSING, EngineCall, JoinParams, stack_file
+from jaxnb._core.options import ClusterOptions
+from jaxnb._cells.pull import choose
+from jaxnb._core.run_folder import Checkpoint, check_fresh_run, remember_user_checkpoint
+from jaxnb._lifecycle.startup import join_params, placements
 
 
 def test_placements_rank_processes_within_their_host():

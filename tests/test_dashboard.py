@@ -22,7 +22,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 @pytest.fixture(scope="module")
 def shell() -> InteractiveShell:
-    from conftest import real_shell
+    from support.clusters import real_shell
 
     return real_shell()
 

@@ -20,10 +20,14 @@ import time
 
 import psutil
 import pytest
-from fault_cells import ASYNC_LOOP, EXPECTED, SETUP, SYNC_LOOP, VERIFY
+from support.fault_cells import ASYNC_LOOP, EXPECTED, SETUP, SYNC_LOOP, VERIFY
 from IPython.utils.capture import capture_output
 
-from jaxnb import ClusterStateError, JaxCluster, ProcessFailure, RemoteError, StartError, _ipp, _startup
+from jaxnb import ClusterStateError, JaxCluster, ProcessFailure, RemoteError, StartError
+
+from jaxnb._core import ipp_internals
+
+from jaxnb._lifecycle import startup
 from jaxnb._failures import detect, stacks
 from jaxnb.magics import current_cluster, use_cluster
 
@@ -247,9 +251,9 @@ def test_stop_is_fast_and_leaves_nothing(cluster):
     healthy(cluster)
     # This cluster's engines, nannies and controller (other tests' clusters may be running).
     roots = [psutil.Process(p.pid) for p in cluster.processes]
-    roots.append(_ipp.controller_process(cluster.group.ipp))
+    roots.append(ipp_internals.controller_process(cluster.group.ipp))
     ours = [*roots, *(c for r in roots for c in r.children(recursive=True))]
-    keys = _ipp.key_files(cluster.group.ipp)
+    keys = ipp_internals.key_files(cluster.group.ipp)
     stacks_dir = cluster.group.stacks_dir
     start = time.monotonic()
     cluster.stop()
@@ -292,7 +296,7 @@ def test_start_fails_fast_on_a_busy_coordinator_port(monkeypatch):
     blocker.bind(("127.0.0.1", 0))
     blocker.listen()
     busy = f"127.0.0.1:{blocker.getsockname()[1]}"
-    monkeypatch.setattr(_startup, "coordinator_address", lambda group, first_engine: busy)
+    monkeypatch.setattr(startup, "coordinator_address", lambda group, first_engine: busy)
     cluster = JaxCluster(n=2, init_timeout=20)
     start = time.monotonic()
     try:
@@ -307,13 +311,13 @@ def test_start_fails_fast_on_a_busy_coordinator_port(monkeypatch):
 
 def test_start_fails_fast_when_a_process_dies_while_joining(monkeypatch):
     """Process 1 is killed as the group forms."""
-    wait_joined = _startup.wait_joined
+    wait_joined = startup.wait_joined
 
     def kill_then_wait(group, pending: dict, pids: dict, coordinator: str) -> dict:
         os.kill(pids[1], signal.SIGKILL)
         return wait_joined(group, pending, pids, coordinator)
 
-    monkeypatch.setattr(_startup, "wait_joined", kill_then_wait)
+    monkeypatch.setattr(startup, "wait_joined", kill_then_wait)
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     cluster = JaxCluster(n=2, init_timeout=30)
     start = time.monotonic()

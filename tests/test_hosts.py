@@ -15,11 +15,13 @@ import time
 
 import psutil
 import pytest
-from fault_cells import EXPECTED, SETUP, SYNC_LOOP, VERIFY
+from support.fault_cells import EXPECTED, SETUP, SYNC_LOOP, VERIFY
 from IPython.utils.capture import capture_output
 from lab.lab import Lab, missing
 
-from jaxnb import JaxCluster, ProcessFailure, StartError, _ipp
+from jaxnb import JaxCluster, ProcessFailure, StartError
+
+from jaxnb._core import ipp_internals
 from jaxnb._failures import detect
 from jaxnb.magics import current_cluster, use_cluster
 
@@ -102,7 +104,7 @@ def test_one_engine_per_host_with_real_addresses(cluster, lab):
     assert "labhost1" in html + cluster.shown.stdout and "labhost2" in html + cluster.shown.stdout
     # The controller listens on the lab bridge address only (and loopback for its own
     # schedulers), never on every interface.
-    controller = _ipp.controller_process(cluster.group.ipp)
+    controller = ipp_internals.controller_process(cluster.group.ipp)
     listening = {c.laddr.ip for proc in [controller, *controller.children(recursive=True)]
                  for c in proc.net_connections("tcp") if c.status == psutil.CONN_LISTEN}
     assert listening - {"127.0.0.1"} == {lab.bridge_address}

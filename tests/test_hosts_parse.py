@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jaxnb._hosts import (
+from jaxnb._core.host_entries import (
     HostEntry,
     HostError,
     check_address,
@@ -89,7 +89,7 @@ def test_the_shell_around_a_remote_engine_reports_its_exit():
     import subprocess
     import sys
 
-    from jaxnb._ssh import exit_status, reporting_exit
+    from jaxnb._hosts.ssh import exit_status, reporting_exit
 
     for code, how in [("import os; os.kill(os.getpid(), 9)", "was killed by SIGKILL"),
                       ("raise SystemExit(3)", "exited with status 3")]:
@@ -102,7 +102,7 @@ def test_the_shell_around_a_remote_engine_reports_its_exit():
 def test_a_launcher_that_started_nothing_has_no_pid_to_kill():
     from types import SimpleNamespace
 
-    from jaxnb._ssh import started_pid
+    from jaxnb._hosts.ssh import started_pid
 
     # ipyparallel's launchers say -1 before (or without) a start: `kill -9 -1` kills everything.
     for pid in (-1, 0, 1, None, "12"):

@@ -16,8 +16,8 @@ import time
 
 import psutil
 import pytest
-from fault_cells import ASYNC_LOOP, EXPECTED, SETUP, SYNC_LOOP, VERIFY, WEDGED
-from kernel_harness import Kernel, Output
+from support.fault_cells import ASYNC_LOOP, EXPECTED, SETUP, SYNC_LOOP, VERIFY, WEDGED
+from support.kernel_harness import Kernel, Output
 
 #: The issue's reproduction: process VICTIM kills itself before a pmap psum.
 SELF_KILL = """\

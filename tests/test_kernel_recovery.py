@@ -12,7 +12,7 @@ import signal
 import time
 
 import pytest
-from kernel_harness import Kernel
+from support.kernel_harness import Kernel
 
 #: Defined in a %%jax_cluster cell: it comes back on new engines through replay.
 LOOP = """\

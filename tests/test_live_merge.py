@@ -1,7 +1,7 @@
 """Live merging of N processes' streams and the live panel (pure logic, no engines)."""
 
-from jaxnb._live import LiveMerger, collapse
-from jaxnb._live_panel import LivePanel
+from jaxnb._cells.live import LiveMerger, collapse
+from jaxnb._cells.live_panel import LivePanel
 
 
 class Page:

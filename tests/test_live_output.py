@@ -13,7 +13,7 @@ import re
 import shutil
 
 import pytest
-from kernel_client import Kernel, kernel, kernelspec
+from support.kernel_client import Kernel, kernel, kernelspec
 
 EXAMPLE = """%%jax_cluster
 import time, jax
@@ -98,7 +98,7 @@ def test_tqdm_auto_bars_of_both_processes_show(k: Kernel):
 
 
 def test_flood_keeps_a_bounded_tail_and_the_full_logs(k: Kernel):
-    from jaxnb._live import PAGE_LINES, VIEW_LINES
+    from jaxnb._cells.live import PAGE_LINES, VIEW_LINES
 
     run = k.check(
         "%%jax_cluster\nimport jax\nfor i in range(100_000):\n"

@@ -8,11 +8,13 @@ import stat
 
 import psutil
 import pytest
-from conftest import ipyparallel_processes
+from support.clusters import ipyparallel_processes
 from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 
-from jaxnb import RemoteError, _ipp
+from jaxnb import RemoteError
+
+from jaxnb._core import ipp_internals
 from jaxnb.magics import current_cluster, use_cluster
 
 
@@ -203,7 +205,7 @@ def _is_loopback(ip: str) -> bool:
 
 
 def test_key_files_are_private(cluster):
-    for path in _ipp.key_files(cluster.group.ipp)[:2]:
+    for path in ipp_internals.key_files(cluster.group.ipp)[:2]:
         assert os.path.exists(path), path
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
 

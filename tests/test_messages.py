@@ -11,8 +11,8 @@ import ipyparallel as ipp
 import pytest
 
 import jaxnb
-from jaxnb import _messages
-from jaxnb._errors import RemoteError, remote_error
+from jaxnb._core import messages
+from jaxnb._core.errors import RemoteError, remote_error
 from jaxnb._train import magic as train_magic
 from jaxnb.magics import SUBCOMMANDS, JaxnbMagics
 
@@ -78,15 +78,15 @@ def test_messages_name_only_methods_that_exist():
 
 
 def test_hints_end_in_what_to_do():
-    for hint in (_messages.RESTART, _messages.RESET):
+    for hint in (messages.RESTART, messages.RESET):
         assert hint.startswith("run `%jax_cluster ")
-    assert _messages.NOT_STARTED.endswith("(or `jaxnb.JaxCluster().start()`)")
-    assert "\n" not in _messages.BUSY.format(name="x")
+    assert messages.NOT_STARTED.endswith("(or `jaxnb.JaxCluster().start()`)")
+    assert "\n" not in messages.BUSY.format(name="x")
 
 
 def test_labels_name_processes_by_jax_index_in_order():
-    assert _messages.label(3) == "[p3]"
-    assert _messages.labels([2, 0, 1]) == "[p0], [p1], [p2]"
+    assert messages.label(3) == "[p3]"
+    assert messages.labels([2, 0, 1]) == "[p0], [p1], [p2]"
 
 
 @pytest.mark.parametrize(
@@ -99,12 +99,12 @@ def test_labels_name_processes_by_jax_index_in_order():
     ],
 )
 def test_first_line_of_local_and_remote_errors(error, line):
-    assert _messages.first_line(error) == line
+    assert messages.first_line(error) == line
 
 
 def test_first_line_is_cut_to_width():
-    assert _messages.first_line(ValueError("x" * 500), width=40).endswith("...")
-    assert len(_messages.first_line(ValueError("x" * 500), width=40)) == 40
+    assert messages.first_line(ValueError("x" * 500), width=40).endswith("...")
+    assert len(messages.first_line(ValueError("x" * 500), width=40)) == 40
 
 
 def test_remote_errors_group_identical_tracebacks():

@@ -1,6 +1,6 @@
 """Merging of N processes' text streams (pure logic, no engines): the tidy form."""
 
-from jaxnb._live import LiveMerger
+from jaxnb._cells.live import LiveMerger
 
 
 def merged(texts: dict[int, list[str]]) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import two_processes
+from support.clusters import two_processes
 
 from jaxnb import JaxCluster, ProcessFailure, RemoteError, ReplayError
 

@@ -63,7 +63,7 @@ def test_spares_0_keeps_none_and_restarts_the_slow_way():
 
 
 def test_spares_must_be_a_whole_number():
-    from jaxnb._options import OptionError
+    from jaxnb._core.options import OptionError
 
     for bad in (-1, 1.5, True):
         with pytest.raises(OptionError, match="--spares must be a whole number >= 0"):

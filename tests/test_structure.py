@@ -9,7 +9,7 @@ import sys
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "jaxnb"
 #: Modules that run in the notebook kernel may import these engine-neutral modules only.
-SHARED = {"jaxnb._contract", "jaxnb._run_folder", "jaxnb._hosts"}
+SHARED = {"jaxnb._core.contract", "jaxnb._core.run_folder", "jaxnb._core.host_entries"}
 #: Engine-side public API (``jaxnb.report``, ``jaxnb.show_mesh``): called inside cells.
 ENGINE_API = {"jaxnb", "jaxnb._mesh"}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jaxnb._tpu import Slice, SliceError, discover, parse_endpoints
+from jaxnb._hosts.tpu import Slice, SliceError, discover, parse_endpoints
 
 
 def test_worker_hostnames_and_worker_id():

@@ -7,7 +7,7 @@ import threading
 import time
 
 import pytest
-from conftest import two_processes
+from support.clusters import two_processes
 from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 
@@ -23,7 +23,7 @@ def cluster():
 
 @pytest.fixture(scope="module")
 def ip(cluster):
-    from conftest import real_shell
+    from support.clusters import real_shell
 
     shell = real_shell()
     shell.run_line_magic("load_ext", "jaxnb")

@@ -6,7 +6,7 @@ These tests break their cluster's group on purpose, so they have a cluster of th
 from __future__ import annotations
 
 import pytest
-from conftest import two_processes
+from support.clusters import two_processes
 
 from jaxnb import JaxCluster, ProcessFailure, RemoteError
 

@@ -6,7 +6,7 @@ import os
 import socket
 import sys
 
-from jaxnb._contract import ENV_LOCAL_RANK, ENV_LOCAL_WORLD_SIZE, ENV_NODE_RANK, ENV_PROCESS_ID
+from jaxnb._core.contract import ENV_LOCAL_RANK, ENV_LOCAL_WORLD_SIZE, ENV_NODE_RANK, ENV_PROCESS_ID
 
 
 def process_index() -> int:

@@ -1,6 +1,6 @@
 """Entry point of the controller: the kernel-death watchdog, then ipyparallel's controller.
 
-Launched through :func:`jaxnb._launch.python_cmd` with ipcontroller's arguments,
+Launched through :func:`jaxnb._lifecycle.launch.python_cmd` with ipcontroller's arguments,
 so the controller and its scheduler processes exit when the notebook kernel dies,
 even if no engine is left to stop them.
 """

@@ -2,7 +2,7 @@
 
 Launched by ipyparallel's launchers (local, ssh, mpi, slurm, ...) as
 ``python -m jaxnb._engine.main [ipengine arguments]``, or locally through
-:func:`jaxnb._launch.python_cmd`, so the environment jaxnb sets on the launcher
+:func:`jaxnb._lifecycle.launch.python_cmd`, so the environment jaxnb sets on the launcher
 is in place before JAX is imported.
 """
 

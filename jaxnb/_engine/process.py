@@ -10,7 +10,7 @@ import socket
 import time
 from typing import Any
 
-from jaxnb._contract import (
+from jaxnb._core.contract import (
     ENV_CONTROLLER_ADDRESS,
     ENV_LOCAL_RANK,
     ENV_LOCAL_WORLD_SIZE,
@@ -46,7 +46,7 @@ def host_address() -> str:
     controller = os.environ.get(ENV_CONTROLLER_ADDRESS)
     if not controller:
         return "127.0.0.1"  # a local cluster: everything on loopback
-    from jaxnb._hosts import route_address
+    from jaxnb._core.host_entries import route_address
 
     return route_address(controller)
 

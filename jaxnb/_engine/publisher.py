@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from jaxnb._contract import REPORT_KEY as KEY
+from jaxnb._core.contract import REPORT_KEY as KEY
 
 #: How often the flusher thread sends what has been reported (seconds).
 FLUSH_SECONDS = 0.02

@@ -13,7 +13,7 @@ import os
 import time
 from typing import Any
 
-from jaxnb._contract import JoinParams
+from jaxnb._core.contract import JoinParams
 from jaxnb._engine import jax_internals, process
 
 #: Checks passed since this process (re)joined the group.

@@ -13,7 +13,7 @@ import sys
 import tempfile
 from typing import IO
 
-from jaxnb._contract import ENV_STACKS_DIR, STACK_SIGNAL, stack_file
+from jaxnb._core.contract import ENV_STACKS_DIR, STACK_SIGNAL, stack_file
 
 _stack_file: IO[str] | None = None
 _crash_file: IO[str] | None = None

@@ -16,7 +16,7 @@ import signal
 import time
 from typing import Any
 
-from jaxnb._contract import STOP_SIGNAL
+from jaxnb._core.contract import STOP_SIGNAL
 
 #: Aim for one agreement about this often (seconds of process 0's time).
 CHECK_SECONDS = 0.1

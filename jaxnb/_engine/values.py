@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jaxnb._contract import ELSEWHERE, MISSING
+from jaxnb._core.contract import ELSEWHERE, MISSING
 
 
 def user_namespace() -> dict[str, Any]:

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from jaxnb._contract import ENV_CLEANUP_FILES, ENV_CONTROLLER_PID, ENV_PARENT_PID
+from jaxnb._core.contract import ENV_CLEANUP_FILES, ENV_CONTROLLER_PID, ENV_PARENT_PID
 
 POLL_SECONDS = 1.0
 #: Exit status of an engine that stopped because its kernel is gone.

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from jaxnb._errors import ProcessFailure, traceback_text
-from jaxnb._messages import GROUP_BROKEN, label, labels
+from jaxnb._core.errors import ProcessFailure, traceback_text
+from jaxnb._core.messages import GROUP_BROKEN, label, labels
 
 #: Lines a process writes when it dies *because* another process died.
 FOLLOWER_MARKS = (

@@ -16,8 +16,10 @@ from typing import Any
 
 import psutil
 
-from jaxnb import _ipp, _remote
-from jaxnb._state import Group
+from jaxnb._core import ipp_internals
+
+from jaxnb._hosts import remote
+from jaxnb._core.state import Group
 
 
 def dead_processes(group: Group) -> dict[int, str]:
@@ -25,7 +27,7 @@ def dead_processes(group: Group) -> dict[int, str]:
     dead: dict[int, str] = {}
     for info in group.processes:
         launcher = launcher_of(group, info.pid)
-        process = _ipp.launcher_process(launcher) if launcher is not None else None
+        process = ipp_internals.launcher_process(launcher) if launcher is not None else None
         if process is not None:
             how = exit_of(process)
             if how is not None:
@@ -35,7 +37,7 @@ def dead_processes(group: Group) -> dict[int, str]:
         gone = [i.process_index for i in group.processes
                 if i.engine_id not in registered and i.process_index not in dead]
         if gone:  # engines on --hosts: asked on their hosts (killed, or the host unreachable)
-            explained = _remote.explain_lost(group, gone)
+            explained = remote.explain_lost(group, gone)
             for p in gone:
                 dead[p] = explained.get(p, "unregistered from the controller")
     return dead
@@ -49,7 +51,7 @@ def launcher_of(group: Group, pid: int) -> Any:
     """
     launcher = group.launchers.get(pid)
     if launcher is None:
-        launcher = _ipp.launched_engines(group.ipp).get(pid)
+        launcher = ipp_internals.launched_engines(group.ipp).get(pid)
         if launcher is not None:
             group.launchers[pid] = launcher
     return launcher

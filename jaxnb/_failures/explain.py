@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import re
 
-from jaxnb import _ipp, _remote
+from jaxnb._core import ipp_internals
+
+from jaxnb._hosts import remote
 from jaxnb._failures import detect, stacks
-from jaxnb._messages import GROUP_BROKEN, label, labels
-from jaxnb._state import Group
+from jaxnb._core.messages import GROUP_BROKEN, label, labels
+from jaxnb._core.state import Group
 
 STDERR_TAIL_LINES = 12
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -18,13 +20,13 @@ def engine_log(group: Group, p: int) -> str:
     """What process ``p``'s engine wrote to its log (stderr and stdout), colours removed."""
     launcher = detect.launcher_of(group, group.processes[p].pid)
     if launcher is None and not group.options.is_local:
-        return _ANSI.sub("", _remote.log_of(group, p))  # read on its host
+        return _ANSI.sub("", remote.log_of(group, p))  # read on its host
     return "" if launcher is None else launcher_log(launcher)
 
 
 def launcher_log(launcher: object) -> str:
     """What the engine an ipyparallel launcher started wrote, colours removed."""
-    return _ANSI.sub("", _ipp.launcher_output(launcher))
+    return _ANSI.sub("", ipp_internals.launcher_output(launcher))
 
 
 def stderr_tail(group: Group, p: int, lines: int = STDERR_TAIL_LINES) -> list[str]:

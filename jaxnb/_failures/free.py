@@ -23,9 +23,13 @@ import time
 
 import psutil
 
-from jaxnb import _ipp, _remote_release, _sockets
+from jaxnb._core import ipp_internals
+
+from jaxnb._hosts import remote_release
+
+from jaxnb._hosts import sockets
 from jaxnb._failures import detect
-from jaxnb._state import Group
+from jaxnb._core.state import Group
 
 #: How long processes get to stop after SIGINT before their collectives are cut.
 INTERRUPT_WAIT_SECONDS = 1.5
@@ -58,7 +62,7 @@ def stop_survivors(group: Group, dead: dict[int, str]) -> list[int]:
         signal_processes(group, survivors, signal.SIGKILL)
     if group.options.is_local:  # wait until they are gone (they are our children)
         launchers = [detect.launcher_of(group, group.processes[p].pid) for p in survivors]
-        killed = [_ipp.launcher_process(launcher) for launcher in launchers if launcher is not None]
+        killed = [ipp_internals.launcher_process(launcher) for launcher in launchers if launcher is not None]
         detect.wait_gone([k for k in killed if k is not None], KILL_WAIT_SECONDS, poll=0.01)
     return survivors
 
@@ -167,9 +171,9 @@ def cut_collectives(group: Group) -> bool:
     if not can_cut(group):
         return False
     if group.options.is_local:
-        done = sum(_sockets.shut_down(pid, fds) for pid, fds in gloo_sockets(group).items())
+        done = sum(sockets.shut_down(pid, fds) for pid, fds in gloo_sockets(group).items())
     else:
-        done = _remote_release.cut(group)
+        done = remote_release.cut(group)
     if done:
         group.group_cut = True
     return bool(done)

@@ -17,12 +17,12 @@ import sys
 import time
 from typing import Any
 
-from jaxnb import _startup
-from jaxnb._contract import EngineCall
-from jaxnb._errors import ClusterStateError
+from jaxnb._lifecycle import startup
+from jaxnb._core.contract import EngineCall
+from jaxnb._core.errors import ClusterStateError
 from jaxnb._failures import detect, explain, free, stacks
-from jaxnb._messages import RESTART, first_line, label, labels
-from jaxnb._state import Group
+from jaxnb._core.messages import RESTART, first_line, label, labels
+from jaxnb._core.state import Group
 
 _CHECK = EngineCall("jaxnb._engine.repair:check")
 _REJOIN = EngineCall("jaxnb._engine.repair:reinitialize")
@@ -180,11 +180,11 @@ def _still_busy(group: Group, still: list[int], dumps: dict[int, str] | None = N
 
 def _reinitialize(group: Group) -> float:
     """Every process leaves the group and joins a new one on a new port; seconds taken."""
-    coordinator = _startup.coordinator_address(group, group.engine_for(0))
+    coordinator = startup.coordinator_address(group, group.engine_for(0))
     hosts = [info.host for info in group.processes]
     pending = [
         group.engine(p).apply_async(_REJOIN, params)
-        for p, params in enumerate(_startup.join_params(group.options, coordinator, hosts))
+        for p, params in enumerate(startup.join_params(group.options, coordinator, hosts))
     ]
     deadline = time.monotonic() + group.options.init_timeout + 10
     seconds = 0.0

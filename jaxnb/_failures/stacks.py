@@ -16,9 +16,9 @@ import os
 import re
 import time
 
-from jaxnb._contract import STACK_SIGNAL, stack_file
-from jaxnb._messages import label
-from jaxnb._state import Group
+from jaxnb._core.contract import STACK_SIGNAL, stack_file
+from jaxnb._core.messages import label
+from jaxnb._core.state import Group
 
 #: How long to wait for the engines to write their dumps.
 DUMP_TIMEOUT_SECONDS = 1.0
@@ -33,7 +33,7 @@ NO_DUMP = "(no stack dump: the engine runs on another host or did not answer)"
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<func>.*)$')
 _CELL_FILE = re.compile(r"(?:ipykernel_\d+[/\\](?P<name>\d+)\.py|<ipython-input-[^>]*>)$")
 #: The outermost frame of an engine's main thread, started by ``python -m`` (runpy)
-#: or ``python -c`` (see :func:`jaxnb._launch.python_cmd`).
+#: or ``python -c`` (see :func:`jaxnb._lifecycle.launch.python_cmd`).
 _OUTERMOST = ("_run_module_as_main", "<module>")
 _HEADER = re.compile(r"^(?:Current thread 0x|Thread 0x|Stack \(most recent call first\))")
 _cells: collections.OrderedDict[str, str] = collections.OrderedDict()
@@ -83,9 +83,9 @@ def section(group: Group, p: int, dump: str | None, cell_code: str = "") -> str:
 def request(group: Group, processes: list[int]) -> dict[int, str]:
     """Ask the processes to dump their stacks now; their dump files by process."""
     if not group.options.is_local:  # on their hosts, over ssh; local copies
-        from jaxnb import _remote
+        from jaxnb._hosts import remote
 
-        return _remote.request_stacks(group, processes)
+        return remote.request_stacks(group, processes)
     paths = {}
     for p in processes:
         info = group.processes[p]

@@ -1,6 +1,6 @@
 """Watch a running cell or training run: dead processes, divergence, timeouts, interrupts.
 
-Each becomes a :class:`~jaxnb._errors.ProcessFailure` within seconds (or, for
+Each becomes a :class:`~jaxnb._core.errors.ProcessFailure` within seconds (or, for
 an interrupt, a note before the ``KeyboardInterrupt``), naming the processes
 and where the still-running ones wait. Processes left running are interrupted
 and, if blocked in a collective, freed (:mod:`.free`); the group is then
@@ -16,10 +16,10 @@ from typing import Any
 
 import psutil
 
-from jaxnb._errors import ProcessFailure, traceback_text
+from jaxnb._core.errors import ProcessFailure, traceback_text
 from jaxnb._failures import cause, detect, explain, free, stacks
-from jaxnb._messages import RESET, RESTART, first_line, label, labels
-from jaxnb._state import Group
+from jaxnb._core.messages import RESET, RESTART, first_line, label, labels
+from jaxnb._core.state import Group
 
 #: After the first process finishes, how long the others may still run before
 #: jaxnb looks at where they are (they may be waiting in a collective).

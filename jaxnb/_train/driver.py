@@ -11,12 +11,12 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from jaxnb import _ipp
-from jaxnb._contract import EngineCall
-from jaxnb._errors import ClusterStateError, remote_error
-from jaxnb._messages import BUSY, RESET, RESTART
-from jaxnb._run_folder import check_fresh_run
-from jaxnb._state import Group
+from jaxnb._core import ipp_internals
+from jaxnb._core.contract import EngineCall
+from jaxnb._core.errors import ClusterStateError, remote_error
+from jaxnb._core.messages import BUSY, RESET, RESTART
+from jaxnb._core.run_folder import check_fresh_run
+from jaxnb._core.state import Group
 from jaxnb._train import function, handover
 from jaxnb._train.interrupts import InterruptCounter
 from jaxnb._train.monitor import Monitor
@@ -230,7 +230,7 @@ def _prepare(group: Group, spec: dict[str, Any]) -> None:
     ar = group.view.apply_async(_PREPARE, spec)
     if not ar.wait(PREPARE_TIMEOUT_SECONDS):
         raise ClusterStateError(NOT_ANSWERING.format(timeout=PREPARE_TIMEOUT_SECONDS))
-    replies = dict(zip(group.indices, (f.result() for f in _ipp.futures(ar)), strict=True))
+    replies = dict(zip(group.indices, (f.result() for f in ipp_internals.futures(ar)), strict=True))
     errors = {p: r for p, r in replies.items() if isinstance(r, BaseException)}
     if errors:
         raise remote_error(errors)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from jaxnb._state import Group
+from jaxnb._core.state import Group
 
 #: How long a new run waits for a run that was asked to stop to let go of the engines.
 STOP_WAIT_SECONDS = 15.0

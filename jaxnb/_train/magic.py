@@ -10,7 +10,7 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from jaxnb._errors import ClusterStateError
+from jaxnb._core.errors import ClusterStateError
 
 _CONFIG = re.compile(r"(?:^|\s)--config(?:=|\s+|$)")
 _NEXT_FLAG = re.compile(

@@ -10,16 +10,16 @@ import time
 from collections import deque
 from typing import Any
 
-from jaxnb import _ipp
-from jaxnb._contract import STOP_SIGNAL
-from jaxnb._errors import RemoteError, remote_error
+from jaxnb._core import ipp_internals
+from jaxnb._core.contract import STOP_SIGNAL
+from jaxnb._core.errors import RemoteError, remote_error
 from jaxnb._failures import detect, free, stacks
 from jaxnb._failures.watch import died
-from jaxnb._live import LiveMerger
-from jaxnb._live_panel import live_options
-from jaxnb._messages import RESET, RESTART, label, labels
-from jaxnb._run_folder import Checkpoint, remember_user_checkpoint
-from jaxnb._state import Group
+from jaxnb._cells.live import LiveMerger
+from jaxnb._cells.live_panel import live_options
+from jaxnb._core.messages import RESET, RESTART, label, labels
+from jaxnb._core.run_folder import Checkpoint, remember_user_checkpoint
+from jaxnb._core.state import Group
 from jaxnb._train.receive import Receiver
 from jaxnb._train.result import Result
 from jaxnb._widgets.dashboard import Dashboard
@@ -51,7 +51,7 @@ class Monitor:
     def __init__(self, group: Group, ar: Any, result: Result, dashboard: Dashboard) -> None:
         self.group, self.ar, self.result, self.dashboard = group, ar, result, dashboard
         self.processes = group.indices
-        self.futures = dict(zip(self.processes, _ipp.futures(ar), strict=True))
+        self.futures = dict(zip(self.processes, ipp_internals.futures(ar), strict=True))
         self.md = {p: f.output.metadata for p, f in self.futures.items()}
         self.receivers = {p: Receiver(self.md[p]["data"]) for p in self.processes}
         # Identical lines as they come; the rest, tidy, at the end (bounded, full logs saved).

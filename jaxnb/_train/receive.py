@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jaxnb._contract import REPORT_KEY as KEY
+from jaxnb._core.contract import REPORT_KEY as KEY
 
 
 class Receiver:

@@ -2,7 +2,7 @@
 
 When a process dies (signal, exit) or its host is lost — and the collectives
 of the others fail because of it — the run goes on: the group is restarted with
-the same options, the recorded setup is replayed (:mod:`jaxnb._replay`), and the
+the same options, the recorded setup is replayed (:mod:`jaxnb._cells.replay`), and the
 function runs again from the latest checkpoint, exactly as ``--resume`` would
 find it, with the same dashboard and the same ``Result``. An exception raised
 by the function on a live process is a bug, not a lost process: it is never
@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from jaxnb._errors import ProcessFailure
-from jaxnb._messages import GROUP_BROKEN
-from jaxnb._run_folder import Checkpoint, check_fresh_run
+from jaxnb._core.errors import ProcessFailure
+from jaxnb._core.messages import GROUP_BROKEN
+from jaxnb._core.run_folder import Checkpoint, check_fresh_run
 from jaxnb._train.result import Failure
 
 NOT_RETRIED = (

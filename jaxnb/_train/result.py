@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from jaxnb._run_folder import Checkpoint
+from jaxnb._core.run_folder import Checkpoint
 
 
 @dataclasses.dataclass

@@ -27,7 +27,7 @@ import dataclasses
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from jaxnb._messages import label
+from jaxnb._core.messages import label
 
 #: Lines of one stream written to the page per cell, at most (live and at the end).
 PAGE_LINES = 2000

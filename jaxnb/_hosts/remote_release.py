@@ -13,8 +13,10 @@ import json
 import pathlib
 from typing import Any
 
-from jaxnb import _remote, _ssh
-from jaxnb._state import Group
+from jaxnb._hosts import remote
+
+from jaxnb._hosts import ssh
+from jaxnb._core.state import Group
 
 #: Run on the hosts, sent as text (the same module cuts local engines' connections).
 _SOCKETS_SCRIPT = pathlib.Path(__file__).with_name("_sockets.py")
@@ -22,7 +24,7 @@ _SOCKETS_SCRIPT = pathlib.Path(__file__).with_name("_sockets.py")
 
 def _run(launcher: Any, request: dict) -> Any:
     code = _SOCKETS_SCRIPT.read_text() + "\nimport sys\nmain(sys.argv[1])\n"
-    out = _ssh.run_python(launcher, code, json.dumps(request))
+    out = ssh.run_python(launcher, code, json.dumps(request))
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -30,9 +32,9 @@ def cut(group: Group) -> int:
     """Shut down every engine-to-engine gloo connection on every host; how many were shut."""
     hosts: dict[str, tuple[Any, list[int]]] = {}
     for p in group.indices:
-        launcher = _remote.launcher_of(group, p)
-        if launcher is not None and not _ssh.exited(launcher):
-            host = _ssh.place(launcher)[0]
+        launcher = remote.launcher_of(group, p)
+        if launcher is not None and not ssh.exited(launcher):
+            host = ssh.place(launcher)[0]
             hosts.setdefault(host, (launcher, []))[1].append(group.processes[p].pid)
     if not hosts:
         return 0

@@ -14,10 +14,12 @@ import signal
 
 import psutil
 
-from jaxnb import _ipp, _remote
-from jaxnb._contract import EngineCall
+from jaxnb._core import ipp_internals
+
+from jaxnb._hosts import remote
+from jaxnb._core.contract import EngineCall
 from jaxnb._failures import detect
-from jaxnb._state import Group
+from jaxnb._core.state import Group
 
 #: How long stopped processes get to disappear after SIGKILL.
 KILL_WAIT_SECONDS = 5.0
@@ -29,9 +31,9 @@ _LEAVE_GROUP = EngineCall("jaxnb._engine.process:shutdown")
 def stop_all(group: Group) -> None:
     """Stop the engines and the controller of ``group``; remove its key files and folder."""
     ipp_cluster, client, local = group.ipp, group.client, group.options.is_local
-    launched = [_ipp.launcher_process(lch) for lch in group.launchers.values()]
+    launched = [ipp_internals.launcher_process(lch) for lch in group.launchers.values()]
     group.clear()
-    over_ssh = bool(_remote.ssh_sets(ipp_cluster))  # killed on their hosts below: no goodbyes
+    over_ssh = bool(remote.ssh_sets(ipp_cluster))  # killed on their hosts below: no goodbyes
     if client is not None and not local and not over_ssh:
         with contextlib.suppress(Exception):  # every engine leaves at once: none waits
             client[:].apply_async(_LEAVE_GROUP).wait(REMOTE_SHUTDOWN_SECONDS)
@@ -39,7 +41,7 @@ def stop_all(group: Group) -> None:
         with contextlib.suppress(Exception):
             client.close()
     if ipp_cluster is not None:
-        launched += [_ipp.launcher_process(lch) for lch in _ipp.engine_launchers(ipp_cluster)]
+        launched += [ipp_internals.launcher_process(lch) for lch in ipp_internals.engine_launchers(ipp_cluster)]
         engines = {p.pid: p for p in launched if p is not None} if local else {}
         _stop_processes(ipp_cluster, list(engines.values()), local)
     if group.stacks_dir is not None:
@@ -49,7 +51,7 @@ def stop_all(group: Group) -> None:
 
 def _stop_processes(ipp_cluster: object, engines: list[psutil.Process], local: bool) -> None:
     if not local:  # engines on other hosts: SIGKILL on every host at once; close the ssh connections
-        _remote.stop(ipp_cluster)
+        remote.stop(ipp_cluster)
     _kill_all(engines, ipp_cluster)
     with contextlib.suppress(Exception):
         ipp_cluster.stop_engines_sync()
@@ -57,7 +59,7 @@ def _stop_processes(ipp_cluster: object, engines: list[psutil.Process], local: b
         ipp_cluster.stop_controller_sync()
     with contextlib.suppress(Exception):
         ipp_cluster.remove_cluster_file()
-    for path in _ipp.key_files(ipp_cluster):
+    for path in ipp_internals.key_files(ipp_cluster):
         with contextlib.suppress(OSError):
             os.unlink(path)
 
@@ -69,7 +71,7 @@ def _kill_all(engines: list[psutil.Process], ipp_cluster: object) -> None:
         with contextlib.suppress(psutil.Error):
             family.extend(proc.children(recursive=True))
         family.append(proc)
-    controller = _ipp.controller_process(ipp_cluster)
+    controller = ipp_internals.controller_process(ipp_cluster)
     if controller is not None:
         with contextlib.suppress(psutil.Error):
             family.extend(controller.children(recursive=True))

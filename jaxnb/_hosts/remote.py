@@ -1,7 +1,7 @@
 """The notebook side of engines on other hosts: check the hosts, notice lost engines, stop.
 
-Hook points in the cluster lifecycle (:mod:`jaxnb._startup`, :mod:`jaxnb._failures.detect`,
-:mod:`jaxnb._shutdown`) call these; everything ssh-specific lives in :mod:`jaxnb._ssh`.
+Hook points in the cluster lifecycle (:mod:`jaxnb._lifecycle.startup`, :mod:`jaxnb._failures.detect`,
+:mod:`jaxnb._lifecycle.shutdown`) call these; everything ssh-specific lives in :mod:`jaxnb._hosts.ssh`.
 """
 
 from __future__ import annotations
@@ -13,17 +13,17 @@ from typing import Any
 
 import ipyparallel as ipp
 
-from jaxnb import _ssh
-from jaxnb._errors import StartError
-from jaxnb._options import ClusterOptions
-from jaxnb._state import Group
+from jaxnb._hosts import ssh
+from jaxnb._core.errors import StartError
+from jaxnb._core.options import ClusterOptions
+from jaxnb._core.state import Group
 
 
-def ssh_sets(ipp_cluster: ipp.Cluster | None) -> list[_ssh.FastSSHEngineSetLauncher]:
+def ssh_sets(ipp_cluster: ipp.Cluster | None) -> list[ssh.FastSSHEngineSetLauncher]:
     """The cluster's engine sets started over ssh."""
     if ipp_cluster is None:
         return []
-    return [s for s in ipp_cluster.engines.values() if isinstance(s, _ssh.FastSSHEngineSetLauncher)]
+    return [s for s in ipp_cluster.engines.values() if isinstance(s, ssh.FastSSHEngineSetLauncher)]
 
 
 def control_dir(ipp_cluster: ipp.Cluster) -> str:
@@ -42,9 +42,9 @@ def start_launch(ipp_cluster: ipp.Cluster, options: ClusterOptions, env: dict[st
 
     def check() -> None:
         if remote:
-            _ssh.check_hosts(
+            ssh.check_hosts(
                 remote, options.resolved_python(), forward,
-                control_dir(ipp_cluster), _ssh.remote_log_dir(ipp_cluster.profile_dir),
+                control_dir(ipp_cluster), ssh.remote_log_dir(ipp_cluster.profile_dir),
                 timeout=min(options.init_timeout, 20.0),
             )
 
@@ -54,7 +54,7 @@ def start_launch(ipp_cluster: ipp.Cluster, options: ClusterOptions, env: dict[st
             checked = pool.submit(check)
             # Launch once the check's connections are up (the launch then shares them).
             targets = len({e.target for e in remote})
-            _ssh.wait_connected(control_dir(ipp_cluster), targets, checked.done, timeout=10)
+            ssh.wait_connected(control_dir(ipp_cluster), targets, checked.done, timeout=10)
             try:
                 ipp_cluster.start_engines_sync(environment=env)
             except BaseException as exc:
@@ -100,11 +100,11 @@ def send_connection_file(ipp_cluster: ipp.Cluster, timeout: float) -> None:
     first = {}
     for engine_set in ssh_sets(ipp_cluster):
         for launcher in engine_set.launchers.values():
-            if isinstance(launcher, _ssh.FastSSHEngineLauncher):
+            if isinstance(launcher, ssh.FastSSHEngineLauncher):
                 first.setdefault(launcher.location, launcher)
     if first:
         with concurrent.futures.ThreadPoolExecutor(len(first)) as pool:
-            list(pool.map(lambda lch: _ssh.send_text(lch, text), first.values()))
+            list(pool.map(lambda lch: ssh.send_text(lch, text), first.values()))
 
 
 def exited_engines(ipp_cluster: ipp.Cluster | None) -> list[tuple[str, int, str]]:
@@ -112,20 +112,20 @@ def exited_engines(ipp_cluster: ipp.Cluster | None) -> list[tuple[str, int, str]
     found = []
     for engine_set in ssh_sets(ipp_cluster):
         for launcher in engine_set.launchers.values():
-            if _ssh.exited(launcher):
+            if ssh.exited(launcher):
                 found.append((launcher.location, launcher.pid, launcher.remote_tail()))
     return found
 
 
 def exit_status(log: str) -> str | None:
-    """How a remote engine ended, from its log (see :func:`jaxnb._ssh.reporting_exit`)."""
-    return _ssh.exit_status(log)
+    """How a remote engine ended, from its log (see :func:`jaxnb._hosts.ssh.reporting_exit`)."""
+    return ssh.exit_status(log)
 
 
 def exited_how(launcher: Any) -> str:
     """``was killed by SIGKILL on host``: read from its log on its host (the shell around it
     writes the status there)."""
-    how = _ssh.exit_status(launcher.remote_tail(5)) if not _unreachable_now(launcher) else None
+    how = ssh.exit_status(launcher.remote_tail(5)) if not _unreachable_now(launcher) else None
     return f"{how or 'exited'} on {launcher.location}"
 
 
@@ -149,7 +149,7 @@ def explain_lost(group: Group, processes: list[int]) -> dict[int, str]:
         launcher = launcher_of(group, p)
         if launcher is None:
             continue
-        if not isinstance(launcher, _ssh.FastSSHEngineLauncher):
+        if not isinstance(launcher, ssh.FastSSHEngineLauncher):
             continue  # this machine's engine: jaxnb._health sees how it ended
         if launcher.exited:
             found[p] = exited_how(launcher)
@@ -158,7 +158,7 @@ def explain_lost(group: Group, processes: list[int]) -> dict[int, str]:
     if probe:
         with concurrent.futures.ThreadPoolExecutor(len(probe)) as pool:
             answers = dict(zip(probe, pool.map(
-                lambda lch: _ssh.probe(lch.location, lch.pid, directory), probe.values()
+                lambda lch: ssh.probe(lch.location, lch.pid, directory), probe.values()
             ), strict=True))
         for p, (why, alive) in answers.items():
             host = probe[p].location
@@ -177,7 +177,7 @@ def log_of(group: Group, p: int) -> str:
     launcher = launcher_of(group, p)
     if launcher is None:
         return ""
-    if not isinstance(launcher, _ssh.FastSSHEngineLauncher):
+    if not isinstance(launcher, ssh.FastSSHEngineLauncher):
         return str(launcher.get_output() or "")
     seen = _unreachable.get(launcher.location)
     if seen is not None and time.monotonic() - seen < UNREACHABLE_MEMORY_SECONDS:
@@ -194,7 +194,7 @@ def launcher_of(group: Group, p: int) -> Any:
     pids = {pid for pid in (info.pid, getattr(info, "parent_pid", 0)) if pid > 1}
     for engine_set in ssh_sets(group.ipp):
         for launcher in engine_set.launchers.values():
-            if _ssh.started_pid(launcher) in pids:
+            if ssh.started_pid(launcher) in pids:
                 group.remote_launchers[p] = launcher
                 return launcher
     return None
@@ -203,13 +203,13 @@ def launcher_of(group: Group, p: int) -> Any:
 def stop(ipp_cluster: ipp.Cluster) -> None:
     """SIGKILL every remote engine on its host (all at once), then close the ssh connections."""
     for key, engine_set in list(ipp_cluster.engines.items()):
-        if isinstance(engine_set, _ssh.FastSSHEngineSetLauncher):
+        if isinstance(engine_set, ssh.FastSSHEngineSetLauncher):
             engine_set.kill_all()
             ipp_cluster.engines.pop(key)  # done: ipyparallel's own stop would ssh again
     directory = control_dir(ipp_cluster)
     if directory:
         targets = list(ipp_cluster.config.SSHEngineSetLauncher.get("engines", {}))
-        _ssh.close_connections(directory, targets)
+        ssh.close_connections(directory, targets)
 
 
 #: Run on a host with its engines' pids and stack files: ask each main thread for a dump
@@ -251,8 +251,8 @@ def request_stacks(group: Group, processes: list[int]) -> dict[int, str]:
     hosts: dict[str, tuple[Any, list[int]]] = {}
     for p in processes:
         launcher = launcher_of(group, p)
-        if launcher is not None and not _ssh.exited(launcher):
-            hosts.setdefault(_ssh.place(launcher)[0], (launcher, []))[1].append(p)
+        if launcher is not None and not ssh.exited(launcher):
+            hosts.setdefault(ssh.place(launcher)[0], (launcher, []))[1].append(p)
     folder = group.stacks_dir or ""
 
     def dump(location: str) -> dict[int, str]:
@@ -263,7 +263,7 @@ def request_stacks(group: Group, processes: list[int]) -> dict[int, str]:
         if seen is not None and time.monotonic() - seen < UNREACHABLE_MEMORY_SECONDS:
             return {}
         try:
-            out = _ssh.run_python(launcher, _DUMP_STACKS, json.dumps(jobs))
+            out = ssh.run_python(launcher, _DUMP_STACKS, json.dumps(jobs))
             texts = json.loads(out.strip().splitlines()[-1])
         except Exception:  # a host that does not answer: its processes show no dump
             return {}
@@ -289,7 +289,7 @@ def host_order(group: Group, engine_ids: list[int], family: list) -> list[int]:
     rank = {}
     for engine_set in ssh_sets(group.ipp):
         for launcher in engine_set.launchers.values():
-            target, i = _ssh.place(launcher)
+            target, i = ssh.place(launcher)
             if target in targets:
                 rank[launcher.pid] = (targets.index(target), i)
     def key(k: int) -> tuple[int, int]:

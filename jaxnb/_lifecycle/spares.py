@@ -18,10 +18,12 @@ from typing import Any
 
 import psutil
 
-from jaxnb import _ipp, _startup
-from jaxnb._contract import EngineCall
+from jaxnb._core import ipp_internals
+
+from jaxnb._lifecycle import startup
+from jaxnb._core.contract import EngineCall
 from jaxnb._failures import detect
-from jaxnb._state import Group
+from jaxnb._core.state import Group
 
 _PIDS = EngineCall("jaxnb._engine.process:pids")
 
@@ -64,11 +66,11 @@ def _top_up(group: Group, ipp_cluster: Any) -> None:
     missing = wanted(group) - len(_alive(group, group.spare_pids))
     if missing <= 0 or ipp_cluster is None or group.ipp is not ipp_cluster or group.engine_env is None:
         return
-    before = set(_ipp.launched_engines(ipp_cluster))
+    before = set(ipp_internals.launched_engines(ipp_cluster))
     ipp_cluster.start_engines_sync(n=missing, environment=dict(group.engine_env))
-    started = set(_ipp.launched_engines(ipp_cluster)) - before
+    started = set(ipp_internals.launched_engines(ipp_cluster)) - before
     group.spare_pids.update(started)
-    group.launchers.update(_ipp.launched_engines(ipp_cluster))
+    group.launchers.update(ipp_internals.launched_engines(ipp_cluster))
 
 
 def ready(group: Group) -> list[int]:
@@ -108,7 +110,7 @@ def _swap(group: Group) -> bool:
     group.view.block = False
     group.processes = []
     group.suspect, group.group_cut, group.busy_with, group.current_run = None, False, None, None
-    _startup.join_group(group)
+    startup.join_group(group)
     group.spare_pids.difference_update(info.pid for info in group.processes)
     return True
 
@@ -124,7 +126,7 @@ def _alive(group: Group, pids: set[int]) -> set[int]:
     alive = set()
     for pid in pids:
         launcher = detect.launcher_of(group, pid)
-        process = _ipp.launcher_process(launcher) if launcher is not None else None
+        process = ipp_internals.launcher_process(launcher) if launcher is not None else None
         if process is not None and not detect.has_exited(process):
             alive.add(pid)
     return alive

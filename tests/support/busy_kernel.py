@@ -13,7 +13,9 @@ import time
 
 import psutil
 
-from jaxnb import JaxCluster, _ipp
+from jaxnb import JaxCluster
+
+from jaxnb._core import ipp_internals
 
 cluster = JaxCluster(n=2).start()
 cluster.run("import jax, numpy as np")
@@ -28,6 +30,6 @@ cluster.view.execute(
 )
 time.sleep(1.0)
 family = [p.pid for p in psutil.Process().children(recursive=True)]
-files = [*_ipp.key_files(cluster.group.ipp), cluster.group.stacks_dir]
+files = [*ipp_internals.key_files(cluster.group.ipp), cluster.group.stacks_dir]
 print(json.dumps({"pids": family, "files": files}), flush=True)
 time.sleep(600)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from jaxnb._contract import MISSING, EngineCall
-from jaxnb._state import Group
+from jaxnb._core.contract import MISSING, EngineCall
+from jaxnb._core.state import Group
 
 _FETCH = EngineCall("jaxnb._engine.values:fetch")
 

@@ -1,11 +1,11 @@
 """``--all``: every process's output in full, each under its label (the merged form is
-:mod:`jaxnb._live`)."""
+:mod:`jaxnb._cells.live`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from jaxnb._messages import label
+from jaxnb._core.messages import label
 
 
 def write_raw(processes: Sequence[int], texts: dict[int, str], write: Callable[[str], None]) -> None:

@@ -16,15 +16,19 @@ from typing import Any
 
 import ipyparallel as ipp
 
-from jaxnb import _ipp, _launch, _remote
-from jaxnb._contract import ENV_CLEANUP_FILES, ENV_CONTROLLER_PID, ENV_PARENT_PID, EngineCall, JoinParams
-from jaxnb._errors import StartError
+from jaxnb._core import ipp_internals
+
+from jaxnb._lifecycle import launch
+
+from jaxnb._hosts import remote
+from jaxnb._core.contract import ENV_CLEANUP_FILES, ENV_CONTROLLER_PID, ENV_PARENT_PID, EngineCall, JoinParams
+from jaxnb._core.errors import StartError
 from jaxnb._failures import detect, explain
-from jaxnb._options import ClusterOptions
-from jaxnb._state import Group, ProcessInfo
+from jaxnb._core.options import ClusterOptions
+from jaxnb._core.state import Group, ProcessInfo
 
 #: The controller, started through jaxnb's wrapper (it adds the kernel-death watchdog).
-CONTROLLER_CMD = _launch.python_cmd("jaxnb._engine.controller")
+CONTROLLER_CMD = launch.python_cmd("jaxnb._engine.controller")
 _IDENTITY = EngineCall("jaxnb._engine.process:identity")
 _INITIALIZE = EngineCall("jaxnb._engine.process:initialize")
 _HOST_ADDRESS = EngineCall("jaxnb._engine.process:host_address")
@@ -37,25 +41,25 @@ def start_engines(group: Group) -> None:
     options = group.options
     n = options.resolved_n()
     group.stacks_dir = tempfile.mkdtemp(prefix="jaxnb-")
-    ipp_cluster = group.ipp = _launch.build_cluster(options)
-    cleanup = os.pathsep.join([*_ipp.key_files(ipp_cluster), group.stacks_dir])
+    ipp_cluster = group.ipp = launch.build_cluster(options)
+    cleanup = os.pathsep.join([*ipp_internals.key_files(ipp_cluster), group.stacks_dir])
     watchdog = {ENV_PARENT_PID: str(os.getpid()), ENV_CLEANUP_FILES: cleanup}
-    env = _launch.engine_environment(options, group.stacks_dir)
+    env = launch.engine_environment(options, group.stacks_dir)
     # --hosts: check the hosts, then launch, in the background while the controller starts.
-    launched = _remote.start_launch(ipp_cluster, options, env) if options.hosts else None
+    launched = remote.start_launch(ipp_cluster, options, env) if options.hosts else None
     ipp_cluster.start_controller_sync(controller_cmd=CONTROLLER_CMD, environment=watchdog)
     if launched is not None:
         launched()  # a StartError naming each host that cannot run an engine
-        _remote.send_connection_file(ipp_cluster, options.init_timeout)  # the engines wait for it
+        remote.send_connection_file(ipp_cluster, options.init_timeout)  # the engines wait for it
     if options.is_local:
         env.update(watchdog)
-        controller = _ipp.controller_process(ipp_cluster)
+        controller = ipp_internals.controller_process(ipp_cluster)
         if controller is not None:
             env[ENV_CONTROLLER_PID] = str(controller.pid)
     group.engine_env = dict(env)
     if launched is None:
         ipp_cluster.start_engines_sync(environment=env)
-    group.launchers = _ipp.launched_engines(ipp_cluster)
+    group.launchers = ipp_internals.launched_engines(ipp_cluster)
     group.client = client = ipp_cluster.connect_client_sync()
     deadline = time.monotonic() + options.init_timeout
     while len(client.ids) < n:
@@ -81,7 +85,7 @@ def join_group(group: Group) -> None:
         raise
     if group.options.hosts:  # process 0 on the first host, and so on (a TPU slice's worker order)
         family = view.apply_async(_PIDS).get(timeout=30)
-        ordered = _remote.host_order(group, engine_ids, family)
+        ordered = remote.host_order(group, engine_ids, family)
         identities = [identities[engine_ids.index(eid)] for eid in ordered]
         engine_ids = ordered
         group.view = view = client[engine_ids]
@@ -94,7 +98,7 @@ def join_group(group: Group) -> None:
         for index, eid in enumerate(engine_ids)
     }
     pids = {index: pid for index, (_, pid) in enumerate(identities)}
-    group.launchers.update(_ipp.launched_engines(group.ipp))
+    group.launchers.update(ipp_internals.launched_engines(group.ipp))
     infos = wait_joined(group, pending, pids, coordinator)
     group.processes = [
         ProcessInfo(
@@ -112,7 +116,7 @@ def join_group(group: Group) -> None:
     ]
     if group.options.hosts:  # remember each remote engine's launcher while ipyparallel has it
         for index in range(len(engine_ids)):
-            _remote.launcher_of(group, index)
+            remote.launcher_of(group, index)
     group.suspect = None
 
 
@@ -173,7 +177,7 @@ def wait_joined(
 
     def raise_if_dead(index: int) -> None:
         launcher = detect.launcher_of(group, pids[index])
-        process = _ipp.launcher_process(launcher) if launcher is not None else None
+        process = ipp_internals.launcher_process(launcher) if launcher is not None else None
         how = detect.exit_of(process) if process is not None else None
         if how is not None:
             raise StartError(
@@ -209,15 +213,15 @@ def wait_joined(
 
 def raise_if_engines_exited(group: Group) -> None:
     """A :class:`StartError` with its last log lines if an engine has exited."""
-    for host, pid, log in _remote.exited_engines(group.ipp):
-        how = _remote.exit_status(log) or "exited"
+    for host, pid, log in remote.exited_engines(group.ipp):
+        how = remote.exit_status(log) or "exited"
         raise StartError(
             f"the engine on {host} (pid {pid}) {how} during start-up; see its last lines "
             f"below, fix the cause and start again\n{explain.indented_tail(log)}"
         )
-    group.launchers.update(_ipp.launched_engines(group.ipp))
+    group.launchers.update(ipp_internals.launched_engines(group.ipp))
     for launcher in group.launchers.values():
-        process = _ipp.launcher_process(launcher)
+        process = ipp_internals.launcher_process(launcher)
         how = detect.exit_of(process) if process is not None else None
         if how is not None:
             raise StartError(

@@ -82,7 +82,7 @@ def this_worker(workers: tuple[str, ...], env: dict[str, str], ask_metadata: boo
         if not text.strip().isdigit() or int(text) >= len(workers):
             raise SliceError(f"TPU_WORKER_ID={text!r} is not one of 0..{len(workers) - 1}; fix it")
         return int(text)
-    from jaxnb._hosts import HostError, route_address
+    from jaxnb._core.host_entries import HostError, route_address
 
     for index, worker in enumerate(workers):
         try:

@@ -43,7 +43,7 @@ class ClusterOptions:
     spares: int | None = None
 
     def __post_init__(self) -> None:
-        from jaxnb._hosts import HostError, check_address, parse_entry
+        from jaxnb._core.host_entries import HostError, check_address, parse_entry
 
         try:  # normalised `[user@]host[:count]` entries
             object.__setattr__(self, "hosts", tuple(str(parse_entry(h)) for h in self.hosts))
@@ -93,8 +93,8 @@ class ClusterOptions:
         return DEFAULT_CPU_PROCESSES
 
     def host_entries(self) -> tuple:
-        """``--hosts`` as :class:`jaxnb._hosts.HostEntry` values."""
-        from jaxnb._hosts import parse_entry
+        """``--hosts`` as :class:`jaxnb._core.host_entries.HostEntry` values."""
+        from jaxnb._core.host_entries import parse_entry
 
         return tuple(parse_entry(h) for h in self.hosts)
 

@@ -109,7 +109,7 @@ class LivePanel:
 
 
 def save_outputs(stream: str) -> Callable[[dict[int, str]], str]:
-    """A ``save_log`` for :class:`jaxnb._live.LiveMerger`: each process's text to a file.
+    """A ``save_log`` for :class:`jaxnb._cells.live.LiveMerger`: each process's text to a file.
 
     The files go to a new folder under the temporary directory; the folder's
     name is what the page's note shows.
@@ -125,5 +125,5 @@ def save_outputs(stream: str) -> Callable[[dict[int, str]], str]:
 
 
 def live_options(stream: str) -> dict:
-    """The ``save_log`` and ``flush`` of the :class:`jaxnb._live.LiveMerger` of ``sys.<stream>``."""
+    """The ``save_log`` and ``flush`` of the :class:`jaxnb._cells.live.LiveMerger` of ``sys.<stream>``."""
     return {"save_log": save_outputs(stream), "flush": getattr(sys, stream).flush}

@@ -16,8 +16,8 @@ from typing import Any
 import ipyparallel as ipp
 from traitlets.config import Config
 
-from jaxnb._contract import ENV_CONTROLLER_ADDRESS, ENV_PLATFORM, ENV_STACKS_DIR
-from jaxnb._options import ClusterOptions
+from jaxnb._core.contract import ENV_CONTROLLER_ADDRESS, ENV_PLATFORM, ENV_STACKS_DIR
+from jaxnb._core.options import ClusterOptions
 
 #: Controller heartbeat period (ms): engines register after their first beat.
 HEARTBEAT_MS = 50
@@ -67,8 +67,8 @@ def controller_ip(options: ClusterOptions) -> str:
         return "127.0.0.1"
     if options.address:
         return options.address
-    from jaxnb._errors import StartError
-    from jaxnb._hosts import HostError, controller_address, default_address
+    from jaxnb._core.errors import StartError
+    from jaxnb._core.host_entries import HostError, controller_address, default_address
 
     if not options.hosts:  # mpi, slurm, ...: the nodes are not known in advance
         return default_address()
@@ -96,19 +96,19 @@ def build_cluster(options: ClusterOptions) -> ipp.Cluster:
     config.LocalEngineLauncher.engine_cmd = engine_cmd
     config.LocalEngineSetLauncher.engine_cmd = engine_cmd
     if options.hosts:
-        from jaxnb import _ssh
-        from jaxnb._hosts import engine_counts
+        from jaxnb._hosts import ssh
+        from jaxnb._core.host_entries import engine_counts
 
         config.SSHEngineSetLauncher.engines = engine_counts(options.host_entries())
         config.SSHLauncher.remote_python = python
-        control_dir = _ssh.new_control_dir()
+        control_dir = ssh.new_control_dir()
         config.FastSSHEngineSetLauncher.control_dir = control_dir
         # Over ssh, under a shell that writes the engine's exit status to its log.
-        config.FastSSHEngineSetLauncher.engine_cmd = _ssh.reporting_exit(engine_cmd)
+        config.FastSSHEngineSetLauncher.engine_cmd = ssh.reporting_exit(engine_cmd)
         if options.local_host:  # this machine is one of the hosts (a TPU VM worker)
             config.FastSSHEngineSetLauncher.local_targets = [options.local_host]
-        config.SSHLauncher.ssh_args = _ssh.ssh_options(control_dir)
-        config.SSHLauncher.scp_args = _ssh.ssh_options(control_dir)
+        config.SSHLauncher.ssh_args = ssh.ssh_options(control_dir)
+        config.SSHLauncher.scp_args = ssh.ssh_options(control_dir)
     # Local: loopback only. Remote engines: the one address that routes to them.
     kwargs: dict = {"controller_ip": controller_ip(options)}
     cluster = ipp.Cluster(
@@ -140,7 +140,7 @@ def _quiet_logger() -> logging.Logger:
 
 def _engine_launcher(options: ClusterOptions) -> Any:
     if options.hosts and options.engines in ("local", "ssh"):
-        from jaxnb._ssh import FastSSHEngineSetLauncher
+        from jaxnb._hosts.ssh import FastSSHEngineSetLauncher
 
         return FastSSHEngineSetLauncher
     return options.engines

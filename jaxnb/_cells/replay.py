@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from jaxnb._errors import RemoteError, traceback_text
+from jaxnb._core.errors import RemoteError, traceback_text
 
 REPLAY_FAILED = (
     "replaying setup step {index} of {total} ({what}) failed on the new engines: {error}; "

@@ -7,14 +7,14 @@ import dataclasses
 import sys
 from typing import Any
 
-from jaxnb import _ipp
-from jaxnb._errors import remote_error
+from jaxnb._core import ipp_internals
+from jaxnb._core.errors import remote_error
 from jaxnb._failures import stacks
 from jaxnb._failures.watch import CellWatch
-from jaxnb._live import LiveMerger
-from jaxnb._live_panel import LivePanel, NotebookScreen, in_kernel, live_options
-from jaxnb._outputs import write_raw
-from jaxnb._state import Group
+from jaxnb._cells.live import LiveMerger
+from jaxnb._cells.live_panel import LivePanel, NotebookScreen, in_kernel, live_options
+from jaxnb._cells.outputs import write_raw
+from jaxnb._core.state import Group
 
 POLL_SECONDS = 0.02
 
@@ -55,7 +55,7 @@ def run_cell(
     processes = group.indices
     # A cell without a last expression runs silent: same output, less work on each engine.
     ar = group.view.execute(code, block=False, silent=not shows_value)
-    futures = dict(zip(processes, _ipp.futures(ar), strict=True))
+    futures = dict(zip(processes, ipp_internals.futures(ar), strict=True))
     # Per-process metadata dicts (stdout, stderr, outputs, error) filled as messages arrive.
     by_process = {p: f.output.metadata for p, f in futures.items()}
     merged = show.process is None and not show.all and not show.quiet

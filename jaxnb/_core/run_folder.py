@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from jaxnb._contract import EngineCall
+from jaxnb._core.contract import EngineCall
 
 _USER_RECORD = "user_checkpoint.json"  # the last directory checkpoint the user reported
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from jaxnb._messages import labels
+from jaxnb._core.messages import labels
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _CELL_NUMBER = re.compile(r"Cell In\[\d+\]")

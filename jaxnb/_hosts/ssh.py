@@ -32,8 +32,8 @@ from ipyparallel.cluster.launcher import LocalEngineLauncher, SSHEngineLauncher,
 from ipyparallel.cluster.shellcmd import ShellCommandSend
 from traitlets import List, Unicode
 
-from jaxnb._errors import StartError
-from jaxnb._hosts import HostEntry
+from jaxnb._core.errors import StartError
+from jaxnb._core.host_entries import HostEntry
 
 #: ssh client config the lab tests (or a user) pass instead of ~/.ssh/config.
 SSH_CONFIG_VARIABLE = "JAXNB_SSH_CONFIG"
