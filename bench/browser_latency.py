@@ -19,9 +19,10 @@ import tempfile
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
 
+from playwright.sync_api import sync_playwright
+
 from tests.support import lab_server
 from tests.support.browser_page import dashboard, open_notebook, run_and_wait
-from playwright.sync_api import sync_playwright
 
 RATE, SECONDS = 100, 20
 CELLS = [

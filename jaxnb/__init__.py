@@ -6,21 +6,21 @@ In a notebook: ``%load_ext jaxnb`` then ``%jax_cluster start``. In Python:
 :class:`Checkpoint`.
 """
 
+from jaxnb._cells.replay import ReplayError as ReplayError
 from jaxnb._cluster import JaxCluster as JaxCluster
-from jaxnb._engine.context import get_context as get_context
-from jaxnb._engine.reporting import get_checkpoint as get_checkpoint
-from jaxnb._engine.reporting import report as report
-from jaxnb._engine.reporting import should_stop as should_stop
 from jaxnb._core.errors import ClusterStateError as ClusterStateError
 from jaxnb._core.errors import JaxnbError as JaxnbError
 from jaxnb._core.errors import ProcessFailure as ProcessFailure
 from jaxnb._core.errors import RemoteError as RemoteError
 from jaxnb._core.errors import StartError as StartError
-from jaxnb._mesh import show_mesh as show_mesh
-from jaxnb._mesh import show_sharding as show_sharding
-from jaxnb._cells.replay import ReplayError as ReplayError
 from jaxnb._core.run_folder import Checkpoint as Checkpoint
 from jaxnb._core.state import ProcessInfo as ProcessInfo
+from jaxnb._engine.context import get_context as get_context
+from jaxnb._engine.reporting import get_checkpoint as get_checkpoint
+from jaxnb._engine.reporting import report as report
+from jaxnb._engine.reporting import should_stop as should_stop
+from jaxnb._mesh import show_mesh as show_mesh
+from jaxnb._mesh import show_sharding as show_sharding
 from jaxnb._train.result import Result as Result
 
 __version__ = "0.1.0"

@@ -13,21 +13,14 @@ import sys
 import time
 from typing import Any
 
-from jaxnb._cells import pull
-
-from jaxnb._lifecycle import shutdown
-
-from jaxnb._lifecycle import spares
-
-from jaxnb._cells import spmd
-
-from jaxnb._lifecycle import startup
+from jaxnb._cells import pull, spmd
 from jaxnb._core.errors import ClusterStateError, StartError
-from jaxnb._failures import detect, repair, stacks
 from jaxnb._core.host_entries import HostError, read_hostfile
 from jaxnb._core.messages import ALREADY_RUNNING
 from jaxnb._core.options import ClusterOptions, OptionError
 from jaxnb._core.state import Group, ProcessInfo
+from jaxnb._failures import detect, repair, stacks
+from jaxnb._lifecycle import shutdown, spares, startup
 from jaxnb._train import driver
 
 CPU_MULTI_DEVICE_NOTE = (

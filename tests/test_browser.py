@@ -11,13 +11,14 @@ import re
 import time
 from collections.abc import Iterator
 
-from support import lab_server
 import pytest
+from support import lab_server
 
 WHY = lab_server.missing()
 if WHY:
     pytest.skip(f"browser tests: {WHY}", allow_module_level=True)
 
+from playwright.sync_api import Browser, BrowserContext, sync_playwright  # noqa: E402
 from support.browser_page import (  # noqa: E402 - only importable where playwright is installed
     Watched,
     cell,
@@ -33,7 +34,6 @@ from support.browser_page import (  # noqa: E402 - only importable where playwri
     wait_for,
     wait_idle,
 )
-from playwright.sync_api import Browser, BrowserContext, sync_playwright  # noqa: E402
 
 SETUP = "%load_ext jaxnb\n%jax_cluster start -n 2 --devices-per-process 2"
 MESH = """%%jax_cluster

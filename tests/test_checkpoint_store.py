@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from jaxnb._engine.checkpoint import CheckpointStore
 from jaxnb._core.run_folder import Checkpoint, check_fresh_run
+from jaxnb._engine.checkpoint import CheckpointStore
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -7,9 +7,9 @@ import pickle
 
 import pytest
 
+from jaxnb._cells.pull import choose
 from jaxnb._core.contract import ELSEWHERE, MISSING, EngineCall, JoinParams, stack_file
 from jaxnb._core.options import ClusterOptions
-from jaxnb._cells.pull import choose
 from jaxnb._core.run_folder import Checkpoint, check_fresh_run, remember_user_checkpoint
 from jaxnb._lifecycle.startup import join_params, placements
 

@@ -20,15 +20,13 @@ import time
 
 import psutil
 import pytest
-from support.fault_cells import ASYNC_LOOP, EXPECTED, SETUP, SYNC_LOOP, VERIFY
 from IPython.utils.capture import capture_output
+from support.fault_cells import ASYNC_LOOP, EXPECTED, SETUP, SYNC_LOOP, VERIFY
 
 from jaxnb import ClusterStateError, JaxCluster, ProcessFailure, RemoteError, StartError
-
 from jaxnb._core import ipp_internals
-
-from jaxnb._lifecycle import startup
 from jaxnb._failures import detect, stacks
+from jaxnb._lifecycle import startup
 from jaxnb.magics import current_cluster, use_cluster
 
 

@@ -15,12 +15,11 @@ import time
 
 import psutil
 import pytest
-from support.fault_cells import EXPECTED, SETUP, SYNC_LOOP, VERIFY
 from IPython.utils.capture import capture_output
 from lab.lab import Lab, missing
+from support.fault_cells import EXPECTED, SETUP, SYNC_LOOP, VERIFY
 
 from jaxnb import JaxCluster, ProcessFailure, StartError
-
 from jaxnb._core import ipp_internals
 from jaxnb._failures import detect
 from jaxnb.magics import current_cluster, use_cluster

@@ -8,12 +8,11 @@ import stat
 
 import psutil
 import pytest
-from support.clusters import ipyparallel_processes
 from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
+from support.clusters import ipyparallel_processes
 
 from jaxnb import RemoteError
-
 from jaxnb._core import ipp_internals
 from jaxnb.magics import current_cluster, use_cluster
 

@@ -7,9 +7,9 @@ import threading
 import time
 
 import pytest
-from support.clusters import two_processes
 from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
+from support.clusters import two_processes
 
 from jaxnb import ClusterStateError, JaxCluster, RemoteError, Result
 from jaxnb.magics import use_cluster

@@ -7,14 +7,14 @@ import dataclasses
 import sys
 from typing import Any
 
-from jaxnb._core import ipp_internals
-from jaxnb._core.errors import remote_error
-from jaxnb._failures import stacks
-from jaxnb._failures.watch import CellWatch
 from jaxnb._cells.live import LiveMerger
 from jaxnb._cells.live_panel import LivePanel, NotebookScreen, in_kernel, live_options
 from jaxnb._cells.outputs import write_raw
+from jaxnb._core import ipp_internals
+from jaxnb._core.errors import remote_error
 from jaxnb._core.state import Group
+from jaxnb._failures import stacks
+from jaxnb._failures.watch import CellWatch
 
 POLL_SECONDS = 0.02
 

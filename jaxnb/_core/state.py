@@ -11,10 +11,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from jaxnb._cells.replay import Replay
 from jaxnb._core.errors import ClusterStateError
 from jaxnb._core.messages import BUSY, NOT_STARTED
 from jaxnb._core.options import ClusterOptions
-from jaxnb._cells.replay import Replay
 
 
 @dataclasses.dataclass

@@ -19,9 +19,9 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from jaxnb._core.run_folder import Checkpoint, checkpoint_dir
 from jaxnb._engine import checkpoint_leaves as leaves_
 from jaxnb._engine.gather import Gatherer
-from jaxnb._core.run_folder import Checkpoint, checkpoint_dir
 
 _ITEM = "default"  # the arrays (the name a single-item CheckpointManager used)
 _MANIFEST = "jaxnb"  # the JSON manifest beside them

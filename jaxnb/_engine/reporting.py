@@ -17,9 +17,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from jaxnb._core.run_folder import Checkpoint
 from jaxnb._engine import stopping
 from jaxnb._engine.publisher import BatchPublisher, datapub_sender
-from jaxnb._core.run_folder import Checkpoint
 
 #: Reports whose JAX values may still be computing; ``report()`` waits on the value
 #: reported this many reports ago, so dispatch never runs unboundedly ahead.

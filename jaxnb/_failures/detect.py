@@ -17,9 +17,8 @@ from typing import Any
 import psutil
 
 from jaxnb._core import ipp_internals
-
-from jaxnb._hosts import remote
 from jaxnb._core.state import Group
+from jaxnb._hosts import remote
 
 
 def dead_processes(group: Group) -> dict[int, str]:

@@ -5,11 +5,10 @@ from __future__ import annotations
 import re
 
 from jaxnb._core import ipp_internals
-
-from jaxnb._hosts import remote
-from jaxnb._failures import detect, stacks
 from jaxnb._core.messages import GROUP_BROKEN, label, labels
 from jaxnb._core.state import Group
+from jaxnb._failures import detect, stacks
+from jaxnb._hosts import remote
 
 STDERR_TAIL_LINES = 12
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")

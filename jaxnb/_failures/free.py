@@ -24,12 +24,9 @@ import time
 import psutil
 
 from jaxnb._core import ipp_internals
-
-from jaxnb._hosts import remote_release
-
-from jaxnb._hosts import sockets
-from jaxnb._failures import detect
 from jaxnb._core.state import Group
+from jaxnb._failures import detect
+from jaxnb._hosts import remote_release, sockets
 
 #: How long processes get to stop after SIGINT before their collectives are cut.
 INTERRUPT_WAIT_SECONDS = 1.5

@@ -17,12 +17,12 @@ import sys
 import time
 from typing import Any
 
-from jaxnb._lifecycle import startup
 from jaxnb._core.contract import EngineCall
 from jaxnb._core.errors import ClusterStateError
-from jaxnb._failures import detect, explain, free, stacks
 from jaxnb._core.messages import RESTART, first_line, label, labels
 from jaxnb._core.state import Group
+from jaxnb._failures import detect, explain, free, stacks
+from jaxnb._lifecycle import startup
 
 _CHECK = EngineCall("jaxnb._engine.repair:check")
 _REJOIN = EngineCall("jaxnb._engine.repair:reinitialize")

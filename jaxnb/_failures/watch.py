@@ -17,9 +17,9 @@ from typing import Any
 import psutil
 
 from jaxnb._core.errors import ProcessFailure, traceback_text
-from jaxnb._failures import cause, detect, explain, free, stacks
 from jaxnb._core.messages import RESET, RESTART, first_line, label, labels
 from jaxnb._core.state import Group
+from jaxnb._failures import cause, detect, explain, free, stacks
 
 #: After the first process finishes, how long the others may still run before
 #: jaxnb looks at where they are (they may be waiting in a collective).

@@ -13,10 +13,10 @@ from typing import Any
 
 import ipyparallel as ipp
 
-from jaxnb._hosts import ssh
 from jaxnb._core.errors import StartError
 from jaxnb._core.options import ClusterOptions
 from jaxnb._core.state import Group
+from jaxnb._hosts import ssh
 
 
 def ssh_sets(ipp_cluster: ipp.Cluster | None) -> list[ssh.FastSSHEngineSetLauncher]:

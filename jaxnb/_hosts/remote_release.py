@@ -13,10 +13,8 @@ import json
 import pathlib
 from typing import Any
 
-from jaxnb._hosts import remote
-
-from jaxnb._hosts import ssh
 from jaxnb._core.state import Group
+from jaxnb._hosts import remote, ssh
 
 #: Run on the hosts, sent as text (the same module cuts local engines' connections).
 _SOCKETS_SCRIPT = pathlib.Path(__file__).with_name("_sockets.py")

@@ -96,8 +96,8 @@ def build_cluster(options: ClusterOptions) -> ipp.Cluster:
     config.LocalEngineLauncher.engine_cmd = engine_cmd
     config.LocalEngineSetLauncher.engine_cmd = engine_cmd
     if options.hosts:
-        from jaxnb._hosts import ssh
         from jaxnb._core.host_entries import engine_counts
+        from jaxnb._hosts import ssh
 
         config.SSHEngineSetLauncher.engines = engine_counts(options.host_entries())
         config.SSHLauncher.remote_python = python

@@ -15,11 +15,10 @@ import signal
 import psutil
 
 from jaxnb._core import ipp_internals
-
-from jaxnb._hosts import remote
 from jaxnb._core.contract import EngineCall
-from jaxnb._failures import detect
 from jaxnb._core.state import Group
+from jaxnb._failures import detect
+from jaxnb._hosts import remote
 
 #: How long stopped processes get to disappear after SIGKILL.
 KILL_WAIT_SECONDS = 5.0

@@ -19,11 +19,10 @@ from typing import Any
 import psutil
 
 from jaxnb._core import ipp_internals
-
-from jaxnb._lifecycle import startup
 from jaxnb._core.contract import EngineCall
-from jaxnb._failures import detect
 from jaxnb._core.state import Group
+from jaxnb._failures import detect
+from jaxnb._lifecycle import startup
 
 _PIDS = EngineCall("jaxnb._engine.process:pids")
 

@@ -17,15 +17,13 @@ from typing import Any
 import ipyparallel as ipp
 
 from jaxnb._core import ipp_internals
-
-from jaxnb._lifecycle import launch
-
-from jaxnb._hosts import remote
 from jaxnb._core.contract import ENV_CLEANUP_FILES, ENV_CONTROLLER_PID, ENV_PARENT_PID, EngineCall, JoinParams
 from jaxnb._core.errors import StartError
-from jaxnb._failures import detect, explain
 from jaxnb._core.options import ClusterOptions
 from jaxnb._core.state import Group, ProcessInfo
+from jaxnb._failures import detect, explain
+from jaxnb._hosts import remote
+from jaxnb._lifecycle import launch
 
 #: The controller, started through jaxnb's wrapper (it adds the kernel-death watchdog).
 CONTROLLER_CMD = launch.python_cmd("jaxnb._engine.controller")

@@ -10,16 +10,16 @@ import time
 from collections import deque
 from typing import Any
 
+from jaxnb._cells.live import LiveMerger
+from jaxnb._cells.live_panel import live_options
 from jaxnb._core import ipp_internals
 from jaxnb._core.contract import STOP_SIGNAL
 from jaxnb._core.errors import RemoteError, remote_error
-from jaxnb._failures import detect, free, stacks
-from jaxnb._failures.watch import died
-from jaxnb._cells.live import LiveMerger
-from jaxnb._cells.live_panel import live_options
 from jaxnb._core.messages import RESET, RESTART, label, labels
 from jaxnb._core.run_folder import Checkpoint, remember_user_checkpoint
 from jaxnb._core.state import Group
+from jaxnb._failures import detect, free, stacks
+from jaxnb._failures.watch import died
 from jaxnb._train.receive import Receiver
 from jaxnb._train.result import Result
 from jaxnb._widgets.dashboard import Dashboard

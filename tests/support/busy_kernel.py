@@ -14,7 +14,6 @@ import time
 import psutil
 
 from jaxnb import JaxCluster
-
 from jaxnb._core import ipp_internals
 
 cluster = JaxCluster(n=2).start()
