@@ -32,6 +32,7 @@ from jaxnb._mesh import show_sharding as show_sharding
 
 if TYPE_CHECKING:
     from jaxnb._cluster import JaxCluster as JaxCluster
+    from jaxnb._core.replay import ReplayError as ReplayError
     from jaxnb._profile.result import ProfileResult as ProfileResult
     from jaxnb._train.result import Result as Result
 
@@ -40,6 +41,7 @@ _LAZY = {
     "JaxCluster": "jaxnb._cluster:JaxCluster",
     "Result": "jaxnb._train.result:Result",
     "ProfileResult": "jaxnb._profile.result:ProfileResult",
+    "ReplayError": "jaxnb._core.replay:ReplayError",
 }
 
 

@@ -10,16 +10,17 @@ from __future__ import annotations
 import atexit
 import contextlib
 import sys
+import time
 from typing import Any
 
 from jaxnb._cells import pull, spmd
+from jaxnb._cluster_options import cluster_options
 from jaxnb._core.errors import ClusterStateError, StartError
-from jaxnb._core.host_entries import HostError, read_hostfile
 from jaxnb._core.messages import ALREADY_RUNNING
-from jaxnb._core.options import ClusterOptions, OptionError
+from jaxnb._core.options import ClusterOptions
 from jaxnb._core.state import Group, ProcessInfo
 from jaxnb._failures import detect, repair, stacks
-from jaxnb._lifecycle import shutdown, startup
+from jaxnb._lifecycle import shutdown, spares, startup
 from jaxnb._train import driver
 
 CPU_MULTI_DEVICE_NOTE = (
@@ -31,19 +32,6 @@ CPU_MULTI_DEVICE_NOTE = (
 DEFAULT_OPERATION_TIMEOUT = 300.0
 
 __all__ = ["JaxCluster", "ProcessInfo"]
-
-
-def _tpu_workers() -> tuple[list[str], str | None]:
-    """On a TPU VM slice: its workers (in worker order) and this worker; else none."""
-    from jaxnb._hosts.tpu import SliceError, discover
-
-    try:
-        found = discover()
-    except SliceError as exc:
-        raise OptionError(str(exc)) from None
-    if found is None:
-        return [], None
-    return list(found.workers), found.workers[found.this]
 
 
 class JaxCluster:
@@ -75,45 +63,30 @@ class JaxCluster:
         time_limit: str | None = None,
         account: str | None = None,
         sbatch: list[str] | tuple[str, ...] = (),
+        spares: int | None = None,
     ) -> None:
-        extra = {} if collective_timeout is None else {"collective_timeout": collective_timeout}
-        if hostfile is not None:  # one [user@]host[:count] per line, after any --hosts
-            try:
-                hosts = [*(hosts or ()), *(str(e) for e in read_hostfile(hostfile))]
-            except HostError as exc:
-                raise OptionError(str(exc)) from None
-        local_host = None
-        if platform == "tpu" and not hosts and engines == "local":
-            hosts, local_host = _tpu_workers()  # a TPU VM slice: one engine per worker
-        options = ClusterOptions(
+        options = cluster_options(
             n=n,
             devices_per_process=devices_per_process,
-            platform=platform,  # type: ignore[arg-type]
+            platform=platform,
             engines=engines,
-            hosts=tuple(hosts or ()),
+            hosts=hosts,
+            hostfile=hostfile,
+            python=python,
+            address=address,
             init=init,
             timeout=timeout,
             init_timeout=init_timeout,
-            env=tuple(sorted((env or {}).items())),
-            python=python,
-            address=address,
-            local_host=local_host,
+            collective_timeout=collective_timeout,
+            env=env,
             workdir=workdir,
-            workdir_exclude=tuple(workdir_exclude),
-            slurm=tuple((k, v) for k, v in [
-                ("partition", partition), ("time_limit", time_limit), ("account", account),
-                ("sbatch", "\n".join(sbatch)),
-            ] if v),
-            **extra,
+            workdir_exclude=workdir_exclude,
+            partition=partition,
+            time_limit=time_limit,
+            account=account,
+            sbatch=sbatch,
+            spares=spares,
         )
-        if options.is_local and options.platform != "cpu":
-            from jaxnb._core.options import local_gpu_count
-            from jaxnb._hosts.platforms import check_local
-
-            gpus = local_gpu_count() if options.platform == "gpu" else None
-            problem = check_local(options.platform, gpus)
-            if problem:
-                raise OptionError(problem)
         self.group = Group(options)
 
     # ---- lifecycle -------------------------------------------------------------------
@@ -132,12 +105,17 @@ class JaxCluster:
         """Start the engines and join them into one ``jax.distributed`` group."""
         if self.running:
             raise ClusterStateError(ALREADY_RUNNING)
+        self.group.setup.clear()  # new engines: nothing of the old setup is on them
+        return self._start()
+
+    def _start(self) -> JaxCluster:
         try:
             startup.start_engines(self.group)
             # After ipyparallel registered its own exit hook (when its controller started):
             # hooks run last-registered first, so this fast stop runs before its slow one.
             atexit.register(self.stop)
             startup.join_group(self.group)
+            spares.top_up_later(self.group)  # warm spares, once the start is done with the CPU
         except BaseException as exc:
             self.stop()
             if isinstance(exc, (StartError, KeyboardInterrupt)):
@@ -153,10 +131,52 @@ class JaxCluster:
             atexit.unregister(self.stop)
         shutdown.stop_all(self.group)
 
-    def restart(self) -> JaxCluster:
-        """Stop, then start again with the same options (new processes)."""
-        self.stop()
-        return self.start()
+    def restart(self, replay: bool = False) -> JaxCluster:
+        """Stop, then start again with the same options (new processes): on the warm
+        spares when enough are ready (only a join), else stopping and starting everything.
+
+        ``replay``: then run again, in order, the setup that succeeded since start
+        (``run`` cells on every process and ``push`` values; not ``process=I``
+        cells or pulls), so the engines' Python state comes back. A step that
+        fails raises :class:`jaxnb.ReplayError` showing it.
+        """
+        if not self._swap_spares():
+            self.stop()
+            self._start()
+        if replay:
+            self._replay()
+        else:
+            self.group.setup.clear()  # the new engines start empty
+        return self
+
+    def _swap_spares(self) -> bool:
+        """Restart on the warm spares (only a join); False when none are ready."""
+        if not self.running:
+            return False
+        try:
+            return spares.swap(self.group)
+        except Exception:  # a spare failed to join: restart the slow way
+            return False
+
+    def _replay(self) -> float:
+        """Run the recorded setup on the (new) engines; the seconds it took."""
+        group = self.group
+
+        def cell(code: str, timeout: float | None) -> None:
+            spmd.run_cell(group, code, timeout=timeout if timeout is not None else self.options.timeout,
+                           show=spmd.ShowMode(quiet=True))
+
+        return group.setup.run(cell, lambda values: pull.push(group, values))
+
+    def _recover(self) -> dict[str, float]:
+        """Restart with the same options and replay the setup (a training run's recovery)."""
+        started = time.monotonic()
+        if not self._swap_spares():
+            self.stop()
+            self._start()
+        restarted = time.monotonic()
+        replayed = self._replay()
+        return {"restart": restarted - started, "replay": replayed}
 
     def __enter__(self) -> JaxCluster:
         return self.start()
@@ -241,13 +261,16 @@ class JaxCluster:
                 f"--process {process} does not exist; choose 0..{self.num_processes - 1}"
             )
         repair.ensure_ready(self.group)
-        return spmd.run_cell(
+        outcome = spmd.run_cell(
             self.group,
             code,
             timeout=(timeout if timeout is not None else self.options.timeout) or None,
             show=spmd.ShowMode(all=all, process=process),
             value=value,
         )
+        if process is None:  # succeeded on every process: part of the setup to replay
+            self.group.setup.cell(code, timeout)
+        return outcome
 
     def profile(self, code: str, *, name: str | None = None, storage: str | None = None,
                 on_result: Any = None) -> Any:
@@ -264,6 +287,7 @@ class JaxCluster:
         self.group.require_idle()
         repair.ensure_ready(self.group)
         pull.push(self.group, values)
+        self.group.setup.push(values)
 
     def pull(self, name: str) -> Any:
         """The value of ``name`` on the engines (global arrays gathered as NumPy)."""
@@ -297,11 +321,16 @@ class JaxCluster:
         self.group.require_running()
         return stacks.collect(self.group)
 
-    def train(self, fn: Any, config: Any = None, **options: Any) -> Any:
-        """Run ``fn`` (or ``fn(config)``) on every process with a live dashboard; a ``Result``."""
+    def train(self, fn: Any, config: Any = None, *, max_failures: int = 0, **options: Any) -> Any:
+        """Run ``fn`` (or ``fn(config)``) on every process with a live dashboard; a ``Result``.
+
+        ``max_failures=N``: when a process dies or a host is lost, restart the
+        cluster, replay the setup and resume from the latest checkpoint, up to N times.
+        """
         self.group.require_running()
         repair.ensure_ready(self.group)
-        return driver.train(self.group, fn, config, **options)
+        return driver.train(self.group, fn, config, max_failures=max_failures,
+                            restart=self._recover, **options)
 
     def tune(self, fn: Any, space: Any, **options: Any) -> Any:
         """Hyperparameter search: each trial one ``train`` run on every process; a ``TuneResult``.

@@ -26,6 +26,7 @@ START_FLAGS = {
     "no_init": "--no-init",
     "timeout": "--timeout",
     "init_timeout": "--init-timeout",
+    "spares": "--spares",
 }
 
 
@@ -38,6 +39,15 @@ def positive_int(flag: str):
         if value < 1:
             raise UsageError(f"{flag} must be at least 1, got {value}; e.g. {flag} 2")
         return value
+
+    return parse
+
+
+def count(flag: str):
+    def parse(text: str) -> int:
+        if not text.isdigit():
+            raise UsageError(f"{flag} takes a whole number >= 0, got {text!r}; e.g. {flag} 0")
+        return int(text)
 
     return parse
 

@@ -79,13 +79,19 @@ class JaxnbMagics(Magics):
         metavar="S",
         help=f"start: seconds to join jax.distributed (default {DEFAULT_INIT_TIMEOUT:g})",
     )
+    @argument("--spares", type=accept.count("--spares"), default=None, metavar="K",
+              help="start: warm spare engines for a fast restart (default: one per process; 0: none)")
+    @argument("--replay", action="store_true", default=None,
+              help="restart: then run again the setup that succeeded since start (cells, pushes)")
     @line_magic("jax_cluster")
     def jax_cluster_line(self, line: str = "") -> None:
         """Start, inspect, repair or stop the cluster of JAX processes.
 
-        ``%jax_cluster start [flags]``; ``status``; ``stop``; ``restart`` (same flags as the
-        last start); ``reset`` (repair the jax.distributed group in place); ``stacks``
-        (every process's Python stack). Only ``start`` takes flags.
+        ``%jax_cluster start [flags]``; ``status``; ``stop``; ``restart [--replay]`` (same
+        flags as the last start; ``--replay``: then run again, in order, the ``%%jax_cluster``
+        cells and ``%jax_push`` values that succeeded since start); ``reset`` (repair the
+        jax.distributed group in place); ``stacks`` (every process's Python stack). Only
+        ``start`` takes start flags.
         """
         args = parse_argstring(self.jax_cluster_line, line)
         if args.command is None:
@@ -94,6 +100,8 @@ class JaxnbMagics(Magics):
             raise UsageError(
                 f"unknown subcommand {args.command!r}; use one of: {', '.join(SUBCOMMANDS)}"
             )
+        if args.replay and args.command != "restart":
+            raise UsageError(f"--replay goes with `%jax_cluster restart`, not `{args.command}`")
         if args.command != "start":
             given = [flag for dest, flag in accept.START_FLAGS.items() if getattr(args, dest) is not None]
             if given:
@@ -136,6 +144,7 @@ class JaxnbMagics(Magics):
                 init=not args.no_init,
                 timeout=args.timeout,
                 init_timeout=args.init_timeout or DEFAULT_INIT_TIMEOUT,
+                spares=args.spares,
             )
         except OptionError as exc:
             raise UsageError(str(exc)) from None
@@ -161,10 +170,12 @@ class JaxnbMagics(Magics):
         if self.cluster is None:
             raise UsageError("no cluster to restart; start one with `%jax_cluster start`")
         try:
-            self.cluster.restart()
+            self.cluster.restart(replay=bool(args.replay))
         except StartError as exc:
             raise UsageError(str(exc)) from None
         _show_status(self.cluster)
+        if args.replay:
+            print(f"jaxnb: replayed {self.cluster.group.setup.summary()}")
 
     def _cluster_reset(self, args: Any) -> None:
         cluster = self._require()

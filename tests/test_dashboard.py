@@ -280,3 +280,33 @@ def test_svg_panels_log_axis_hover_and_limits() -> None:
     many = {f"m{i}": (x, x) for i in range(MAX_PANELS + 2)}
     assert "+2 more metric families" in render_svg(build_panels(many, [], set()))
     assert "no metrics reported yet" in render_svg([])
+
+
+def test_a_recovery_is_marked_counted_and_its_lost_points_dropped() -> None:
+    dash = Dashboard("recovered", 2, on_stop=lambda: None)
+    dash.set_recoveries(2)
+    for batch in batches(30, size=30):
+        dash.add(batch)
+    dash.set_status("recovering", "[p1] killed by SIGKILL at step 30; resuming from step 20")
+    assert "recovering" in dash._title.value and "resuming from step 20" in dash._title.value
+    assert not find(dash.widget, w.Button)[0].disabled  # Stop ends a recovery too
+    dash.rewind(20)
+    steps, _ = dash._procs[0].curves()["loss"]
+    assert steps.max() == 20.0 and dash._procs[1].curves()["loss"][0].max() == 20.0
+    dash.set_status("running", "recovered 1 of 2")
+    assert "recovered 1 of 2 (resumed from step 20)" in dash._speed.value
+    svg = dash._render_svg()
+    assert svg.count("class='jaxnb-recovery'") == svg.count("<svg") > 0  # one per panel
+    assert "resumed from step 20" in svg
+    assert dash.final_png().startswith(PNG)
+    assert "recovered 1 of 2" in dash.summary_html()
+
+
+@pytest.mark.parametrize("status", ["finished", "stopped", "failed", "interrupted"])
+def test_an_ended_run_disables_stop_and_says_how_it_ended(status) -> None:
+    dash = Dashboard("ended", 1, on_stop=lambda: None)
+    dash.set_status(status, "on request after 3 reports" if status == "stopped" else "")
+    (button,) = find(dash.widget, w.Button)
+    assert button.disabled and button.button_style == "" and button.description == status.capitalize()
+    assert f">{status}</b>" in dash._title.value
+    assert "finished stopped" not in dash._title.value

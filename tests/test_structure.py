@@ -170,8 +170,8 @@ LAYERS: dict[str, set[str]] = {
     "jaxnb._tune": {"jaxnb._core", "jaxnb._failures", "jaxnb._train", "jaxnb._widgets"},
 }
 #: ``_train.magic`` is the ``%jax_train`` front: it picks the trainer (plain, or profiled by _profile).
-TOP = {"jaxnb", "jaxnb._cluster", "jaxnb._mesh", "jaxnb.magics", "jaxnb._magic_args",
-       "jaxnb.show_notebook", "jaxnb.tune", "jaxnb._train.magic"}
+TOP = {"jaxnb", "jaxnb._cluster", "jaxnb._cluster_options", "jaxnb._mesh", "jaxnb.magics",
+       "jaxnb._magic_args", "jaxnb.show_notebook", "jaxnb.tune", "jaxnb._train.magic"}
 
 
 def _package(module: str) -> str:

@@ -23,10 +23,11 @@ _LAST_VALUE = EngineCall("jaxnb._engine.values:last_value")
 
 @dataclasses.dataclass
 class ShowMode:
-    """Which outputs a cell shows: merged (default), ``all`` raw, or one process."""
+    """Which outputs a cell shows: merged (default), ``all`` raw, one process, or none (``quiet``)."""
 
     all: bool = False
     process: int | None = None
+    quiet: bool = False
 
 
 @dataclasses.dataclass
@@ -83,7 +84,7 @@ def run_cell(
     futures = dict(zip(processes, ipp_internals.futures(ar), strict=True))
     # Per-process metadata dicts (stdout, stderr, outputs, error) filled as messages arrive.
     by_process = {p: f.output.metadata for p, f in futures.items()}
-    merged = show.process is None and not show.all
+    merged = show.process is None and not show.all and not show.quiet
     out = LiveMerger(processes, sys.stdout.write, **live_options("stdout")) if merged else None
     err = LiveMerger(processes, sys.stderr.write, **live_options("stderr")) if merged else None
     live = LivePanel([out.view, err.view], NotebookScreen()) if merged and in_kernel() else None
@@ -116,6 +117,9 @@ def run_cell(
             outcome.value = _cell_value(group, result)
         else:
             _show_result(result)
+        _show_result(outcome.results.get(processes[0]))
+    elif show.quiet:
+        pass
     else:
         chosen = processes if show.process is None else [show.process]
         _show_raw(chosen, by_process)

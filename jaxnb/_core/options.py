@@ -45,6 +45,8 @@ class ClusterOptions:
     workdir_exclude: tuple[str, ...] = ()
     #: ``--engines slurm``: ``--partition``, ``--time-limit``, ``--account``, ``--sbatch`` options.
     slurm: tuple[tuple[str, str], ...] = ()
+    #: Warm spare engines kept for a fast restart (``None``: one per process; 0: none).
+    spares: int | None = None
 
     def __post_init__(self) -> None:
         from jaxnb._core.host_entries import HostError, check_address, parse_entry
@@ -102,6 +104,10 @@ class ClusterOptions:
                 "--address is this machine's address for engines on other hosts; local engines "
                 "use loopback: drop --address, or pass --hosts"
             )
+        if self.spares is not None and (isinstance(self.spares, bool) or not isinstance(self.spares, int)
+                                        or self.spares < 0):
+            raise OptionError(f"--spares must be a whole number >= 0, got {self.spares!r}; "
+                              "e.g. --spares 0 to keep none")
         for name in ("timeout", "init_timeout"):
             value = getattr(self, name)
             if value is not None and value <= 0:

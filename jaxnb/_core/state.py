@@ -15,6 +15,7 @@ from typing import Any
 from jaxnb._core.errors import ClusterStateError
 from jaxnb._core.messages import BUSY, NOT_STARTED
 from jaxnb._core.options import ClusterOptions
+from jaxnb._core.replay import Replay
 
 
 class Suspect(str, enum.Enum):
@@ -86,6 +87,13 @@ class Group:
     log_marks: dict[int, tuple[int, str]] = dataclasses.field(default_factory=dict)
     #: pids of engines jaxnb itself stopped (survivors of a death): named "stopped", not "killed".
     stopped_pids: set[int] = dataclasses.field(default_factory=set)
+    #: The setup that succeeded since start (cells, pushes), for ``restart --replay`` and
+    #: recovery; kept across a stop (the next start decides whether to replay or forget it).
+    setup: Replay = dataclasses.field(default_factory=Replay)
+    #: pids of the warm spare engines (started, registered, not in the group): see ``_spares``.
+    spare_pids: set[int] = dataclasses.field(default_factory=set)
+    #: The environment the engines were started with (spares get the same).
+    engine_env: dict[str, str] | None = None
 
     @property
     def running(self) -> bool:
@@ -145,3 +153,5 @@ class Group:
         self.group_cut = False
         self.busy_with = None
         self.current_run = None
+        self.spare_pids = set()
+        self.engine_env = None

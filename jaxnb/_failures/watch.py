@@ -73,6 +73,8 @@ class Watch:
         self.timeout = timeout
         self.started = time.monotonic()
         self.first_done: float | None = None
+        #: The processes found dead (index -> how they ended), once a death was raised.
+        self.dead: dict[int, str] = {}
         self._next_liveness = self.started + LIVENESS_PERIOD_SECONDS
         self._next_look = 0.0
         self._cpu: dict[int, float] = {}
@@ -86,6 +88,7 @@ class Watch:
             self._next_liveness = now + LIVENESS_PERIOD_SECONDS
             dead = detect.dead_processes(self.group)
             if dead:
+                self.dead = dict(dead)
                 running = [p for p in by_process if p not in done and p not in dead]
                 raise died(self.group, dead, running, self.code, _errors_of(by_process))
         running = [p for p in by_process if p not in done]
@@ -111,6 +114,7 @@ class Watch:
         """After the cell: raise if a process died, whatever the others returned."""
         dead = detect.dead_processes(self.group)
         if dead:
+            self.dead = dict(dead)
             raise died(self.group, dead, [], self.code, _errors_of(by_process))
 
     # ---- divergence and timeouts -------------------------------------------------------

@@ -63,6 +63,7 @@ def start_engines(group: Group) -> None:
         controller = ipp_internals.controller_process(ipp_cluster)
         if controller is not None:
             env[ENV_CONTROLLER_PID] = str(controller.pid)
+    group.engine_env = dict(env)
     if launched is None or not ssh:
         ipp_cluster.start_engines_sync(environment=env)
     group.launchers = ipp_internals.launched_engines(ipp_cluster)

@@ -6,6 +6,7 @@ import contextvars
 import os
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -20,6 +21,7 @@ from jaxnb._core.state import Group, Suspect
 from jaxnb._train import dataset_names, function, handover
 from jaxnb._train.interrupts import InterruptCounter
 from jaxnb._train.monitor import Monitor
+from jaxnb._train.recovery import NO_CHECKPOINT, Recovery, Restart, give_up, not_retried
 from jaxnb._train.result import Result
 from jaxnb._widgets.dashboard import Dashboard
 
@@ -58,6 +60,8 @@ def train(
     on_result: Callable[[Result], None] | None = None,
     view: Callable[..., Any] | None = None,
     datasets: Mapping[str, str] | None = None,
+    max_failures: int = 0,
+    restart: Restart | None = None,
 ) -> Result:
     """Run ``fn()`` or ``fn(config)`` on every process; the `Result` (live if ``background``).
 
@@ -71,8 +75,13 @@ def train(
     dashboard: called like ``Dashboard(name, size, total_steps=, on_stop=)``,
     it returns an object with Dashboard's ``show/add/refresh/set_status/finish``. A failure on
     any process raises :class:`jaxnb.RemoteError` (its ``.result`` holds the
-    history so far).
+    history so far). ``max_failures``: when a process dies or a host is lost,
+    ``restart()`` (stop, start, replay the setup) and resume from the latest
+    checkpoint, up to that many times (:mod:`jaxnb._train.recovery`).
     """
+    if isinstance(max_failures, bool) or not isinstance(max_failures, int) or max_failures < 0:
+        raise ValueError(f"max_failures must be a whole number >= 0, got {max_failures!r}; "
+                         "e.g. --max-failures 2")
     handover.wait_if_stopping(group)  # a run asked to stop may take a moment to end
     if group.busy_with:
         raise ClusterStateError(BUSY.format(name=group.busy_with))
@@ -93,15 +102,17 @@ def train(
     result = Result(run, run_dir)
     result.checkpoint = resume_from  # until the run saves a newer one (it may have nothing left to do)
     total = expected_steps(config, total_steps)
+    attempts = _Attempts(group, spec, result, Recovery(max_failures, restart, run_dir, run))
     if background:
-        monitor = _launch(group, result, total, background=True, view=view)
+        monitor = _launch(group, result, total, attempts, view=view)
         follow = contextvars.copy_context().run  # output goes to the cell that started the run
-        threading.Thread(target=follow, args=(_follow_background, monitor, on_result),
+        threading.Thread(target=follow, args=(_follow_background, monitor, on_result, attempts),
                          name=f"jaxnb-train-{run}", daemon=True).start()
         return result
     with InterruptCounter() as ctrl_c:  # from before the run starts: no interrupt is lost
-        monitor = _launch(group, result, total, background=False, view=view)
-        error = _follow_blocking(monitor, on_result, ctrl_c)
+        attempts.interrupts = ctrl_c
+        monitor = _launch(group, result, total, attempts, view=view)
+        error = _follow_blocking(monitor, on_result, ctrl_c, attempts)
     if error is not None:
         raise error
     return result
@@ -121,13 +132,97 @@ def expected_steps(config: Any, total_steps: int | None) -> int | None:
     return None
 
 
-def _launch(group: Group, result: Result, total: int | None, background: bool,
+class _Attempts:
+    """The attempts of one run: the current monitor, stop requests, and recovery."""
+
+    def __init__(self, group: Group, spec: dict[str, Any], result: Result, recovery: Recovery):
+        self.group, self.spec, self.result, self.recovery = group, spec, result, recovery
+        self.monitor: Monitor | None = None
+        self.stop_wanted = False
+        self.interrupts: InterruptCounter | None = None
+        self.ended_in_recovery = ""
+        self.resumed: tuple[Any, float] | None = None  # the last failure, when its attempt began
+
+    def request_stop(self) -> None:
+        """Stop: the running attempt stops at ``should_stop()``; a recovery under way ends."""
+        self.stop_wanted = True
+        if self.monitor is not None:
+            self.monitor.request_stop()
+
+    def stopping(self) -> bool:
+        return self.stop_wanted or (self.interrupts is not None and self.interrupts.count >= 1)
+
+    def next(self, monitor: Monitor) -> Monitor | None:
+        """After an attempt ended: the next attempt's monitor, or None (conclude this one)."""
+        recovery, result = self.recovery, self.result
+        self.time_first_step(monitor)
+        if not recovery.recoverable(monitor):
+            return None
+        monitor.finish()  # this attempt's last reports and output
+        failure, refuse = recovery.record(monitor)
+        if refuse is not None:
+            give_up(monitor, refuse)
+            return None
+        latest = recovery.latest()
+        dashboard = monitor.dashboard
+        dashboard.set_status("recovering", recovery.status(failure, latest))
+        print(f"jaxnb: recovering run {result.name!r}: {recovery.status(failure, latest)} "
+              f"({len(recovery.failures)} of {recovery.max_failures})", file=sys.stderr)
+        if latest is None:
+            print(NO_CHECKPOINT.format(name=result.name), file=sys.stderr)
+        if self.stopping():
+            return self._ended(monitor, "stopped before the restart")
+        try:
+            assert recovery.restart is not None
+            failure.seconds.update(recovery.restart())
+        except BaseException as exc:  # the restart or the replay failed: that is the run's end
+            error = getattr(exc, "summary", None) or f"{type(exc).__name__}: {exc}"
+            give_up(monitor, f"the recovery failed: {str(error).splitlines()[0]}")
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            return None
+        if self.stopping():
+            return self._ended(monitor, "stopped during the recovery (the cluster was restarted)")
+        failure.resumed_from = None if latest is None else latest.step
+        monitor.fill_lost(failure.resumed_from)
+        result.rewind(failure.resumed_from)
+        dashboard.rewind(failure.resumed_from, recovery.counted())
+        self.spec.update(resume=latest)
+        try:
+            _prepare(self.group, self.spec)
+            following = _start_attempt(self.group, result, dashboard, self)
+        except BaseException as exc:
+            give_up(monitor, f"the recovery failed: {exc}")
+            raise
+        dashboard.set_status("running", recovery.counted())
+        self.resumed = (failure, time.monotonic())
+        return following
+
+    def time_first_step(self, monitor: Monitor) -> None:
+        """Note in the last failure how long the resumed attempt took to its first report."""
+        if self.resumed is not None and monitor.first_report_at is not None:
+            failure, launched = self.resumed
+            failure.seconds.setdefault("restore_and_first_step", monitor.first_report_at - launched)
+
+    def _ended(self, monitor: Monitor, how: str) -> None:
+        self.ended_in_recovery = how
+        return None
+
+
+def _launch(group: Group, result: Result, total: int | None, attempts: _Attempts,
             view: Callable[..., Any] | None = None) -> Monitor:
-    """Show the dashboard, start the function on every process, and follow it."""
-    following: list[Monitor] = []
-    on_stop = (lambda: following[0].request_stop()) if background else None
+    """Show the dashboard (or ``view``), start the function on every process, and follow it."""
+    on_stop = attempts.request_stop if attempts.interrupts is None else None  # background only
     dashboard = (view or Dashboard)(result.name, group.size, total_steps=total, on_stop=on_stop)
+    if attempts.recovery.enabled:
+        dashboard.set_recoveries(attempts.recovery.max_failures)
     dashboard.show()
+    result.set_stopper(attempts.request_stop)
+    return _start_attempt(group, result, dashboard, attempts)
+
+
+def _start_attempt(group: Group, result: Result, dashboard: Dashboard, attempts: _Attempts) -> Monitor:
+    """Start the prepared function on every process and follow it on ``dashboard``."""
     ar = group.view.apply_async(_EXECUTE)
     group.busy_with = result.name
     try:
@@ -135,9 +230,10 @@ def _launch(group: Group, result: Result, total: int | None, background: bool,
     except BaseException:
         group.busy_with = None
         raise
-    following.append(monitor)
+    attempts.monitor = monitor
     handover.track(group, monitor)
-    result.set_stopper(monitor.request_stop)
+    if attempts.stop_wanted:  # asked while the attempt was starting
+        monitor.request_stop()
     return monitor
 
 
@@ -156,40 +252,55 @@ def _prepare(group: Group, spec: dict[str, Any]) -> None:
 
 
 def _follow_blocking(
-    monitor: Monitor, on_result: Callable[[Result], None] | None, ctrl_c: InterruptCounter
+    monitor: Monitor, on_result: Callable[[Result], None] | None, ctrl_c: InterruptCounter,
+    attempts: _Attempts,
 ) -> BaseException | None:
     """Poll until the run ends, turning kernel interrupts into stop requests."""
     name = monitor.result.name
     try:
-        while not monitor.poll():
-            if ctrl_c.count >= 1 and not monitor.stop_requested:
-                print(FIRST_INTERRUPT.format(name=name))
-                monitor.request_stop()
-            if ctrl_c.count >= 2 and not monitor.interrupted:
-                print(SECOND_INTERRUPT)
-                monitor.interrupt()
+        while True:
+            while not monitor.poll():
+                if ctrl_c.count >= 1 and not monitor.stop_requested:
+                    print(FIRST_INTERRUPT.format(name=name))
+                    monitor.request_stop()
+                if ctrl_c.count >= 2 and not monitor.interrupted:
+                    print(SECOND_INTERRUPT)
+                    monitor.interrupt()
+            following = attempts.next(monitor)
+            if following is None:
+                break
+            monitor = following
     except BaseException as exc:  # third interrupt, or jaxnb itself failed: record, re-raise
+        monitor = attempts.monitor or monitor
         monitor.gave_up = exc
         monitor.group.mark_suspect(Suspect.UNFOLLOWED)
-        _conclude(monitor, on_result)
+        _conclude(monitor, on_result, attempts)
         raise
-    return _conclude(monitor, on_result)
+    return _conclude(monitor, on_result, attempts)
 
 
-def _follow_background(monitor: Monitor, on_result: Callable[[Result], None] | None) -> None:
+def _follow_background(
+    monitor: Monitor, on_result: Callable[[Result], None] | None, attempts: _Attempts
+) -> None:
     try:
-        while not monitor.poll():
-            pass
+        while True:
+            while not monitor.poll():
+                pass
+            following = attempts.next(monitor)
+            if following is None:
+                break
+            monitor = following
     except Exception as exc:  # the thread must always conclude the run
+        monitor = attempts.monitor or monitor
         monitor.gave_up = exc
-    error = _conclude(monitor, on_result)
+    error = _conclude(monitor, on_result, attempts)
     if error is not None:
         print(f"jaxnb: background run {monitor.result.name!r} failed: "
               f"{getattr(error, 'summary', error)}", file=sys.stderr)
 
 
 def _conclude(
-    monitor: Monitor, on_result: Callable[[Result], None] | None
+    monitor: Monitor, on_result: Callable[[Result], None] | None, attempts: _Attempts
 ) -> BaseException | None:
     """Fill in the Result, finish the dashboard, free the engines; the error to raise."""
     result, group = monitor.result, monitor.group
@@ -203,10 +314,14 @@ def _conclude(
     summaries = [f.result() for f in monitor.futures.values() if f.done()]
     result.stopped = error is None and any(
         isinstance(s, dict) and s.get("stopped") for s in summaries)
+    if attempts.ended_in_recovery:  # Stop or an interrupt during a recovery: a clean end
+        error, result.stopped = None, True
+    elif error is not None and attempts.recovery.enabled and not monitor.deaths:
+        not_retried(error)
     result.error = error
     if error is not None:
         error.result = result  # type: ignore[attr-defined]
-    status, message = _status(result, monitor)
+    status, message = _status(result, monitor, attempts)
     try:
         monitor.dashboard.finish(status, message)
     finally:
@@ -216,13 +331,16 @@ def _conclude(
     return error
 
 
-def _status(result: Result, monitor: Monitor) -> tuple[str, str]:
+def _status(result: Result, monitor: Monitor, attempts: _Attempts) -> tuple[str, str]:
     step = len(result.history)
+    recovered = f" ({attempts.recovery.counted()})" if result.failures else ""
     if isinstance(result.error, KeyboardInterrupt) or (result.error and monitor.interrupted):
         return "interrupted", f"interrupted after {step} reports"
     if result.error is not None:
         summary = getattr(result.error, "summary", None) or str(result.error)
         return "failed", summary.splitlines()[0]
+    if attempts.ended_in_recovery:
+        return "stopped", f"on request: {attempts.ended_in_recovery}{recovered}"
     if result.stopped:
-        return "finished", f"stopped on request after {step} reports"
-    return "finished", ""
+        return "stopped", f"on request after {step} reports{recovered}"
+    return "finished", recovered.strip(" ()")

@@ -1,5 +1,6 @@
 """``%jax_train FUNC [--config EXPR] [--name RUN] [--storage DIR] [-o VAR] [--resume] [--background]
-[--steps N] [--datasets NAME=VAR,…]``: parse the line, resolve FUNC and the config in the notebook, train."""
+[--steps N] [--datasets NAME=VAR,…] [--profile-steps A:B] [--max-failures N]``: parse the line,
+resolve FUNC and the config in the notebook, train."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from jaxnb._train import dataset_names
 
 _CONFIG = re.compile(r"(?:^|\s)--config(?:=|\s+|$)")
 _NEXT_FLAG = re.compile(
-    r"\s(?:--name|--storage|-o|--output|--resume|--background|--steps|--datasets|--profile-steps)(?=[\s=]|$)"
+    r"\s(?:--name|--storage|-o|--output|--resume|--background|--steps|--datasets|--profile-steps"
+    r"|--max-failures)(?=[\s=]|$)"
 )
 
 
@@ -36,9 +38,11 @@ _NEXT_FLAG = re.compile(
           "jaxnb.get_dataset_shard(NAME) shards across the processes")
 @argument("--profile-steps", default=None, metavar="A:B",
           help="trace steps A to B on every process (as %%%%jax_profile); the result in VAR.profile")
+@argument("--max-failures", default=None, metavar="N", help="when a process dies or a host is lost: "
+          "restart, replay the setup, resume from the latest checkpoint, up to N times (default 0)")
 def jax_train(line: str) -> None:
     """%jax_train FUNC [--config EXPR] [--name RUN] [--storage DIR] [-o VAR] [--resume]
-    [--background] [--steps N] [--datasets NAME=VAR,…] [--profile-steps A:B]
+    [--background] [--steps N] [--datasets NAME=VAR,…] [--profile-steps A:B] [--max-failures N]
 
     Run FUNC (no argument, or the config) on every JAX process with a live
     dashboard. --config EXPR is evaluated in the notebook (the rest of the
@@ -79,6 +83,7 @@ def run(cluster_of: Callable[[], Any], shell: Any, line: str, local_ns: dict | N
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     window = profiled_steps.window(args.profile_steps, args.background)
+    max_failures = _max_failures(args.max_failures)
     cluster = cluster_of()
     fn = _function(args.func, shell.user_ns, local_ns or {})
     config = _evaluate(config_expr, shell.user_ns, local_ns or {})
@@ -91,7 +96,7 @@ def run(cluster_of: Callable[[], Any], shell: Any, line: str, local_ns: dict | N
     try:
         result = train(fn, config, name=args.name, storage=args.storage,
                        resume=args.resume, background=args.background, total_steps=steps,
-                       on_result=store, datasets=datasets)
+                       on_result=store, datasets=datasets, max_failures=max_failures)
     except (ValueError, FileExistsError, ClusterStateError) as exc:
         raise UsageError(str(exc)) from None
     if args.background:
@@ -105,6 +110,15 @@ def _step_count(text: str | None) -> int | None:
         return None
     if not text.isdigit() or int(text) == 0:
         raise UsageError(f"--steps takes a positive whole number, got {text!r}; e.g. --steps 1000")
+    return int(text)
+
+
+def _max_failures(text: str | None) -> int:
+    if text is None:
+        return 0
+    if not text.isdigit():
+        raise UsageError(f"--max-failures takes a whole number >= 0, got {text!r}; "
+                         "e.g. --max-failures 2")
     return int(text)
 
 

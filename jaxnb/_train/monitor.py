@@ -6,6 +6,8 @@ import contextvars
 import signal
 import sys
 import threading
+import time
+from collections import deque
 from typing import Any
 
 from jaxnb._cells.live import LiveMerger
@@ -55,6 +57,16 @@ class Monitor:
         # The same watch as a cell's: deaths, and processes left waiting once one finished.
         self.watch = Watch(group)
         self._asked_others_to_stop = False
+        #: The processes found dead (index -> how they ended), when a death ended the run.
+        self.deaths: dict[int, str] = {}
+        #: The highest step any process reported (``None`` before the first report).
+        self.last_step: int | None = None
+        #: When (``time.monotonic()``) the first report of this attempt was booked.
+        self.first_report_at: float | None = None
+        self._finished: dict[int, Any] | None = None
+        #: The other processes' reports ahead of process 0's (to fill what a dead process 0 lost).
+        self._ahead: dict[int, deque] = {p: deque() for p in self.processes[1:]}
+        self._lead_step: int | None = None
         self._ended = threading.Event()
         self._refresher = threading.Thread(target=contextvars.copy_context().run,
                                            args=(self._refresh_loop,), name="jaxnb-dashboard",
@@ -101,14 +113,36 @@ class Monitor:
         for p, receiver in self.receivers.items():
             records = receiver.take()
             if records:
+                self.first_report_at = self.first_report_at or time.monotonic()
+                top = max(int(r["step"]) for r in records)
+                self.last_step = top if self.last_step is None else max(self.last_step, top)
                 if p == self.processes[0]:
                     self._book(records)
+                    self._lead_step = int(records[-1]["step"])
+                else:
+                    self._ahead[p].extend(records)
                 self.dashboard.add(records)
+        for ahead in self._ahead.values():
+            while ahead and self._lead_step is not None and int(ahead[0]["step"]) <= self._lead_step:
+                ahead.popleft()
         for p, md in self.md.items():
             self.out.feed(p, md["stdout"] or "")
             self.err.feed(p, md["stderr"] or "")
         if self.live is not None:
             self.live.tick()
+
+    def fill_lost(self, upto: int | None) -> None:
+        """Book, for the steps up to ``upto`` whose process-0 report was lost (it died before
+        sending it), the report of the lowest process that sent one."""
+        if upto is None:
+            return
+        for p in self.processes[1:]:
+            missing = [r for r in self._ahead[p]
+                       if (self._lead_step is None or int(r["step"]) > self._lead_step)
+                       and int(r["step"]) <= upto]
+            if missing:
+                self._book(missing)
+                self._lead_step = int(missing[-1]["step"])
 
     def _refresh_loop(self) -> None:
         while not self._ended.wait(REFRESH_SECONDS):
@@ -119,7 +153,10 @@ class Monitor:
                 return
 
     def finish(self) -> dict[int, Any]:
-        """After the run: take the last messages; the errors by process."""
+        """After the run: take the last messages; the errors by process (once; later calls
+        give the same errors)."""
+        if self._finished is not None:
+            return self._finished
         if self.gave_up is None:
             self.ar.wait_for_output(OUTPUT_WAIT_SECONDS)
         self._ended.set()
@@ -129,12 +166,14 @@ class Monitor:
             self.live.close()
         self.out.finish()
         self.err.finish()
-        self.result.reports = {p: r.count for p, r in self.receivers.items()}
+        for p, r in self.receivers.items():  # summed over the attempts of a recovered run
+            self.result.reports[p] = self.result.reports.get(p, 0) + r.count
         missing = {p: r.missing for p, r in self.receivers.items() if r.missing}
         if missing and self.gave_up is None:
             lost = ", ".join(f"{label(p)}: {n}" for p, n in missing.items())
             print(f"jaxnb: some reports did not arrive ({lost})", file=sys.stderr)
-        return self.errors()
+        self._finished = self.errors()
+        return self._finished
 
     def errors(self) -> dict[int, Any]:
         """The exception raised by each process that has failed so far."""
@@ -149,10 +188,9 @@ class Monitor:
     def _book(self, records: list[dict[str, Any]]) -> None:
         result = self.result
         for record in records:
-            result.history.append(record["metrics"])
+            result.add_report(record["metrics"], int(record["step"]))
             if record.get("checkpoint"):
                 result.checkpoint = _checkpoint(record, result.path)
-        result.metrics = records[-1]["metrics"]
 
     def _check(self) -> None:
         """Give up with the watch's error on a death, or when processes are left waiting."""
@@ -164,6 +202,7 @@ class Monitor:
         try:
             self.watch.check(done, by_process)
         except ProcessFailure as failure:
+            self.deaths = dict(self.watch.dead)
             self.gave_up = failure
 
     def _check_dead(self) -> None:
@@ -171,6 +210,7 @@ class Monitor:
         try:
             self.watch.check_dead(self._outcomes())
         except ProcessFailure as failure:
+            self.deaths = dict(self.watch.dead)
             self.gave_up = failure
 
     def _outcomes(self) -> dict[int, dict[str, Any]]:

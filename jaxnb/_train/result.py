@@ -10,6 +10,25 @@ from typing import Any
 from jaxnb._core.run_folder import Checkpoint
 
 
+@dataclasses.dataclass
+class Failure:
+    """One recovery of a run (``--max-failures``): when, at which step, who, and why.
+
+    ``time`` is the wall-clock time (``time.time()``) the death was seen, ``step``
+    the last step reported before it, ``processes`` the processes that died and
+    ``cause`` one line saying how. ``resumed_from`` is the checkpoint step the run
+    went on from (``None``: from the beginning) and ``seconds`` how long each phase
+    of the recovery took (restart, replay, then restore and first step).
+    """
+
+    time: float
+    step: int | None
+    processes: tuple[int, ...]
+    cause: str
+    resumed_from: int | None = None
+    seconds: dict[str, float] = dataclasses.field(default_factory=dict, compare=False)
+
+
 @dataclasses.dataclass(eq=False)
 class Result:
     """The outcome of ``%jax_train`` / ``JaxCluster.train``, like Ray Train's ``Result``.
@@ -18,7 +37,9 @@ class Result:
     in order, ``checkpoint`` the latest checkpoint (or None), ``path`` the run
     folder and ``error`` None when the run succeeded. ``stopped`` says the run
     ended early because you asked it to; ``reports`` counts the reports received
-    from each process. A ``--background`` run's Result fills in while it runs:
+    from each process. ``failures`` has one :class:`Failure` per recovery
+    (``--max-failures``); after one, the reports redone from the checkpoint
+    replace the lost ones in ``history``. A ``--background`` run's Result fills in while it runs:
     ``wait()`` for the end, ``stop()`` to ask every process to stop.
     """
 
@@ -30,6 +51,8 @@ class Result:
     error: BaseException | None = None
     stopped: bool = False
     reports: dict[int, int] = dataclasses.field(default_factory=dict)
+    failures: list[Failure] = dataclasses.field(default_factory=list)
+    _steps: list[int] = dataclasses.field(default_factory=list, repr=False)
     _done: threading.Event = dataclasses.field(default_factory=threading.Event, repr=False)
     _stop: Callable[[], None] | None = dataclasses.field(default=None, repr=False)
 
@@ -53,6 +76,18 @@ class Result:
         """(jaxnb) What :meth:`stop` calls while the run goes on."""
         self._stop = stop
 
+    def add_report(self, metrics: dict[str, Any], step: int) -> None:
+        """(jaxnb) Book process 0's report of ``step``."""
+        self.history.append(metrics)
+        self._steps.append(step)
+        self.metrics = metrics
+
+    def rewind(self, step: int | None) -> None:
+        """(jaxnb) Forget the reports after ``step`` (``None``: all): they will be redone."""
+        keep = 0 if step is None else sum(1 for s in self._steps if s <= step)
+        del self.history[keep:], self._steps[keep:]
+        self.metrics = self.history[-1] if self.history else None
+
     def set_done(self) -> None:
         """(jaxnb) The run has ended: :meth:`wait` returns and ``running`` turns False."""
         self._done.set()
@@ -69,6 +104,8 @@ class Result:
         ]
         if self.stopped:
             parts.append("stopped=True")
+        if self.failures:
+            parts.append(f"failures=[{len(self.failures)} recovered]")
         if self.error is not None:
             parts.append(f"error={type(self.error).__name__}({_first_line(self.error)!r})")
         return f"Result({', '.join(parts)})"

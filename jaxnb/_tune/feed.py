@@ -72,6 +72,12 @@ class TrialFeed:
     def finish(self, status: str = "finished", message: str = "") -> None:
         """(the runner tells the view how the trial ended)"""
 
+    def set_recoveries(self, max_failures: int) -> None:
+        """(a trial run with ``--max-failures``: its recoveries show in its own reports)"""
+
+    def rewind(self, step: int | None, note: str = "") -> None:
+        """(after a recovery the trial's curve goes on from the resumed step's reports)"""
+
 
 def _number(value: Any) -> float | None:
     if value is None or isinstance(value, bool):

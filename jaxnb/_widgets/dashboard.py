@@ -20,9 +20,10 @@ from .svg_plot import MAX_POINTS as SVG_POINTS
 from .svg_plot import render_svg
 
 STEP_NAMES = ("step", "epoch", "iteration")  # the x axis; not plotted as curves
-TERMINAL = ("finished", "failed", "interrupted")
+TERMINAL = ("finished", "stopped", "failed", "interrupted")
 _STYLE = {"running": ("#1f77b4", ""), "stopping": ("#e67e00", "warning"),
-          "finished": ("#2ca02c", "success"), "failed": ("#d62728", "danger"),
+          "recovering": ("#e67e00", "warning"), "finished": ("#2ca02c", "success"),
+          "stopped": ("#2ca02c", "success"), "failed": ("#d62728", "danger"),
           "interrupted": ("#e67e00", "warning")}  # status -> (colour, progress bar style)
 MIN_INTERVAL_S = 0.1
 _PLOT_SHARE = 20  # redraw the plot at most every 20x the time one drawing takes
@@ -47,6 +48,9 @@ class Dashboard:
         self.run_name, self.num_processes, self.total_steps = run_name, num_processes, total_steps
         self.status, self.message = "running", ""
         self.checkpoint: str | None = None
+        #: The step each recovery resumed from (``--max-failures``), drawn as markers.
+        self.recoveries: list[int] = []
+        self.max_failures = 0
         self._on_stop = on_stop
         self._procs: dict[int, ProcessReports] = {}
         self._lock, self._render_lock = threading.RLock(), threading.Lock()
@@ -128,8 +132,24 @@ class Dashboard:
             self._end, self._end_wall = time.monotonic(), time.time()
         elif status == "running":
             self._end = self._end_wall = 0.0
-        self._stop.disabled = self._on_stop is None or status != "running"
+        self._stop.disabled = self._on_stop is None or status not in ("running", "recovering")
+        if status in TERMINAL:  # the run is over: nothing left to stop
+            self._stop.button_style, self._stop.description = "", status.capitalize()
         self._bar.bar_style = _STYLE.get(status, ("", ""))[1]
+        self._update()
+
+    def set_recoveries(self, max_failures: int) -> None:
+        """The run recovers up to ``max_failures`` times: show the count."""
+        self.max_failures = max_failures
+        self._update()
+
+    def rewind(self, step: int | None, note: str = "") -> None:
+        """A recovery resumed from ``step``: drop later points, mark the step on the curves."""
+        with self._lock:
+            for proc in self._procs.values():
+                proc.rewind(step)
+            self.recoveries.append(step or 0)
+            self._dirty = True
         self._update()
 
     def set_checkpoint(self, path: str | None) -> None:
@@ -142,7 +162,8 @@ class Dashboard:
         main, others, message = self._curves()
         with self._render_lock:
             return self._figure.render(main, others, skip=STEP_NAMES, message=message,
-                                       smoothing=self._smoothing.value, log=self._log())
+                                       smoothing=self._smoothing.value, log=self._log(),
+                                       markers=tuple(self.recoveries))
 
     def process_stats(self) -> list[dict[str, Any]]:
         """Per process: last step, steps/s (recent and mean), last report age, flag."""
@@ -157,6 +178,8 @@ class Dashboard:
         items = [("run", self.run_name),
                  ("status", self.status + (f" — {self.message}" if self.message else "")),
                  ("steps", self._steps_text(lead)), ("elapsed", duration_text(self.elapsed))]
+        if self.max_failures:
+            items.append(("recoveries", self._recovered_text()))
         items += [(k, f"{ys[-1]:.6g}") for k, (_, ys) in (lead.metrics if lead else {}).items()]
         items += [("checkpoint", self.checkpoint or "—"),
                   ("steps/s", mean_rates_text(self.process_stats()))]
@@ -228,7 +251,14 @@ class Dashboard:
         main, others, message = self._curves(drawing=True)
         panels = build_panels(main, others, set(STEP_NAMES), self._smoothing.value, self._log(),
                               max_points=SVG_POINTS)
-        return render_svg(panels, message)
+        return render_svg(panels, message, markers=tuple(self.recoveries))
+
+    def _recovered_text(self) -> str:
+        """``recovered 1 of 2`` (resumed from steps …)."""
+        text = f"recovered {len(self.recoveries)} of {self.max_failures}"
+        if self.recoveries:
+            text += " (resumed from step " + ", ".join(str(s) for s in self.recoveries) + ")"
+        return text
 
     def _steps_text(self, lead: ProcessReports | None) -> str:
         return steps_text(lead.step if lead else 0, self.total_steps)
@@ -243,6 +273,8 @@ class Dashboard:
         self._bar.value = min(step, self._bar.max)
         self._bar.layout.display = None if total else "none"
         parts = [self._steps_text(lead), rate_text(rate), f"elapsed {duration_text(self.elapsed)}"]
+        if self.max_failures:
+            parts.append(self._recovered_text())
         if total and rate > 0 and self.status == "running":
             parts.append(f"ETA {duration_text(max(total - step, 0) / rate)}")
         self._speed.value = " · ".join(parts)

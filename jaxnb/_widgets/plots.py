@@ -132,22 +132,23 @@ class MetricsFigure:
         message: str = "",
         smoothing: float = 0.0,
         log: bool | None = None,
+        markers: Sequence[float] = (),
     ) -> bytes:
         """PNG of ``main``'s curves (``others`` faintly), one panel per family.
 
         ``smoothing`` (0 to 0.99) draws an exponential moving average over the
         raw curve (drawn faintly); ``log`` forces a log y axis on (True) or off
         (False); None picks it for loss-like metrics spanning 1000x. Legends
-        give each curve's last value.
+        give each curve's last value. ``markers``: steps drawn as dashed lines.
         """
         panels = build_panels(main, others, set(skip), smoothing, log)
-        key = (message, [(p.family, p.log, [s[:3] for s in p.series]) for p in panels])
+        key = (message, tuple(markers), [(p.family, p.log, [s[:3] for s in p.series]) for p in panels])
         if key != self._key:
-            self._build(panels, message)
+            self._build(panels, message, markers)
             self._key = key
         else:
             for ax, panel in zip(self._fig.axes, panels, strict=False):
-                for line, series in zip(ax.lines, panel.series, strict=True):
+                for line, series in zip(ax.lines[len(markers):], panel.series, strict=True):
                     line.set_data(series.x, series.y)
                 ax.relim()
                 ax.autoscale_view()
@@ -161,7 +162,7 @@ class MetricsFigure:
         self._fig.savefig(buf, format="png")
         return buf.getvalue()
 
-    def _build(self, panels: list[Panel], message: str) -> None:
+    def _build(self, panels: list[Panel], message: str, markers: Sequence[float] = ()) -> None:
         fig = self._fig
         fig.clear()
         shown = panels[:MAX_PANELS]
@@ -184,6 +185,8 @@ class MetricsFigure:
                 ax.plot(s.x, s.y, color=s.color, alpha=0.25 if faint else 1.0,
                         linewidth=0.8 if faint else 1.4, marker="o" if s.marker else None,
                         markersize=3, label=s.label)
+            for m in markers:
+                ax.axvline(m, color="#d62728", linestyle="--", linewidth=0.8)
             if panel.log:
                 ax.set_yscale("log")
             ax.set_title(panel.family, fontsize=10)

@@ -46,6 +46,17 @@ class ProcessReports:
             xs.append(step)
             ys.append(v)
 
+    def rewind(self, step: int | None) -> None:
+        """Forget the points after ``step`` (``None``: all): a recovered run redoes them."""
+        cut = -math.inf if step is None else step
+        for name, (xs, ys) in list(self.metrics.items()):
+            keep = sum(1 for x in xs if x <= cut)
+            self.metrics[name] = (xs[:keep], ys[:keep])
+        self.window.clear()
+        if self.count:
+            self.step = 0 if step is None else min(self.step, step)
+            self.window.append((self.time, self.step))
+
     def age(self, now: float) -> float:
         """Seconds since the last report was made (engine clock offset removed)."""
         return max(0.0, now - self.offset - self.time)

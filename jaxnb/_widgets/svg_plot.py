@@ -28,8 +28,11 @@ def colour(name: str) -> str:
     return COLOURS[int(name[1:]) % 10] if name[:1] == "C" and name[1:].isdigit() else name
 
 
-def render_svg(panels: Sequence[Panel], message: str = "") -> str:
-    """HTML holding one SVG per panel (at most ``MAX_PANELS``), or ``message`` when there are none."""
+def render_svg(panels: Sequence[Panel], message: str = "", markers: Sequence[float] = ()) -> str:
+    """HTML holding one SVG per panel (at most ``MAX_PANELS``), or ``message`` when there are none.
+
+    ``markers``: steps drawn as dashed vertical lines (where a recovered run resumed).
+    """
     shown = list(panels)[:MAX_PANELS]
     note = f"<div style='font-size:12px'>{html.escape(message)}</div>" if message else ""
     if len(panels) > len(shown):
@@ -37,10 +40,10 @@ def render_svg(panels: Sequence[Panel], message: str = "") -> str:
     if not shown:
         return note or "<div style='font-size:12px;color:#666'>no metrics reported yet</div>"
     return note + "<div class='jaxnb-plot' style='display:flex;flex-wrap:wrap;gap:4px 16px'>" + "".join(
-        _panel_svg(p) for p in shown) + "</div>"
+        _panel_svg(p, markers) for p in shown) + "</div>"
 
 
-def _panel_svg(panel: Panel) -> str:
+def _panel_svg(panel: Panel, markers: Sequence[float] = ()) -> str:
     xs = [s.x for s in panel.series if len(s.x)]
     ys = [s.y[np.isfinite(s.y)] for s in panel.series if len(s.y)]
     log = panel.log
@@ -83,6 +86,12 @@ def _panel_svg(panel: Panel) -> str:
             grid.append(f"<line x1='{_LEFT}' x2='{_LEFT + pw}' y1='{Y:.1f}' y2='{Y:.1f}' stroke='#eee'/>"
                         f"<text x='{_LEFT - 4}' y='{Y + 3:.1f}' text-anchor='end' style='{_FONT}'>"
                         f"{label}</text>")
+    for m in markers:
+        if x_lo <= m <= x_hi:
+            X = float(px(np.float64(m)))
+            grid.append(f"<line class='jaxnb-recovery' x1='{X:.1f}' x2='{X:.1f}' y1='{_TOP}' "
+                        f"y2='{_TOP + ph}' stroke='#d62728' stroke-dasharray='4 3'>"
+                        f"<title>recovered: resumed from step {m:g}</title></line>")
     lines, legend = [], []
     for s in panel.series:
         keep = np.isfinite(s.y) & ((s.y > 0) if log else True)

@@ -15,7 +15,7 @@ def two_processes():
     """Start a 2-process cluster (1 CPU device each), yield it, stop it."""
     from jaxnb import JaxCluster
 
-    c = JaxCluster(n=2).start()
+    c = JaxCluster(n=2, spares=0).start()  # no warm spares: half the engines on a 2-core machine
     yield c
     c.stop()
 

@@ -1,0 +1,73 @@
+"""Warm spares: a restart joins engines that were started, with JAX imported, beforehand."""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+import pytest
+
+from jaxnb import JaxCluster
+
+#: Starts engines (or a kernel): not in `bash dev test fast`.
+pytestmark = pytest.mark.engines
+
+
+def _spares_registered(cluster: JaxCluster, seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    want = cluster.num_processes + len(cluster.group.spare_pids)
+    while len(cluster.client.ids) < want and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(cluster.client.ids) >= want, "the spares never registered"
+
+
+def _total(cluster: JaxCluster) -> float:
+    cluster.run("import numpy as np\nfrom jax.experimental import multihost_utils\n"
+                "total = float(multihost_utils.process_allgather(np.ones(1)).sum())")
+    return cluster.pull("total")
+
+
+@pytest.mark.timeout(240)
+def test_a_restart_joins_the_warm_spares_then_starts_new_ones():
+    with JaxCluster(n=2) as cluster:
+        deadline = time.monotonic() + 60  # spares start a few seconds after the cluster
+        while len(cluster.group.spare_pids) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        spares = set(cluster.group.spare_pids)
+        assert len(spares) == 2 and not spares & {p.pid for p in cluster.processes}
+        old = [p.pid for p in cluster.processes]
+        cluster.run("x = 1")
+        _spares_registered(cluster)
+        cluster.restart()
+        assert {p.pid for p in cluster.processes} == spares  # the spares became the group
+        assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"
+                       for pid in old)
+        deadline = time.monotonic() + 60  # new spares start a little later
+        while len(cluster.group.spare_pids) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        _spares_registered(cluster)
+        assert len(cluster.group.spare_pids) == 2 and not cluster.group.spare_pids & spares
+        assert _total(cluster) == 2.0
+        with pytest.raises(Exception, match="name 'x' is not defined"):
+            cluster.run("x")  # new processes: an empty namespace, as after any restart
+        family = [p for p in psutil.Process().children(recursive=True)]
+    time.sleep(0.5)
+    assert not [p.pid for p in family if p.is_running() and p.status() != "zombie"]
+
+
+@pytest.mark.timeout(120)
+def test_spares_0_keeps_none_and_restarts_the_slow_way():
+    with JaxCluster(n=2, spares=0) as cluster:
+        assert cluster.group.spare_pids == set()
+        old = {p.pid for p in cluster.processes}
+        cluster.restart()
+        assert not old & {p.pid for p in cluster.processes}
+        assert _total(cluster) == 2.0
+
+
+def test_spares_must_be_a_whole_number():
+    from jaxnb._core.options import OptionError
+
+    for bad in (-1, 1.5, True):
+        with pytest.raises(OptionError, match="--spares must be a whole number >= 0"):
+            JaxCluster(n=2, spares=bad)
