@@ -108,7 +108,8 @@ def _swap(group: Group) -> bool:
     group.view = group.client[spares]
     group.view.block = False
     group.processes = []
-    group.suspect, group.group_cut, group.busy_with, group.current_run = None, False, None, None
+    group.clear_suspect()
+    group.group_cut, group.busy_with, group.current_run = False, None, None
     startup.join_group(group)
     group.spare_pids.difference_update(info.pid for info in group.processes)
     return True
