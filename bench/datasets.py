@@ -10,7 +10,7 @@
    vs a plain NumPy loop slicing the same memmap (in this process, no cluster).
 3. bytes of the saved position per process (one dataset's iterator; one positions-log line).
 
-    python bench/datasets.py [--steps 40] [--rounds 5]
+    python -m bench.datasets [--steps 40] [--rounds 5]
 """
 
 from __future__ import annotations

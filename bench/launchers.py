@@ -1,7 +1,7 @@
 """Start to first psum with Slurm and with MPI against ``--hosts`` over ssh, on the same lab, same run;
 and ``--workdir``'s copy of a 10 MB folder to hosts that lack it (first start, second start).
 
-    sudo python bench/launchers.py [--repeats 3]   (root: it builds the lab of tests/lab, with Slurm)
+    sudo python -m bench.launchers [--repeats 3]   (root: it builds the lab of tests/lab, with Slurm)
 
 Start = ``JaxCluster(...).start()`` and one cross-process all-gather (the first psum), 2 engines
 on 2 lab hosts each time: ``--hosts`` (jaxnb's ssh launcher), ``--engines mpi --hosts``
@@ -20,11 +20,10 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [ROOT, os.path.join(ROOT, "tests"), os.path.join(ROOT, "bench")]
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
 
-from hosts import start_stop  # noqa: E402 - bench/hosts.py: start, first psum, stop
+from bench.hosts import start_stop  # noqa: E402 - bench/hosts.py: start, first psum, stop
 
 
 def workdir_copy(lab, private: str) -> list[tuple[str, float, str]]:
@@ -61,8 +60,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    from lab import slurm
-    from lab.lab import Lab, missing
+    from tests.lab import slurm
+
+    from tests.lab.lab import Lab, missing
 
     why = missing() or slurm.missing() or (None if shutil.which("mpiexec") else "no mpiexec")
     if why:

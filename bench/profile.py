@@ -12,7 +12,7 @@ One command, both numbers measured in the same run on the same 2-process cluster
    the step table being displayed (stop together, files pulled over the engines,
    merge, step table, timeline PNG), with the time of each stage.
 
-    python bench/profile.py [--steps 30] [--rounds 5]
+    python -m bench.profile [--steps 30] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def main() -> None:
             return out
         return wrapper
 
-    session._spmd.run_cell = timed("cell", session._spmd.run_cell)
+    session.spmd.run_cell = timed("cell", session.spmd.run_cell)
     session._stop_all = timed("stop", session._stop_all)
     session.collect = timed("collect", session.collect)
     session.showing.show = timed("show", session.showing.show)

@@ -1,6 +1,6 @@
 """Recovery from a dead process: jaxnb's ``--max-failures`` against Ray Train's, in one run.
 
-    python bench/recovery.py [--repeats 3] [--no-ray]
+    python -m bench.recovery [--repeats 3] [--no-ray]
 
 Measures, on a local 2-process CPU cluster:
 

@@ -14,7 +14,7 @@ step with the engine's clock (``t``). Measured, medians over trials:
    (a) vs (b), i.e. what Optuna and the tune view add per report.
 3. steps/s inside a trial, (a) vs (b). Target >= 0.95.
 
-    python bench/tune.py [--trials 8] [--steps 200] [--fresh 4]
+    python -m bench.tune [--trials 8] [--steps 200] [--fresh 4]
 """
 
 from __future__ import annotations

@@ -125,7 +125,7 @@ def test_spmd_cells_merged_output_and_pull(cluster, ip, capsys):
     out = capsys.readouterr().out
     assert out.count("same on every host") == 1
     assert "process 0 of 2" in out and "process 1 of 2" in out
-    assert "[p0] total 3.0" in out and "[p1] total 3.0" in out
+    assert out.count("total 3.0") == 1 and out.rstrip().endswith("total 3.0")  # the same on both
     ip.run_line_magic("jax_pull", "g")
     assert ip.user_ns["g"].tolist() == [[0.0] * 3, [1.0] * 3]
     with capture_output() as shown:

@@ -87,7 +87,9 @@ def test_kill_9_during_a_foreground_run_is_survived(kernel, tmp_path, victim):
     os.kill(pid, signal.SIGKILL)
     out = kernel.collect(msg_id, timeout=240)
     assert out.status == "ok", out.shown
-    assert f"recovering run 'counting': [p{victim}] killed by SIGKILL at step" in out.shown
+    # Killing p0 (the coordinator) often takes p1 with it (named after it, e.g. SIGABRT).
+    assert f"recovering run 'counting': [p{victim}] killed by SIGKILL" in out.shown
+    assert "resuming from step" in out.shown
     views = {d["data"]["application/vnd.jupyter.widget-view+json"]["model_id"]
              for d in out.displays if "application/vnd.jupyter.widget-view+json" in d["data"]}
     assert len(views) == 1  # one dashboard through the recovery (shown, then its final form)

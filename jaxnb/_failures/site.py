@@ -31,8 +31,9 @@ class Site:
     lost_by_registration = True
 
     def explain_lost(self, group: Group, lost: list[int]) -> dict[int, str]:
-        """How each process the controller dropped ended, where that can be found out."""
-        return {}
+        """How each process the controller dropped ended, where that can be found out (a
+        Slurm job step, from the queue and what ``srun`` wrote)."""
+        return remote.explain_lost(group, lost)
 
     def log(self, group: Group, p: int) -> str:
         """What process ``p``'s engine wrote to its log ("" when it cannot be read)."""

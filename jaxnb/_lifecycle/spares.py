@@ -21,7 +21,7 @@ import psutil
 from jaxnb._core import ipp_internals
 from jaxnb._core.contract import EngineCall
 from jaxnb._core.state import Group
-from jaxnb._failures import detect
+from jaxnb._failures import processes
 from jaxnb._lifecycle import startup
 
 _PIDS = EngineCall("jaxnb._engine.process:pids")
@@ -125,18 +125,18 @@ def _spare_pids_of(group: Group, engine_ids: list[int]) -> set[int]:
 def _alive(group: Group, pids: set[int]) -> set[int]:
     alive = set()
     for pid in pids:
-        launcher = detect.launcher_of(group, pid)
+        launcher = processes.launcher_of(group, pid)
         process = ipp_internals.launcher_process(launcher) if launcher is not None else None
-        if process is not None and not detect.has_exited(process):
+        if process is not None and not processes.has_exited(process):
             alive.add(pid)
     return alive
 
 
 def _kill(pids: list[int]) -> None:
-    processes: list[Any] = []
+    killed: list[Any] = []
     for pid in pids:
         with contextlib.suppress(psutil.Error):
             process = psutil.Process(pid)
             process.kill()
-            processes.append(process)
-    detect.wait_gone(processes, KILL_WAIT_SECONDS)
+            killed.append(process)
+    processes.wait_gone(killed, KILL_WAIT_SECONDS)
