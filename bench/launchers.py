@@ -61,7 +61,6 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     from tests.lab import slurm
-
     from tests.lab.lab import Lab, missing
 
     why = missing() or slurm.missing() or (None if shutil.which("mpiexec") else "no mpiexec")

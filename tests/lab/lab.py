@@ -153,7 +153,7 @@ class Lab:
         for host in self.hosts:
             self._wait_ssh(host)
         if self.with_slurm:
-            from lab.slurm import Slurm
+            from .slurm import Slurm
 
             self.slurm = Slurm(self)
             self.slurm.up()
