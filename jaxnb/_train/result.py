@@ -7,6 +7,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from jaxnb._core.ongoing import Ongoing
 from jaxnb._core.run_folder import Checkpoint
 
 
@@ -30,7 +31,7 @@ class Failure:
 
 
 @dataclasses.dataclass(eq=False)
-class Result:
+class Result(Ongoing):
     """The outcome of ``%jax_train`` / ``JaxCluster.train``, like Ray Train's ``Result``.
 
     ``metrics`` is process 0's last report, ``history`` every report of process 0
@@ -56,26 +57,6 @@ class Result:
     _done: threading.Event = dataclasses.field(default_factory=threading.Event, repr=False)
     _stop: Callable[[], None] | None = dataclasses.field(default=None, repr=False)
 
-    @property
-    def running(self) -> bool:
-        """True until the run has ended (always False for a blocking run's Result)."""
-        return not self._done.is_set()
-
-    def wait(self, timeout: float | None = None) -> Result:
-        """Wait until the run ends (at most ``timeout`` seconds); returns ``self``."""
-        if not self._done.wait(timeout):
-            raise TimeoutError(f"run {self.name!r} is still running after {timeout:g} s")
-        return self
-
-    def stop(self) -> None:
-        """Ask every process to stop at the same step (``jaxnb.should_stop()`` turns True)."""
-        if self.running and self._stop is not None:
-            self._stop()
-
-    def set_stopper(self, stop: Callable[[], None]) -> None:
-        """(jaxnb) What :meth:`stop` calls while the run goes on."""
-        self._stop = stop
-
     def add_report(self, metrics: dict[str, Any], step: int) -> None:
         """(jaxnb) Book process 0's report of ``step``."""
         self.history.append(metrics)
@@ -88,9 +69,8 @@ class Result:
         del self.history[keep:], self._steps[keep:]
         self.metrics = self.history[-1] if self.history else None
 
-    def set_done(self) -> None:
-        """(jaxnb) The run has ended: :meth:`wait` returns and ``running`` turns False."""
-        self._done.set()
+    def _waited_for(self) -> str:
+        return f"run {self.name!r}"
 
     def __repr__(self) -> str:
         state = "running" if self.running else ("failed" if self.error else "finished")

@@ -7,11 +7,12 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from jaxnb._core.ongoing import Ongoing
 from jaxnb._train.result import Result
 
 
 @dataclasses.dataclass(eq=False)
-class TuneResult:
+class TuneResult(Ongoing):
     """The outcome of ``%jax_tune`` / ``jaxnb.tune.run``.
 
     ``study`` is the ``optuna.Study`` (Optuna's own plots work on it),
@@ -34,30 +35,6 @@ class TuneResult:
     _stop: Callable[[], None] | None = dataclasses.field(default=None, repr=False)
 
     @property
-    def running(self) -> bool:
-        """True until the search has ended."""
-        return not self._done.is_set()
-
-    def wait(self, timeout: float | None = None) -> TuneResult:
-        """Wait until the search ends (at most ``timeout`` seconds); returns ``self``."""
-        if not self._done.wait(timeout):
-            raise TimeoutError(f"the search is still running after {timeout:g} s")
-        return self
-
-    def stop(self) -> None:
-        """End a ``--background`` search after the current trial."""
-        if self.running and self._stop is not None:
-            self._stop()
-
-    def set_stopper(self, stop: Callable[[], None]) -> None:
-        """(jaxnb) What :meth:`stop` calls while the search goes on."""
-        self._stop = stop
-
-    def set_done(self) -> None:
-        """(jaxnb) The search has ended."""
-        self._done.set()
-
-    @property
     def best_result(self) -> TrialResult | None:
         """The best COMPLETE trial's Result (the last report of the metric decides)."""
         done = [t for t in self.trials if t.state == "COMPLETE" and t.value is not None]
@@ -77,6 +54,9 @@ class TuneResult:
         """The best trial's last reported metric."""
         best = self.best_result
         return best.value if best is not None else None
+
+    def _waited_for(self) -> str:
+        return "the search"
 
     def __repr__(self) -> str:
         states = [t.state for t in self.trials]
