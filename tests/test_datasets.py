@@ -12,8 +12,11 @@ from jaxnb import RemoteError
 
 DATASETS_CELL = """
 import grain
+import jax
 import numpy as np
 
+# One file per process: on one host, two processes writing the same file race each other.
+MEMMAP_PATH = MEMMAP_PATH.replace(".npy", f"-p{jax.process_index()}.npy")
 N = 37  # odd: one row is left out so that both processes get 18
 cols = {"x": np.arange(N * 3, dtype=np.int32).reshape(N, 3), "id": np.arange(N)}
 records = [{"x": cols["x"][i], "id": cols["id"][i]} for i in range(N)]
