@@ -76,9 +76,7 @@ def main() -> None:
     why = missing()
     if why:
         sys.exit(f"bench/hosts.py needs the lab: {why}")
-    lab = Lab(2).up()
-    os.environ["JAXNB_SSH_CONFIG"] = lab.ssh_config
-    try:
+    with Lab(2).running() as lab:
         local, hosts, stops, local_stops = [], [], [], []
         for _ in range(args.repeats):
             started, stopped = start_stop(n=2)
@@ -91,8 +89,6 @@ def main() -> None:
         if not args.no_stock:
             print(f"ipyparallel's stock ssh launcher, 2 engines registered (no JAX): "
                   f"{stock_ssh(lab.addresses):.2f} s")
-    finally:
-        lab.down()
 
 
 def report(local: list[float], hosts: list[float], stops: list[float], local_stops: list[float]) -> None:

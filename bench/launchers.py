@@ -67,10 +67,7 @@ def main() -> None:
     if why:
         sys.exit(f"bench/launchers.py needs the lab with Slurm and MPI: {why}")
     private = tempfile.mkdtemp(prefix="jaxnb-bench-private-")
-    lab = Lab(2, with_slurm=True, private=(private,)).up()
-    os.environ["JAXNB_SSH_CONFIG"] = lab.ssh_config
-    os.environ.update(lab.slurm.env)
-    try:
+    with Lab(2, with_slurm=True, private=(private,)).running() as lab:
         kinds = {
             "local 2 processes": dict(n=2),
             "--hosts (ssh)": dict(hosts=lab.addresses),
@@ -92,9 +89,6 @@ def main() -> None:
                   f"x{med(starts[name]) / base:.2f} of ssh; stop {med(stops[name]):.2f} s", flush=True)
         for which, seconds, said in workdir_copy(lab, private):
             print(f"--workdir 10 MB, {which}: {seconds:.2f} s  [{said}]", flush=True)
-    finally:
-        lab.down()
-        shutil.rmtree(private, ignore_errors=True)
 
 
 if __name__ == "__main__":

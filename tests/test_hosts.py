@@ -47,17 +47,8 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def lab():
     """Two lab hosts; jaxnb's ssh uses the lab's client config. Torn down even on failure."""
-    built = Lab(2).up()
-    previous = os.environ.get("JAXNB_SSH_CONFIG")
-    os.environ["JAXNB_SSH_CONFIG"] = built.ssh_config
-    try:
+    with Lab(2).running() as built:
         yield built
-    finally:
-        if previous is None:
-            os.environ.pop("JAXNB_SSH_CONFIG", None)
-        else:
-            os.environ["JAXNB_SSH_CONFIG"] = previous
-        built.down()
 
 
 @pytest.fixture(scope="module")

@@ -41,24 +41,8 @@ def prep_lab():
         f.write(FAKE_SMI)
     os.chmod(os.path.join(tools, "nvidia-smi"), 0o755)
     os.chmod(tools, 0o755)
-    built = None
-    previous = os.environ.get("JAXNB_SSH_CONFIG")
-    try:
-        built = Lab(2, path=(tools,), private=(private,)).up()
-        built.private_dir = private  # type: ignore[attr-defined]
-        os.environ["JAXNB_SSH_CONFIG"] = built.ssh_config
+    with Lab(2, path=(tools,), private=(private,)).running() as built:
         yield built
-    finally:
-        if previous is None:
-            os.environ.pop("JAXNB_SSH_CONFIG", None)
-        else:
-            os.environ["JAXNB_SSH_CONFIG"] = previous
-        if built is not None:
-            built.down()
-        import shutil
-
-        shutil.rmtree(tools, ignore_errors=True)
-        shutil.rmtree(private, ignore_errors=True)
 
 
 def engine_pids(lab: Lab) -> list[int]:

@@ -49,19 +49,8 @@ def mpi_lab():
     if WHY_NOT:
         pytest.skip(f"MPI lab tests skipped: {WHY_NOT}")
     private = tempfile.mkdtemp(prefix="jaxnb-private-")  # the hosts do not see what is in it
-    built = Lab(2, private=(private,)).up()
-    built.private_dir = private  # type: ignore[attr-defined]
-    previous = os.environ.get("JAXNB_SSH_CONFIG")
-    os.environ["JAXNB_SSH_CONFIG"] = built.ssh_config
-    try:
+    with Lab(2, private=(private,)).running() as built:
         yield built
-    finally:
-        if previous is None:
-            os.environ.pop("JAXNB_SSH_CONFIG", None)
-        else:
-            os.environ["JAXNB_SSH_CONFIG"] = previous
-        built.down()
-        shutil.rmtree(private, ignore_errors=True)
 
 
 @pytest.mark.engines

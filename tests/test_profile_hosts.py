@@ -26,18 +26,8 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def hosts_cluster():
     """One engine on each of two lab hosts; lab and cluster torn down even on failure."""
-    lab = Lab(2).up()
-    previous = os.environ.get("JAXNB_SSH_CONFIG")
-    os.environ["JAXNB_SSH_CONFIG"] = lab.ssh_config
-    try:
-        with JaxCluster(hosts=lab.addresses) as cluster:
-            yield cluster
-    finally:
-        if previous is None:
-            os.environ.pop("JAXNB_SSH_CONFIG", None)
-        else:
-            os.environ["JAXNB_SSH_CONFIG"] = previous
-        lab.down()
+    with Lab(2).running() as lab, JaxCluster(hosts=lab.addresses) as cluster:
+        yield cluster
 
 
 def test_profile_on_two_hosts_names_the_straggler(hosts_cluster, tmp_path):

@@ -55,17 +55,8 @@ def jobs(lab: Lab) -> str:
 def slurm_lab():
     if WHY_NOT:
         pytest.skip(f"Slurm lab tests skipped: {WHY_NOT}")
-    built = Lab(2, with_slurm=True).up()
-    previous = os.environ.get("SLURM_CONF")
-    os.environ.update(built.slurm.env)
-    try:
+    with Lab(2, with_slurm=True).running() as built:
         yield built
-    finally:
-        if previous is None:
-            os.environ.pop("SLURM_CONF", None)
-        else:
-            os.environ["SLURM_CONF"] = previous
-        built.down()
 
 
 @pytest.fixture

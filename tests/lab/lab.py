@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
@@ -88,9 +89,11 @@ class Lab:
     directory: str = ""
     bridge_address: str = f"{SUBNET}.1"
     #: Folders put first on PATH in the hosts' ssh sessions (e.g. a fake ``nvidia-smi``).
+    #: The lab owns them: :meth:`down` removes them.
     path: tuple[str, ...] = ()
     #: Folders each host sees empty and its own (a tmpfs in the host's mount namespace): what
     #: the notebook's machine has there, the hosts do not (as without shared storage).
+    #: The lab owns them too.
     private: tuple[str, ...] = ()
     #: Also run Slurm on the hosts (``tests/lab/slurm.py``): ``self.slurm`` then has its settings.
     with_slurm: bool = False
@@ -108,6 +111,30 @@ class Lab:
     @property
     def addresses(self) -> list[str]:
         return [h.address for h in self.hosts]
+
+    @property
+    def private_dir(self) -> str:
+        """The first private folder."""
+        return self.private[0]
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[Lab]:
+        """The lab up, with jaxnb's ssh (and Slurm's tools) set to reach it; all undone at
+        the end, even on failure."""
+        previous = dict(os.environ)
+        try:
+            self.up()
+            os.environ["JAXNB_SSH_CONFIG"] = self.ssh_config
+            if self.slurm is not None:
+                os.environ.update(self.slurm.env)
+            yield self
+        finally:
+            for name in ("JAXNB_SSH_CONFIG", *(self.slurm.env if self.slurm is not None else ())):
+                if name in previous:
+                    os.environ[name] = previous[name]
+                else:
+                    os.environ.pop(name, None)
+            self.down()
 
     def up(self) -> Lab:
         """Build the bridge, the hosts and their sshd; wait until every sshd answers."""
@@ -240,8 +267,9 @@ class Lab:
             subprocess.run(["ip", "netns", "del", host.netns], capture_output=True)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
         self.hosts = []
-        if self.directory:
-            shutil.rmtree(self.directory, ignore_errors=True)
+        for folder in (self.directory, *self.path, *self.private):
+            if folder:
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 def _ip(*args: str) -> None:
