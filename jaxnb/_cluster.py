@@ -341,7 +341,7 @@ class JaxCluster:
 
         self.group.require_running()
         repair.ensure_ready(self.group)
-        return tune(self.group, fn, space, **options)
+        return tune(self.group, fn, space, restart=self._recover, **options)
 
     def __repr__(self) -> str:
         n = self.num_processes

@@ -131,3 +131,24 @@ def test_stop_search_button_asks_once_and_says_so():
     view.stop_button.click()
     assert asked == [1] and view.status == "stopping"
     assert "after the current trial" in view.message
+
+
+def test_a_recovered_trial_redraws_from_the_resumed_step_and_tells_optuna_each_step_once():
+    import optuna
+
+    from jaxnb._tune.feed import TrialFeed
+    from jaxnb._tune.view import TuneView
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.create_study()
+    trial = study.ask()
+    view = TuneView("s", "loss", "min", 1)
+    view.trial_started(trial.number, {})
+    feed = TrialFeed(trial, "loss", view, stop=lambda: None)
+    feed.add([{"process": 0, "step": s, "metrics": {"loss": 1.0 / s}} for s in (1, 2, 3, 4)])
+    feed.rewind(2)  # resumed from the checkpoint at step 2: steps 3 and 4 are redone
+    assert list(view.rows[trial.number].steps) == [1.0, 2.0]
+    feed.add([{"process": 0, "step": s, "metrics": {"loss": 9.0}} for s in (3, 4, 5)])
+    assert list(view.rows[trial.number].steps) == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert study.trials[0].intermediate_values == {1: 1.0, 2: 0.5, 3: 1 / 3, 4: 0.25, 5: 9.0}
+    assert "recovered 1×" in view.table_html()

@@ -27,6 +27,8 @@ class TrialFeed:
         self.keys: set[str] = set()  # every metric name process 0 reported
         self.last: float | None = None
         self.last_step: int | None = None
+        self.told: set[int] = set()  # steps Optuna has a value for (it keeps the first)
+        self.recoveries = 0
 
     # ---- the dashboard interface the run's monitor calls ------------------------------
 
@@ -56,8 +58,9 @@ class TrialFeed:
             self.last, self.last_step = value, step
             if self.view is not None:
                 self.view.add(self.number, step, value)
-            if self.pruned or not math.isfinite(value):
-                continue
+            if self.pruned or not math.isfinite(value) or step in self.told:
+                continue  # a step redone after a recovery: Optuna already has it
+            self.told.add(step)
             self.trial.report(value, step)
             if self.trial.should_prune():
                 self.pruned = True
@@ -73,10 +76,14 @@ class TrialFeed:
         """(the runner tells the view how the trial ended)"""
 
     def set_recoveries(self, max_failures: int) -> None:
-        """(a trial run with ``--max-failures``: its recoveries show in its own reports)"""
+        """(the trial's row counts its recoveries once it has one)"""
 
     def rewind(self, step: int | None, note: str = "") -> None:
-        """(after a recovery the trial's curve goes on from the resumed step's reports)"""
+        """A recovery resumed the trial from ``step`` (``None``: from the start): its curve
+        goes on from there; the steps it redoes are not told to Optuna twice."""
+        self.recoveries += 1
+        if self.view is not None:
+            self.view.rewind(self.number, step, self.recoveries)
 
 
 def _number(value: Any) -> float | None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextvars
-import inspect
 import os
 import sys
 import threading
@@ -14,6 +13,7 @@ from jaxnb._core.errors import ClusterStateError, RemoteError
 from jaxnb._core.state import Group
 from jaxnb._failures import detect
 from jaxnb._train import driver, function
+from jaxnb._train.recovery import Restart
 from jaxnb._train.result import Result
 from jaxnb._tune import keys
 from jaxnb._tune import space as spaces
@@ -29,7 +29,6 @@ NO_REPORT = ("trial {n} made no report; call jaxnb.report({{{metric!r}: value}})
              "function, or pass --metric NAME")
 UNREAD = ("jaxnb: the search samples {keys} but {fn} never reads {them} (no such string in its "
           "code); check --space against the config keys {fn} uses")
-NOT_HERE = "jaxnb: {flag} is not available in this jaxnb build; it is ignored"
 CANNOT_GO_ON = "the cluster cannot run more trials: {why}"
 STOPPED = "stopped on request after trial {n}"
 
@@ -39,8 +38,12 @@ def trial_run_name(number: int) -> str:
     return f"trial_{number:04d}"
 
 
-def tune(group: Group, fn: Any, space: Any, *, on_result: Any = None, **options: Any) -> TuneResult:
-    """Run the search (see ``jaxnb.tune.run``); ``on_result`` gets the TuneResult before an error."""
+def tune(group: Group, fn: Any, space: Any, *, on_result: Any = None, restart: Restart | None = None,
+         **options: Any) -> TuneResult:
+    """Run the search (see ``jaxnb.tune.run``); ``on_result`` gets the TuneResult before an error.
+
+    ``restart`` restarts the cluster and replays its setup: a trial run with
+    ``max_failures`` recovers through it (as ``JaxCluster.train`` does)."""
     opts = TuneOptions(**options)
     sample = spaces.sampler(space)
     preview = spaces.check(sample)
@@ -55,7 +58,7 @@ def tune(group: Group, fn: Any, space: Any, *, on_result: Any = None, **options:
     opened = studies.open_study(folder, name, opts.direction, make_pruner(opts.pruner),
                                 optuna.samplers.TPESampler(seed=opts.seed), opts.resume)
     result = TuneResult(opened.study, folder, opts.metric, opts.mode)
-    search = _Search(group, fn, sample, opts, result)
+    search = _Search(group, fn, sample, opts, result, restart)
     if opts.background:
         result.set_stopper(search.request_stop)
         follow = contextvars.copy_context().run  # output goes to the cell that started it
@@ -85,7 +88,7 @@ def _in_background(search: _Search, opened: studies.Opened, on_result: Any) -> N
 
 class _Search:
     def __init__(self, group: Group, fn: Any, sample: Any, opts: TuneOptions,
-                 result: TuneResult) -> None:
+                 result: TuneResult, restart: Restart | None) -> None:
         self.group, self.fn, self.sample, self.opts, self.result = group, fn, sample, opts, result
         self.study = result.study
         self.stop_requested = False
@@ -94,7 +97,9 @@ class _Search:
         on_stop = self.request_stop if opts.background else None
         self.view = (TuneView(self.study.study_name, opts.metric, opts.mode, opts.trials,
                               on_stop=on_stop) if opts.show else None)
-        self.extra = _pass_through(opts)
+        # Each trial's run: its datasets, and recovery as for %jax_train --max-failures.
+        self.extra = {"datasets": opts.datasets, "max_failures": opts.max_failures or 0,
+                      "restart": restart}
         self._started = time.monotonic()
 
     def request_stop(self) -> None:
@@ -234,21 +239,6 @@ class _Search:
             self.view.add(past.number, record["step"], record[self.opts.metric])
             self.view.saw_step(past.number, record["step"])
         self.view.trial_ended(past.number, past.state, past.value, seconds=past.seconds)
-
-
-def _pass_through(opts: TuneOptions) -> dict[str, Any]:
-    """``--max-failures`` and ``--datasets`` go to each trial's run when this build has them."""
-    accepted = inspect.signature(driver.train).parameters
-    extra = {}
-    for flag, key in (("--max-failures", "max_failures"), ("--datasets", "datasets")):
-        value = getattr(opts, key)
-        if value is None:
-            continue
-        if key in accepted:
-            extra[key] = value
-        else:
-            print(NOT_HERE.format(flag=flag), file=sys.stderr)
-    return extra
 
 
 def _past_trials(study: Any, folder: str, metric: str, base: dict[str, Any] | None

@@ -44,6 +44,7 @@ class TrialRow:
     values: array = field(default_factory=lambda: array("d"))
     last_step: int = 0  # the last step the trial reported (any metric)
     took: float | None = None  # seconds, for trials of an earlier session
+    recoveries: int = 0  # restarts after a dead process (--max-failures)
 
     @property
     def seconds(self) -> float:
@@ -105,6 +106,16 @@ class TuneView:
             row.values.append(value)
             self._dirty = True
 
+    def rewind(self, number: int, step: int | None, recoveries: int) -> None:
+        """Trial ``number`` was resumed from ``step`` after its ``recoveries``-th recovery:
+        its curve keeps only the reports up to that step."""
+        with self._lock:
+            row = self.rows[number]
+            keep = sum(1 for s in row.steps if step is not None and s <= step)
+            del row.steps[keep:], row.values[keep:]
+            row.recoveries = recoveries
+            self._dirty = True
+
     def saw_step(self, number: int, step: int) -> None:
         """The trial reported ``step`` (any metric; O(1))."""
         self.rows[number].last_step = step
@@ -162,7 +173,8 @@ class TuneView:
             body.append(row_html([
                 f"{row.number}{mark}", html.escape(_params_text(row.params)),
                 "—" if value is None else f"{value:.5g}",
-                f"<span style='color:{_COLOURS.get(row.state, '#333')}'>{row.state}</span>",
+                f"<span style='color:{_COLOURS.get(row.state, '#333')}'>{row.state}</span>"
+                + (f" (recovered {row.recoveries}×)" if row.recoveries else ""),
                 str(steps), duration_text(row.seconds, 1)]))
         return TABLE.format(head + "".join(body))
 
