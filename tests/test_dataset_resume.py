@@ -4,6 +4,7 @@ batches and, with the optimizer state and RNG key checkpointed, the same losses 
 from __future__ import annotations
 
 import pytest
+from IPython.utils.capture import capture_output
 
 DATA_CELL = """
 import numpy as np
@@ -104,9 +105,15 @@ def test_a_resume_without_saved_positions_starts_the_data_from_the_beginning(eng
                           datasets=datasets)
     (tmp_path / "w" / "datasets" / "process_0.jsonl").unlink()
     (tmp_path / "w" / "datasets" / "process_1.jsonl").unlink()
-    again = engines.train(shuffled_regression, {"steps": 22}, name="w", storage=tmp_path,
-                          datasets=datasets, resume=True)
+    with capture_output() as shown:
+        again = engines.train(shuffled_regression, {"steps": 22}, name="w", storage=tmp_path,
+                              datasets=datasets, resume=True)
     assert [h["ids"] for h in again.history] == [h["ids"] for h in whole.history[:2]]
+    said = [line for line in shown.stderr.splitlines() if "no position saved" in line]
+    assert said == [f"jaxnb: dataset {name!r} has no position saved with the checkpoint of step 20 "
+                    "(saved before its first iterator opened, or by a run without --datasets): its "
+                    "batches start again from the beginning of an epoch" for name in ("train", "val")
+                    ], shown.stderr
 
 
 def test_a_resume_on_another_number_of_processes_is_refused_before_it_starts(engines, tmp_path):

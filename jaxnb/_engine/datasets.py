@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,6 +23,10 @@ from typing import Any
 #: ``MAX_LINES`` (a resume looks only at the step it resumes from).
 MAX_LINES, KEEP_LINES = 4096, 512
 
+NO_POSITION = (
+    "jaxnb: dataset {name!r} has no position saved with the checkpoint of step {step} (saved "
+    "before its first iterator opened, or by a run without --datasets): its batches start again "
+    "from the beginning of an epoch")
 OUTSIDE_RUN = (
     "jaxnb.get_dataset_shard() works only inside a function run by `%jax_train FUNC --datasets "
     "NAME=VAR` (or `JaxCluster.train(fn, datasets={'NAME': 'VAR'})`)"
@@ -32,9 +37,11 @@ class DataRun:
     """The datasets passed to one run on this process, their shards and their positions log."""
 
     def __init__(self, datasets: dict[str, tuple[str, Any]], run_dir: str, process: int,
-                 num_processes: int, resume: dict[str, Any] | None) -> None:
+                 num_processes: int, resume: dict[str, Any] | None, resume_step: int | None = None
+                 ) -> None:
         self.datasets, self.process, self.num_processes = datasets, process, num_processes
         self.resume = resume or {}
+        self.resume_step = resume_step if resume is not None else None
         self.shards: dict[str, Any] = {}
         folder = os.path.join(run_dir, "datasets")
         os.makedirs(folder, exist_ok=True)
@@ -55,6 +62,8 @@ class DataRun:
 
             label, value = self.datasets[name]
             source = source_of(name, value, label)
+            if self.resume_step is not None and name not in self.resume:  # merged into one line
+                print(NO_POSITION.format(name=name, step=self.resume_step), file=sys.stderr)
             self.shards[name] = DatasetShard(source, self.process, self.num_processes,
                                              self.resume.get(name))
         return self.shards[name]
@@ -137,7 +146,7 @@ def start(datasets: dict[str, tuple[str, Any]], run_dir: str, process: int, num_
 
     for name, (label, value) in datasets.items():
         source_of(name, value, label)  # an unusable dataset is refused before the run starts
-    _data = DataRun(datasets, run_dir, process, num_processes, resume)
+    _data = DataRun(datasets, run_dir, process, num_processes, resume, resume_step)
 
 
 def record(step: int, checkpoint: bool) -> None:
