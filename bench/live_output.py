@@ -36,8 +36,8 @@ from tests.support.kernel_client import Kernel, Run, kernel
 
 SETUP = """%load_ext jaxnb
 %jax_cluster start -n 2
-from jaxnb.magics import JaxnbMagics
-JaxnbMagics.cluster.view.activate()
+from jaxnb.magics import current_cluster
+current_cluster(get_ipython()).view.activate()
 """
 
 PRINTS = """import time, jax
