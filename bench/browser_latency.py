@@ -12,6 +12,7 @@ Run: python -m bench.browser_latency   (needs chromium, jupyterlab, playwright)
 
 from __future__ import annotations
 
+import argparse
 import json
 import pathlib
 import tempfile
@@ -22,22 +23,28 @@ from tests.support import lab_server
 from tests.support.browser_page import dashboard, open_notebook, run_and_wait
 
 RATE, SECONDS = 100, 20
-CELLS = [
-    "%load_ext jaxnb\n%jax_cluster start -n 2",
-    f"""%%jax_cluster
+
+
+def notebook_cells(seconds: int) -> list[str]:
+    """The notebook: start, define the paced loop, run it in the background, wait for it."""
+    return [
+        "%load_ext jaxnb\n%jax_cluster start -n 2",
+        f"""%%jax_cluster
 import json, time, jaxnb
 def paced(config):
     start, sent = time.time(), []
-    for i in range({RATE * SECONDS}):
+    for i in range({RATE * seconds}):
         while time.time() < start + i / {RATE}:
             time.sleep(0.001)
         sent.append(time.time())
         jaxnb.report({{"loss": 1 / (i + 1)}})
     if jaxnb.get_context().get_world_rank() == 0:
         json.dump(sent, open(config["out"], "w"))""",
-    "%jax_train paced --config dict(out=SENT) --background -o run --name paced",
-    "run.wait(120)\nprint(len(run.history))",
-]
+        "%jax_train paced --config dict(out=SENT) --background -o run --name paced",
+        "run.wait(120)\nprint(len(run.history))",
+    ]
+
+
 OBSERVE = """el => {  // a new plot (the .jaxnb-plot element is replaced): note the time and last step
     window.__frames = [];
     let last = null;
@@ -58,11 +65,14 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=int, default=SECONDS, help="how long the run reports")
+    seconds = parser.parse_args().seconds
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="jaxnb-bench-"))
     server = lab_server.start(tmp)
     try:
         sent_file = tmp / "sent.json"
-        cells = [c.replace("SENT", repr(str(sent_file))) for c in CELLS]
+        cells = [c.replace("SENT", repr(str(sent_file))) for c in notebook_cells(seconds)]
         path = server.write_notebook("latency.ipynb", cells)
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=lab_server.chromium_path(),
@@ -74,7 +84,7 @@ def main() -> None:
             dash = dashboard(out)
             dash.locator(".jaxnb-plot").wait_for(state="attached", timeout=60_000)
             dash.evaluate(OBSERVE)
-            run_and_wait(page, 3, timeout_s=SECONDS + 120)
+            run_and_wait(page, 3, timeout_s=seconds + 120)
             frames = page.evaluate("window.__frames")
             browser.close()
         sent = json.loads(sent_file.read_text())
@@ -87,7 +97,7 @@ def main() -> None:
         shown = max(shown, step)
     steady = latencies[RATE:]  # skip the first second (first draw, figure set-up)
     print(f"{len(sent)} reports at {RATE}/s, {len(frames)} plot updates in the page "
-          f"({len(frames) / SECONDS:.2f}/s)")
+          f"({len(frames) / seconds:.2f}/s)")
     print(f"report() -> drawn in the page: p50 {percentile(steady, 0.5) * 1000:.0f} ms, "
           f"p95 {percentile(steady, 0.95) * 1000:.0f} ms, max {max(steady) * 1000:.0f} ms "
           f"(target p95 <= 200 ms)")

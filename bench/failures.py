@@ -194,7 +194,8 @@ def stop_times(c: JaxCluster) -> tuple[float, float]:
 
 
 #: A stand-in kernel that starts a busy cluster (shared with the tests).
-BUSY_KERNEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "support", "busy_kernel.py")
+BUSY_KERNEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "support",
+                           "busy_kernel.py")
 
 
 def orphan_cleanup() -> tuple[float, int]:

@@ -1,0 +1,45 @@
+"""Every bench stays runnable (a bench that crashed went unseen for weeks).
+
+Fast: each ``bench/NAME.py`` imports and its flags parse (``--help``). With engines:
+the benches that take seconds at their smallest sizes run once, end to end; their
+figures are not checked (speed is measured in ``bench/``, never asserted here).
+"""
+
+from __future__ import annotations
+
+import pathlib
+import runpy
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+BENCHES = sorted(p.stem for p in (ROOT / "bench").glob("*.py") if not p.stem.startswith("_"))
+
+
+@pytest.mark.parametrize("name", BENCHES)
+def test_each_bench_imports_and_lists_its_flags(name, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", [f"bench.{name}", "--help"])
+    with pytest.raises(SystemExit) as exited:
+        runpy.run_module(f"bench.{name}", run_name="__main__")
+    assert exited.value.code == 0
+    assert "--help" in capsys.readouterr().out
+
+
+#: The smallest runs of the benches that need no lab: (name, flags).
+SMALL_RUNS = [
+    ("cluster", ["--repeats", "1", "--cell-repeats", "2", "--scaling", "1", "--no-stock"]),
+    ("live_output", ["--lines", "3", "--flood", "200", "--repeats", "1"]),
+    ("profile", ["--steps", "3", "--rounds", "1"]),
+    ("checkpoint_save", ["--mb", "1", "--rounds", "1"]),
+]
+
+
+@pytest.mark.engines
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name, flags", SMALL_RUNS, ids=[name for name, _ in SMALL_RUNS])
+def test_a_small_run_of_the_bench_ends_well(name, flags):
+    run = subprocess.run([sys.executable, "-m", f"bench.{name}", *flags], cwd=ROOT,
+                         capture_output=True, text=True, timeout=280)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
