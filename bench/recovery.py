@@ -235,14 +235,9 @@ def main() -> None:
     jaxnb_total = statistics.median(r["total"] for r in warm)
     if args.no_ray:
         return
-    ray_totals = bench_ray(args.repeats)
-    if isinstance(ray_totals, str):
-        print(f"Ray Train: {ray_totals}")
-        return
-    ray_total = statistics.median(ray_totals)
-    print(f"Ray Train recovery (FailureConfig(max_failures=1)), kill -> first report after the "
-          f"restore: median {ray_total:.2f} s ({', '.join(f'{t:.2f}' for t in ray_totals)})")
-    print(f"jaxnb (with spares) / Ray = {jaxnb_total / ray_total:.2f} (target <= 0.2)")
+    from bench import _ray_recovery  # Ray's own recovery, this run (a bench-only extra)
+
+    print(_ray_recovery.compare(jaxnb_total, args.repeats, steps=STEPS, kill_at=KILL_AT))
 
 
 if __name__ == "__main__":
