@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -151,7 +152,11 @@ def engine_pid(lab: Watched, process: str) -> int:
 
 
 def wait_for_file(path: Path, timeout_s: float = 120) -> None:
-    wait_for(path.exists, timeout_s=timeout_s, what=f"the run to reach step {KILL_AT} ({path})")
+    """Wait for ``path``, looking every 20 ms (the kill must land well before the run ends)."""
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert time.monotonic() < deadline, f"the run never reached step {KILL_AT} ({path})"
+        time.sleep(0.02)
 
 
 @pytest.mark.timeout(420)
