@@ -11,10 +11,7 @@ Measures, on a local 2-process CPU cluster:
   ``max_failures=1``: kill → first report after the resume, split into detect (kill →
   death seen), restart, replay (one setup cell), restore (in the loop) and first step,
   with spares and without;
-- Ray Train (``pip install -e ".[bench]"``): the same loop (without the collective:
-  Ray's workers have no jax.distributed group) in a ``DataParallelTrainer`` with
-  ``FailureConfig(max_failures=1)``, worker 1 killed at step 12: kill → the first
-  report after its restore.
+- Ray Train (``pip install -e ".[bench]"``), in the same run: see :mod:`bench._ray_recovery`.
 
 Prints medians and the ratio jaxnb ÷ Ray (target ≤ 0.2).
 """
@@ -64,50 +61,6 @@ def jaxnb_loop(config):
         multihost_utils.process_allgather(jnp.ones(1))
         saved = {"w": w, "step": step} if step % 5 == 0 else None
         jaxnb.report({"step": step}, checkpoint=saved)
-        if restored_at is not None and rank == 0:
-            with open(config["resumed"], "w") as f:
-                json.dump({"restore": restored_at, "first_report": time.time()}, f)
-            restored_at = None
-        if rank == 1 and step == config["kill_at"] and not os.path.exists(config["killed"]):
-            with open(config["killed"], "w") as f:
-                f.write(repr(time.time()))
-            os.kill(os.getpid(), signal.SIGKILL)
-
-
-def ray_loop(config):
-    """The same loop in Ray Train: a directory checkpoint every 5 steps, worker 1 killed once."""
-    import json
-    import os
-    import signal
-    import tempfile
-    import time
-
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-    import ray.train as train
-
-    rank = train.get_context().get_world_rank()
-    w, start = jnp.zeros((4,), jnp.float32), 0
-    checkpoint = train.get_checkpoint()
-    restored_at = None
-    if checkpoint is not None:
-        t0 = time.time()
-        with checkpoint.as_directory() as folder:
-            state = np.load(os.path.join(folder, "state.npz"))
-            w, start = jnp.asarray(state["w"]), int(state["step"])
-        restored_at = (t0, time.time())
-    update = jax.jit(lambda w, x: w - 0.05 * jax.grad(lambda w: jnp.mean((x @ w) ** 2))(w))
-    for step in range(start + 1, config["steps"] + 1):
-        x = jax.random.normal(jax.random.fold_in(jax.random.PRNGKey(0), step), (16, 4))
-        w = update(w, x)
-        if step % 5 == 0:
-            with tempfile.TemporaryDirectory() as folder:
-                if rank == 0:
-                    np.savez(os.path.join(folder, "state.npz"), w=np.asarray(w), step=step)
-                train.report({"step": step}, checkpoint=train.Checkpoint.from_directory(folder))
-        else:
-            train.report({"step": step})
         if restored_at is not None and rank == 0:
             with open(config["resumed"], "w") as f:
                 json.dump({"restore": restored_at, "first_report": time.time()}, f)
@@ -180,40 +133,6 @@ def bench_jaxnb(repeats: int, spares: int | None) -> tuple[list[float], list[dic
     return restarts, recoveries
 
 
-def bench_ray(repeats: int) -> list[float] | str:
-    """Kill → first report after the restore, per repeat; or why Ray could not run."""
-    try:
-        import ray
-        from ray.train import FailureConfig, RunConfig, ScalingConfig
-        from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
-    except ImportError as exc:
-        return f"not measured: {exc} (pip install -e '.[bench]')"
-    os.environ["JAX_PLATFORMS"] = "cpu"  # the workers inherit it
-    # On a loaded machine Ray's agents may take longer than its default waits to come up.
-    os.environ.setdefault("RAY_agent_register_timeout_ms", "120000")
-    try:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-                 object_store_memory=200 * 2**20)
-    except Exception as exc:  # e.g. its raylet does not come up on a loaded machine
-        return f"not measured: Ray did not start here ({str(exc).splitlines()[0]})"
-    totals = []
-    try:
-        for i in range(repeats):
-            with tempfile.TemporaryDirectory() as folder:
-                config = _config(folder)
-                trainer = DataParallelTrainer(
-                    ray_loop, train_loop_config=config,
-                    scaling_config=ScalingConfig(num_workers=2),
-                    run_config=RunConfig(name=f"r{i}", storage_path=folder,
-                                         failure_config=FailureConfig(max_failures=1)))
-                trainer.fit()
-                killed, resumed = _read(config)
-                totals.append(resumed["first_report"] - killed)
-    finally:
-        ray.shutdown()
-    return totals
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -235,14 +154,9 @@ def main() -> None:
     jaxnb_total = statistics.median(r["total"] for r in warm)
     if args.no_ray:
         return
-    ray_totals = bench_ray(args.repeats)
-    if isinstance(ray_totals, str):
-        print(f"Ray Train: {ray_totals}")
-        return
-    ray_total = statistics.median(ray_totals)
-    print(f"Ray Train recovery (FailureConfig(max_failures=1)), kill -> first report after the "
-          f"restore: median {ray_total:.2f} s ({', '.join(f'{t:.2f}' for t in ray_totals)})")
-    print(f"jaxnb (with spares) / Ray = {jaxnb_total / ray_total:.2f} (target <= 0.2)")
+    from bench import _ray_recovery  # Ray's own recovery, this run (a bench-only extra)
+
+    print(_ray_recovery.compare(jaxnb_total, args.repeats, steps=STEPS, kill_at=KILL_AT))
 
 
 if __name__ == "__main__":
