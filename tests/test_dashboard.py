@@ -288,7 +288,7 @@ def test_a_recovery_is_marked_counted_and_its_lost_points_dropped() -> None:
     for batch in batches(30, size=30):
         dash.add(batch)
     dash.set_status("recovering", "[p1] killed by SIGKILL at step 30; resuming from step 20")
-    assert "recovering" in dash._title.value and "resuming from step 20" in dash._title.value
+    assert "recovering:</b> [p1] killed by SIGKILL at step 30; resuming from step 20" in dash._title.value
     assert not find(dash.widget, w.Button)[0].disabled  # Stop ends a recovery too
     dash.rewind(20)
     steps, _ = dash._procs[0].curves()["loss"]

@@ -102,7 +102,7 @@ FINAL_PLOT = """d => {
         tip: lead ? lead.querySelector('title').textContent : '',
     };
 }"""
-RECOVERING = re.compile(r"recovering:? \[p1\] killed by SIGKILL at step (\d+); resuming from step (\d+)")
+RECOVERING = re.compile(r"recovering: \[p1\] killed by SIGKILL at step (\d+); resuming from step (\d+)")
 
 
 @pytest.fixture(scope="module")

@@ -267,8 +267,9 @@ class Dashboard:
         lead, now = self._lead(), self._end_wall or time.time()
         step, rate = (lead.step, lead.rate(now)) if lead else (0, 0.0)
         color, total = _STYLE.get(self.status, ("#555", ""))[0], self.total_steps
+        said = f"{self.status}:" if self.status == "recovering" and self.message else self.status
         self._title.value = (f"<b>{html.escape(self.run_name)}</b> — <b style='color:{color}'>"
-                             f"{html.escape(self.status)}</b> {html.escape(self.message)}")
+                             f"{html.escape(said)}</b> {html.escape(self.message)}")
         self._bar.max = max(total or step, 1)
         self._bar.value = min(step, self._bar.max)
         self._bar.layout.display = None if total else "none"
