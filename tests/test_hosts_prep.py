@@ -126,7 +126,7 @@ def test_workdir_copied_where_hosts_lack_it_then_only_what_changed(prep_lab, cap
         shown = capsys.readouterr().out
         for host in prep_lab.hosts:
             line = next((ln for ln in shown.splitlines() if f"copied to {host.address}:" in ln), "")
-            assert line.endswith("(1 files, 11 B in " + line.split(" in ")[-1]), shown
+            assert line.endswith("(1 file, 11 B in " + line.split(" in ")[-1]), shown
             assert f"-{host.hostname} (" in line and "rsync)" in line, line
             copies.append(line.split(f"{host.address}:", 1)[1].split(" (")[0])
         cluster.run(
@@ -142,7 +142,7 @@ def test_workdir_copied_where_hosts_lack_it_then_only_what_changed(prep_lab, cap
             f.write("VALUE = 43\n")
         cluster.restart()
         shown = capsys.readouterr().out
-        assert shown.count("(1 files, 11 B in ") == 2, shown
+        assert shown.count("(1 file, 11 B in ") == 2, shown
         cluster.run("import mymodel\nassert mymodel.VALUE == 43")
     finally:
         cluster.stop()

@@ -22,6 +22,7 @@ import subprocess
 import time
 
 from jaxnb._core.errors import StartError
+from jaxnb._core.messages import plural
 
 #: Left out unless the user's patterns say otherwise (never needed on the hosts).
 DEFAULT_EXCLUDES = (".git", "__pycache__", ".ipynb_checkpoints")
@@ -183,7 +184,7 @@ def summary(folder: str, placed: list[Placed]) -> list[str]:
     for p in placed:
         if p.copied:
             lines.append(
-                f"jaxnb: --workdir {folder} copied to {p.target}:{p.folder} ({p.files} files, "
+                f"jaxnb: --workdir {folder} copied to {p.target}:{p.folder} ({plural(p.files, 'file')}, "
                 f"{_size(p.size)} in {p.seconds:.2f} s, {p.how})"
             )
     return lines
