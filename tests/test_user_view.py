@@ -284,3 +284,47 @@ def test_small_things_timeout_0_resume_checkpoint_grammar_and_temp_folders(tmp_p
         assert k.value(f"__import__('os').path.isdir({note[1]!r})")
         k.ok("%jax_cluster stop")
         assert not k.value(f"__import__('os').path.isdir({note[1]!r})")
+
+
+LEAF_ERROR = """\
+def bad_leaf(config):
+    import jaxnb
+    jaxnb.report({"step": 1}, checkpoint={"f": open})
+"""
+
+
+def test_a_leaf_error_is_its_one_line_not_jaxnbs_frames(kernel, tmp_path):
+    kernel.ok(LEAF_ERROR)
+    out = kernel.run(f"%jax_train bad_leaf --storage {tmp_path}")
+    assert out.error is not None and out.error["ename"] == "RemoteError", out.shown
+    assert out.error["evalue"].startswith("LeafError: checkpoint leaf ['f'] is"), out.error["evalue"]
+    tb = out.traceback
+    assert tb.splitlines()[0].startswith("RemoteError: LeafError: checkpoint leaf ['f'] is"), tb
+    for word in (*NOT_OURS, "checkpoint_leaves.py", "checkpoint.py"):
+        assert word not in tb, tb
+    assert 'jaxnb.report({"step": 1}, checkpoint={"f": open})' in tb, tb
+    assert len(tb.splitlines()) < 25, tb
+
+
+NOISE = """\
+%%jax_cluster
+import warnings, jax, jax.numpy as jnp
+print('before')
+warnings.warn('careful')
+x = jax.pmap(lambda v: jax.lax.psum(v, 'i'), axis_name='i')(jnp.ones(jax.local_device_count()))
+print('same after', float(x[0]))
+print('again the same')
+"""
+
+
+def test_gloo_lines_and_warnings_do_not_split_identical_lines(kernel):
+    """Its own cluster (2 processes of 2 devices: gloo connects, in any order); last in the module."""
+    kernel.ok("%jax_cluster stop")
+    kernel.ok("%jax_cluster start -n 2 --devices-per-process 2")
+    out = kernel.ok(NOISE)
+    lines = out.stdout.splitlines() + out.stderr.splitlines()
+    assert not [x for x in lines if x.startswith("[p")], out.shown
+    assert out.stdout.count("same after 4.0") == 1 and out.stdout.count("again the same") == 1, out.shown
+    assert sum("UserWarning: careful" in x for x in lines) == 1, out.shown
+    gloo = [x for x in lines if x.startswith("[Gloo]")]
+    assert len(gloo) <= 1, out.shown
