@@ -308,17 +308,19 @@ def test_a_leaf_error_is_its_one_line_not_jaxnbs_frames(kernel, tmp_path):
 
 NOISE = """\
 %%jax_cluster
-import warnings, jax, jax.numpy as jnp
+import ctypes, warnings, jax, jax.numpy as jnp
 print('before')
 warnings.warn('careful')
 x = jax.pmap(lambda v: jax.lax.psum(v, 'i'), axis_name='i')(jnp.ones(jax.local_device_count()))
+flushed = ctypes.CDLL(None).fflush(None)  # gloo's C++ lines wait in C's stdio buffer until then
 print('same after', float(x[0]))
 print('again the same')
 """
 
 
 def test_gloo_lines_and_warnings_do_not_split_identical_lines(kernel):
-    """Its own cluster (2 processes of 2 devices: gloo connects, in any order); last in the module."""
+    """Its own cluster (2 processes of 2 devices: gloo connects, in any order); last in the module.
+    Each engine's warning path holds its pid."""
     kernel.ok("%jax_cluster stop")
     kernel.ok("%jax_cluster start -n 2 --devices-per-process 2")
     out = kernel.ok(NOISE)
@@ -326,5 +328,5 @@ def test_gloo_lines_and_warnings_do_not_split_identical_lines(kernel):
     assert not [x for x in lines if x.startswith("[p")], out.shown
     assert out.stdout.count("same after 4.0") == 1 and out.stdout.count("again the same") == 1, out.shown
     assert sum("UserWarning: careful" in x for x in lines) == 1, out.shown
-    gloo = [x for x in lines if x.startswith("[Gloo]")]
-    assert len(gloo) <= 1, out.shown
+    # gloo's lines reach the cell only sometimes (when the engine forwards them in time): at most once
+    assert sum(x.startswith("[Gloo]") for x in lines) <= 1, out.shown
