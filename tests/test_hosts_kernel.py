@@ -143,7 +143,8 @@ def test_a_stop_after_a_failure_leaves_no_folder_either(kernel, lab):
 
 
 def test_a_start_that_fails_leaves_no_folder(kernel, lab):
-    out = kernel.run("%jax_cluster start --hosts gpu1,gpu2 --python /no/such/python", timeout=120)
+    out = kernel.run(f"%jax_cluster start --hosts gpu1,gpu2 --python /no/such/python "
+                     f"--address {lab.bridge_address}", timeout=120)  # --address: this test only
     assert "no interpreter /no/such/python" in out.shown, out.shown
     assert kernel.value("jaxnb.current_cluster() is None")
     assert not engines_on(lab)

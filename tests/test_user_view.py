@@ -53,6 +53,7 @@ def test_a_train_error_shows_the_users_frames_with_their_source(kernel, tmp_path
 def test_a_cell_error_shows_the_cell_and_the_cause_first(kernel):
     out = kernel.run("%%jax_cluster\ndef f():\n    return 1/0\nf()")
     assert out.error["ename"] == "RemoteError"
+    assert out.error["evalue"].startswith("ZeroDivisionError: division by zero (on processes [p0], [p1])")
     lines = out.traceback.splitlines()
     assert lines[0] == "RemoteError: ZeroDivisionError: division by zero (on processes [p0], [p1])"
     assert "----> 2     return 1/0" in out.traceback
@@ -120,6 +121,7 @@ def test_a_cells_last_expression_is_out_n_and_underscore_as_in_ipython(kernel):
     out = kernel.ok("%%jax_cluster\nimport jax\n{'a': 1, 'p': jax.process_index()}")
     assert out.result is not None, out.shown  # an execute_result: Out[n]
     assert out.result["data"]["text/plain"] == "{'a': 1, 'p': 0}"
+    assert not [d for d in out.displays if d.get("data")], out.displays  # shown once: as Out[n]
     assert kernel.value("[_['a'], _['p'], type(_).__name__]") == [1, 0, "dict"]
     out = kernel.ok("%%jax_cluster\nimport jax.numpy as jnp\njnp.arange(3)")
     assert "Array([0, 1, 2]" in out.result["data"]["text/plain"], out.shown
