@@ -115,6 +115,14 @@ def test_a_long_cell_keeps_every_processs_last_line_and_shared_lines_unlabelled(
     assert lines[-2:] == ["[p0] last 0", "[p1] last 1"], lines[-5:]
     assert [x for x in lines if x.startswith("[p")] == ["[p0] last 0", "[p1] last 1"]
     assert "not shown" not in out.stdout
+    # past the cap (2,000 lines after merging): one note, then the tail with every process's last line
+    out = kernel.ok("%%jax_cluster\nimport jax\nfor i in range(3000): print(i)\n"
+                    "print('last', jax.process_index())")
+    lines = out.stdout.splitlines()
+    assert lines[-3:] == ["2999", "[p0] last 0", "[p1] last 1"], lines[-5:]
+    notes = [x for x in lines if x.startswith("[jaxnb] ")]
+    assert len(notes) == 1 and notes[0].startswith("[jaxnb] 1,002 lines of output not shown"), notes
+    assert len(lines) == 2001 and [x for x in lines if x.startswith("[p")] == lines[-2:]
 
 
 def test_a_cells_last_expression_is_out_n_and_underscore_as_in_ipython(kernel):
