@@ -54,11 +54,14 @@ def lab():
 
 @pytest.fixture(scope="module")
 def kernel(lab):
-    """A kernel whose ssh config names the lab hosts gpu1 and gpu2 (port 2222 only there);
+    """A kernel whose ssh config names the lab hosts gpu1 and gpu2 (user root, port 2222 only there);
     ``kernel.tmp`` is its own temporary folder (short: ssh's socket paths are limited)."""
     config = os.path.join(lab.directory, "ssh_config_aliases")
     with open(lab.ssh_config) as f:
         common = f.read().split("\n", 1)[1]  # the lab's settings, after its `Host` line
+    # Any other name logs in as nobody (who cannot): only the aliases' User gets in.
+    common = common.replace("User root", "User nobody")
+    assert "User nobody" in common
     with open(config, "w") as f:
         f.write("".join(ALIAS.format(i=h.index, address=h.address, port=PORT) for h in lab.hosts))
         f.write("Host *\n" + common)
