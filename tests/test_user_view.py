@@ -53,6 +53,7 @@ def test_a_train_error_shows_the_users_frames_with_their_source(kernel, tmp_path
 def test_a_cell_error_shows_the_cell_and_the_cause_first(kernel):
     out = kernel.run("%%jax_cluster\ndef f():\n    return 1/0\nf()")
     assert out.error["ename"] == "RemoteError"
+    assert out.error["evalue"].startswith("ZeroDivisionError: division by zero (on processes [p0], [p1])")
     lines = out.traceback.splitlines()
     assert lines[0] == "RemoteError: ZeroDivisionError: division by zero (on processes [p0], [p1])"
     assert "----> 2     return 1/0" in out.traceback
@@ -114,12 +115,21 @@ def test_a_long_cell_keeps_every_processs_last_line_and_shared_lines_unlabelled(
     assert lines[-2:] == ["[p0] last 0", "[p1] last 1"], lines[-5:]
     assert [x for x in lines if x.startswith("[p")] == ["[p0] last 0", "[p1] last 1"]
     assert "not shown" not in out.stdout
+    # past the cap (2,000 lines after merging): one note, then the tail with every process's last line
+    out = kernel.ok("%%jax_cluster\nimport jax\nfor i in range(3000): print(i)\n"
+                    "print('last', jax.process_index())")
+    lines = out.stdout.splitlines()
+    assert lines[-3:] == ["2999", "[p0] last 0", "[p1] last 1"], lines[-5:]
+    notes = [x for x in lines if x.startswith("[jaxnb] ")]
+    assert len(notes) == 1 and notes[0].startswith("[jaxnb] 1,002 lines of output not shown"), notes
+    assert len(lines) == 2001 and [x for x in lines if x.startswith("[p")] == lines[-2:]
 
 
 def test_a_cells_last_expression_is_out_n_and_underscore_as_in_ipython(kernel):
     out = kernel.ok("%%jax_cluster\nimport jax\n{'a': 1, 'p': jax.process_index()}")
     assert out.result is not None, out.shown  # an execute_result: Out[n]
     assert out.result["data"]["text/plain"] == "{'a': 1, 'p': 0}"
+    assert not [d for d in out.displays if d.get("data")], out.displays  # shown once: as Out[n]
     assert kernel.value("[_['a'], _['p'], type(_).__name__]") == [1, 0, "dict"]
     out = kernel.ok("%%jax_cluster\nimport jax.numpy as jnp\njnp.arange(3)")
     assert "Array([0, 1, 2]" in out.result["data"]["text/plain"], out.shown
@@ -284,3 +294,49 @@ def test_small_things_timeout_0_resume_checkpoint_grammar_and_temp_folders(tmp_p
         assert k.value(f"__import__('os').path.isdir({note[1]!r})")
         k.ok("%jax_cluster stop")
         assert not k.value(f"__import__('os').path.isdir({note[1]!r})")
+
+
+LEAF_ERROR = """\
+def bad_leaf(config):
+    import jaxnb
+    jaxnb.report({"step": 1}, checkpoint={"f": open})
+"""
+
+
+def test_a_leaf_error_is_its_one_line_not_jaxnbs_frames(kernel, tmp_path):
+    kernel.ok(LEAF_ERROR)
+    out = kernel.run(f"%jax_train bad_leaf --storage {tmp_path}")
+    assert out.error is not None and out.error["ename"] == "RemoteError", out.shown
+    assert out.error["evalue"].startswith("LeafError: checkpoint leaf ['f'] is"), out.error["evalue"]
+    tb = out.traceback
+    assert tb.splitlines()[0].startswith("RemoteError: LeafError: checkpoint leaf ['f'] is"), tb
+    for word in (*NOT_OURS, "checkpoint_leaves.py", "checkpoint.py"):
+        assert word not in tb, tb
+    assert 'jaxnb.report({"step": 1}, checkpoint={"f": open})' in tb, tb
+    assert len(tb.splitlines()) < 25, tb
+
+
+NOISE = """\
+%%jax_cluster
+import ctypes, warnings, jax, jax.numpy as jnp
+print('before')
+warnings.warn('careful')
+x = jax.pmap(lambda v: jax.lax.psum(v, 'i'), axis_name='i')(jnp.ones(jax.local_device_count()))
+flushed = ctypes.CDLL(None).fflush(None)  # gloo's C++ lines wait in C's stdio buffer until then
+print('same after', float(x[0]))
+print('again the same')
+"""
+
+
+def test_gloo_lines_and_warnings_do_not_split_identical_lines(kernel):
+    """Its own cluster (2 processes of 2 devices: gloo connects, in any order); last in the module.
+    Each engine's warning path holds its pid."""
+    kernel.ok("%jax_cluster stop")
+    kernel.ok("%jax_cluster start -n 2 --devices-per-process 2")
+    out = kernel.ok(NOISE)
+    lines = out.stdout.splitlines() + out.stderr.splitlines()
+    assert not [x for x in lines if x.startswith("[p")], out.shown
+    assert out.stdout.count("same after 4.0") == 1 and out.stdout.count("again the same") == 1, out.shown
+    assert sum("UserWarning: careful" in x for x in lines) == 1, out.shown
+    # gloo's lines reach the cell only sometimes (when the engine forwards them in time): at most once
+    assert sum(x.startswith("[Gloo]") for x in lines) <= 1, out.shown

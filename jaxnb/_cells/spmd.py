@@ -117,7 +117,6 @@ def run_cell(
             outcome.value = _cell_value(group, result)
         else:
             _show_result(result)
-        _show_result(outcome.results.get(processes[0]))
     elif show.quiet:
         pass
     else:

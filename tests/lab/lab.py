@@ -98,6 +98,8 @@ class Lab:
     #: Also run Slurm on the hosts (``tests/lab/slurm.py``): ``self.slurm`` then has its settings.
     with_slurm: bool = False
     slurm: object = None
+    #: Ports every host's sshd listens on besides 22 (e.g. 2222, for an ssh-config ``Port``).
+    extra_ports: tuple[int, ...] = ()
 
     @property
     def bridge(self) -> str:
@@ -230,7 +232,8 @@ class Lab:
         d = self.directory
         with open(path, "w") as f:
             f.write(
-                f"ListenAddress {host.address}\n"
+                "".join(f"Port {port}\n" for port in (22, *self.extra_ports))
+                + f"ListenAddress {host.address}\n"
                 f"HostKey {d}/host_key\n"
                 f"AuthorizedKeysFile {d}/authorized_keys\n"
                 f"PidFile {d}/sshd{host.index}.pid\n"
