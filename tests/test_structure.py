@@ -11,7 +11,8 @@ import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "jaxnb"
 #: Modules that run in the notebook kernel may import these engine-neutral modules only.
-SHARED = {"jaxnb._core.contract", "jaxnb._core.run_folder", "jaxnb._core.host_entries"}
+SHARED = {"jaxnb._core.contract", "jaxnb._core.run_folder", "jaxnb._core.host_entries",
+          "jaxnb._core.messages"}
 #: Engine-side public API (``jaxnb.report``, ``jaxnb.show_mesh``): called inside cells.
 ENGINE_API = {"jaxnb", "jaxnb._mesh"}
 

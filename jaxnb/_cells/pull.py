@@ -6,6 +6,7 @@ import sys
 from typing import Any
 
 from jaxnb._core.contract import MISSING, EngineCall
+from jaxnb._core.messages import plural
 from jaxnb._core.state import Group
 
 _FETCH = EngineCall("jaxnb._engine.values:fetch")
@@ -19,7 +20,7 @@ CANNOT_PUSH = (
     "%jax_push {name}: it cannot be sent to the engines ({error}); push what it holds instead, "
     "or create it on the engines in a %%jax_cluster cell"
 )
-LARGE = "jaxnb: {what} is {size} pickled; it is sent to each of the {n} processes"
+LARGE = "jaxnb: {what} is {size} pickled; it is sent to each of the {processes}"
 
 
 def pull(group: Group, name: str, timeout: float) -> Any:
@@ -60,7 +61,8 @@ def human_size(size: int) -> str:
 def note_size(what: str, size: int, processes: int) -> None:
     """Say once that a large value goes to the engines (stderr)."""
     if size >= LARGE_BYTES:
-        print(LARGE.format(what=what, size=human_size(size), n=processes), file=sys.stderr)
+        print(LARGE.format(what=what, size=human_size(size),
+                           processes=plural(processes, "process", "processes")), file=sys.stderr)
 
 
 def choose(name: str, replies: list[Any]) -> Any:

@@ -19,6 +19,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from jaxnb._core.messages import plural
 from jaxnb._core.run_folder import Checkpoint, checkpoint_dir
 from jaxnb._engine import checkpoint_leaves as leaves_
 from jaxnb._engine import checkpoint_plan as plan_
@@ -105,8 +106,9 @@ def _restore_jaxnb(path: str, target: Any) -> Any:
     own_records, values = None, {}
     if plan.width:
         if me >= saved_n:
-            raise ValueError(f"checkpoint {path} holds per-process values for {saved_n} processes; "
-                             f"process {me} has none (restore on {saved_n} processes)")
+            saved = plural(saved_n, "process", "processes")
+            raise ValueError(f"checkpoint {path} holds per-process values for {saved}; "
+                             f"process {me} has none (restore on {saved})")
         blob = restored[_PER_PROCESS]
         row = np.asarray(blob.addressable_shards[0].data)[0] if isinstance(blob, jax.Array) \
             else np.asarray(blob)[me]

@@ -21,6 +21,7 @@ from typing import Any
 import grain
 import numpy as np
 
+from jaxnb._core.messages import plural
 from jaxnb._engine.dataset_source import DatasetError, Source
 
 
@@ -121,7 +122,7 @@ class DatasetShard:
         n = self.num_processes
         if not isinstance(global_batch_size, int) or global_batch_size <= 0 or global_batch_size % n:
             raise DatasetError(f"dataset {self.name!r}: global_batch_size={global_batch_size!r} "
-                               f"must be a positive multiple of the {n} processes")
+                               f"must be a positive multiple of the number of processes ({n})")
         if sharding is None:
             sharding = dataset_device.batch_sharding()
             if global_batch_size % jax.device_count():
@@ -145,7 +146,8 @@ class DatasetShard:
                 (f"global_batch_size={batch_size * n} ({batch_size} per process)", self.rows * n)
             raise DatasetError(
                 f"dataset {self.name!r}: {asked} is larger than this process's share "
-                f"({self.rows} of {self.source.length} rows over {n} processes); pass at most {most}")
+                f"({self.rows} of {self.source.length} rows over "
+                f"{plural(n, 'process', 'processes')}); pass at most {most}")
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
             raise DatasetError(f"dataset {self.name!r}: prefetch_batches must be an int >= 0, "
                                f"got {prefetch!r}")

@@ -19,6 +19,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from jaxnb._core.messages import plural
+
 #: The positions file is rewritten with its last ``KEEP_LINES`` lines when it grows past
 #: ``MAX_LINES`` (a resume looks only at the step it resumes from).
 MAX_LINES, KEEP_LINES = 4096, 512
@@ -194,7 +196,8 @@ def saved_positions(run_dir: str, process: int, num_processes: int, step: int
     saved_n = chosen.get("num_processes")
     if saved_n != num_processes:
         raise ValueError(
-            f"the datasets' positions at step {step} were saved by {saved_n} processes and this "
+            f"the datasets' positions at step {step} were saved by "
+            f"{plural(saved_n, 'process', 'processes')} and this "
             f"cluster has {num_processes}: they cannot be carried over exactly; resume on "
             f"{saved_n} processes, or start a new run (--name NEW)")
     return chosen["positions"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from jaxnb._core.messages import plural
 from jaxnb._profile import steps as step_logic
 
 
@@ -45,5 +46,6 @@ class ProfileResult:
 
     def __repr__(self) -> str:
         who = f"p{self.straggler}" if self.straggler is not None else "none"
-        return (f"<ProfileResult {len(self.hosts)} processes, {len(self.steps)} step rows, "
+        return (f"<ProfileResult {plural(len(self.hosts), 'process', 'processes')}, "
+                f"{plural(len(self.steps), 'step row')}, "
                 f"straggler={who}, path={self.path!r}>")

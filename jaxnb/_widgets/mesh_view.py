@@ -11,6 +11,7 @@ from html import escape
 from itertools import product
 from typing import Any
 
+from jaxnb._core.messages import plural
 from jaxnb._widgets.palette import process_colour
 
 __all__ = [
@@ -200,7 +201,7 @@ def _array_title(desc: dict[str, Any]) -> str:
     else:
         text += f" <code>{_esc(sh['repr'])}</code>"
     blocks, devices = desc["blocks"], desc["devices"]
-    text += f"<br>{len(blocks)} block{'s' * (len(blocks) != 1)} on {len(devices)} devices"
+    text += f"<br>{plural(len(blocks), 'block')} on {plural(len(devices), 'device')}"
     if desc.get("fully_replicated"):
         text += " (fully replicated)"
     return f"<div>{text}</div>"
