@@ -20,7 +20,7 @@ from jaxnb._core.messages import ALREADY_RUNNING
 from jaxnb._core.options import ClusterOptions
 from jaxnb._core.state import Group, ProcessInfo
 from jaxnb._failures import detect, repair, stacks
-from jaxnb._lifecycle import shutdown, spares, startup
+from jaxnb._lifecycle import lost_hosts, shutdown, spares, startup
 from jaxnb._train import driver
 
 CPU_MULTI_DEVICE_NOTE = (
@@ -171,6 +171,7 @@ class JaxCluster:
     def _recover(self) -> dict[str, float]:
         """Restart with the same options and replay the setup (a training run's recovery)."""
         started = time.monotonic()
+        lost_hosts.wait(self.group)
         if not self._swap_spares():
             self.stop()
             self._start()

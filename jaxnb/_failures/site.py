@@ -60,6 +60,11 @@ class Site:
     def wait_killed(self, group: Group, chosen: list[int]) -> None:
         """After SIGKILL: wait until the processes are gone, where that can be seen."""
 
+    def wait_answering(self, group: Group, timeout: float) -> list[str]:
+        """Before a restart: wait (at most ``timeout`` s) until the hosts found unreachable
+        answer again; those that did not."""
+        return []
+
 
 class LocalSite(Site):
     """Engines on this machine: children of the notebook kernel, signalled by pid."""
@@ -122,6 +127,9 @@ class SshSite(Site):
 
     def cut_collectives(self, group: Group) -> int:
         return remote_release.cut(group)
+
+    def wait_answering(self, group: Group, timeout: float) -> list[str]:
+        return remote.wait_answering(group, timeout)
 
 
 LOCAL, SSH, LAUNCHER = LocalSite(), SshSite(), Site()
