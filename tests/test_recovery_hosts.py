@@ -19,6 +19,7 @@ import pytest
 from IPython.utils.capture import capture_output
 from lab.lab import Lab, missing
 from support.clusters import healthy
+from test_hosts import engine_processes
 
 from jaxnb import ProcessFailure
 from jaxnb.magics import current_cluster, use_cluster
@@ -101,10 +102,23 @@ def _steps(result) -> list[int]:
     return [h["step"] for h in result.history]
 
 
+def _spares_registered(cluster, seconds: float = 120) -> set[int]:
+    """Wait until the cluster has a spare for each process, registered; their launched pids."""
+    deadline = time.monotonic() + seconds
+    while len(cluster.group.spare_pids) < cluster.num_processes and time.monotonic() < deadline:
+        time.sleep(0.05)
+    want = cluster.num_processes + len(cluster.group.spare_pids)
+    while len(cluster.client.ids) < want and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(cluster.client.ids) >= want, "the spares never registered"
+    return set(cluster.group.spare_pids)
+
+
 @pytest.mark.timeout(300)
 def test_a_remote_engine_killed_during_a_run_is_recovered(cluster, ip, lab, tmp_path):
     healthy(cluster)
     ip.run_cell_magic("jax_cluster", "", LOOP)
+    spares = _spares_registered(cluster)  # the restart is only a join
     victim = cluster.processes[1]
     hosts = [p.host for p in cluster.processes]
     killer = _on_flag(tmp_path / "killed.flag", lambda: os.kill(victim.pid, signal.SIGKILL))
@@ -119,7 +133,7 @@ def test_a_remote_engine_killed_during_a_run_is_recovered(cluster, ip, lab, tmp_
     assert failure.resumed_from is not None and failure.resumed_from >= 10, failure
     assert _steps(result) == list(range(1, 31))  # one report per step: the redone ones replaced
     assert [p.host for p in cluster.processes] == hosts  # the same hosts, in the same order
-    assert victim.pid not in {p.pid for p in cluster.processes}
+    assert {p.parent_pid for p in cluster.processes} == spares  # the spares took over
     assert cluster.busy_with is None and cluster.suspect is None
 
 
@@ -192,3 +206,38 @@ def test_a_host_that_does_not_answer_within_the_init_timeout_ends_the_run_naming
         "--init-timeout 5 s" in message, message
     assert len(caught.value.result.failures) == 1
     assert cluster.busy_with is None
+
+
+@pytest.mark.timeout(300)
+def test_a_restart_on_the_hosts_joins_the_warm_spares(cluster, lab):
+    healthy(cluster)
+    spares = _spares_registered(cluster)
+    assert len(spares) == 2
+    for host in lab.hosts:  # one spare on each host (the shell around it runs there)
+        assert len(spares & set(host.pids())) == 1, host.hostname
+    old = [p.pid for p in cluster.processes]
+    cluster.run("x = 1")
+    cluster.restart()
+    # The spares became the group (each engine's parent is the shell its launcher started),
+    # in the order of --hosts.
+    assert {p.parent_pid for p in cluster.processes} == spares
+    assert [p.host for p in cluster.processes] == ["labhost1", "labhost2"]
+    assert all(_gone(pid) for pid in old), "an old engine was left running"
+    cluster.run("import numpy as np, jax\nfrom jax.experimental import multihost_utils\n"
+                "total = float(multihost_utils.process_allgather(np.ones(1)).sum())")
+    assert cluster.pull("total") == 2.0
+    with pytest.raises(Exception, match="name 'x' is not defined"):
+        cluster.run("x")  # new processes: an empty namespace, as after any restart
+    assert not _spares_registered(cluster) & spares  # new spares, on their hosts again
+
+
+@pytest.mark.timeout(180)
+def test_stop_leaves_nothing_on_any_host_spares_included(cluster, lab):
+    healthy(cluster)
+    _spares_registered(cluster)
+    assert len(engine_processes(lab)) == 2  # the group's and the spares' engines on both hosts
+    cluster.stop()
+    deadline = time.monotonic() + 15
+    while engine_processes(lab) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not engine_processes(lab)

@@ -15,7 +15,7 @@ import signal as signals
 from jaxnb._core.contract import STACK_SIGNAL, stack_file
 from jaxnb._core.state import Group
 from jaxnb._failures import processes
-from jaxnb._hosts import remote, remote_release, sockets
+from jaxnb._hosts import remote, remote_release, sockets, ssh
 
 #: How long survivors of a death get to disappear after SIGKILL.
 KILL_WAIT_SECONDS = 2.0
@@ -130,6 +130,14 @@ class SshSite(Site):
 
     def wait_answering(self, group: Group, timeout: float) -> list[str]:
         return remote.wait_answering(group, timeout)
+
+    def signal(self, group: Group, chosen: list[int], signum: int) -> None:
+        """SIGKILL over ssh on their hosts (all at once: the engine, the shell around it and
+        its nanny; their files stay for the engines left there); other signals as a launcher's."""
+        if signum != signals.SIGKILL:
+            super().signal(group, chosen, signum)
+            return
+        ssh.kill_each([remote.launcher_of(group, p) for p in chosen], remove_files=False)
 
 
 LOCAL, SSH, LAUNCHER = LocalSite(), SshSite(), Site()
