@@ -17,6 +17,7 @@ from jaxnb._core.state import Group
 from jaxnb._failures import processes
 from jaxnb._hosts import remote, remote_release, sockets, ssh
 
+STOPPED = "was stopped by jaxnb (after a death in the group)"
 #: How long survivors of a death get to disappear after SIGKILL.
 KILL_WAIT_SECONDS = 2.0
 
@@ -34,6 +35,11 @@ class Site:
         """How each process the controller dropped ended, where that can be found out (a
         Slurm job step, from the queue and what ``srun`` wrote)."""
         return remote.explain_lost(group, lost)
+
+    def exited(self, group: Group) -> dict[int, str]:
+        """Processes whose engine is already known to have exited (before the controller drops
+        it), and how each ended."""
+        return {}
 
     def log(self, group: Group, p: int) -> str:
         """What process ``p``'s engine wrote to its log ("" when it cannot be read)."""
@@ -118,6 +124,22 @@ class SshSite(Site):
 
     def log(self, group: Group, p: int) -> str:
         return remote.log_of(group, p)
+
+    def exited(self, group: Group) -> dict[int, str]:
+        """Seen by the launcher's wait on the host (within a few tenths of a second), seconds
+        before the controller misses the heartbeats; how it ended is read from its log once."""
+        found = {}
+        for info in group.processes:
+            launcher = group.remote_launchers.get(info.process_index)
+            if launcher is None or not ssh.exited(launcher):
+                continue
+            if getattr(launcher, "closing", False):  # jaxnb SIGKILLed it (a survivor of a death)
+                found[info.process_index] = STOPPED
+                continue
+            if getattr(launcher, "exit_how", None) is None:
+                launcher.exit_how = remote.exited_how(launcher)
+            found[info.process_index] = launcher.exit_how
+        return found
 
     def request_stacks(self, group: Group, chosen: list[int]) -> dict[int, str]:
         return remote.request_stacks(group, chosen)

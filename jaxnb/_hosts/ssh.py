@@ -54,6 +54,8 @@ class FastSSHEngineLauncher(SSHEngineLauncher):
     exited = False
     #: Set when jaxnb stops it (its ssh connection is about to close).
     closing = False
+    #: How its engine ended (``was killed by SIGKILL on host``), once read from its log.
+    exit_how: str | None = None
 
     @property
     def ssh_sender(self) -> ShellCommandSend:
