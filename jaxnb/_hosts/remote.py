@@ -174,7 +174,8 @@ UNREACHABLE_MEMORY_SECONDS = 30.0
 def wait_answering(group: Group, timeout: float) -> list[str]:
     """Wait (at most ``timeout`` s) until the hosts found unreachable answer ssh again; those
     that did not (nothing to wait for when none was found unreachable)."""
-    lost = [host for host in list(_unreachable) if _host_unreachable_now(host)]
+    mine = {getattr(launcher, "location", "") for launcher in group.remote_launchers.values()}
+    lost = [host for host in list(_unreachable) if host in mine and _host_unreachable_now(host)]
     directory = control_dir(group.ipp) if group.ipp is not None else ""
     still = ssh_connections.wait_answering(lost, directory, timeout)
     for host in set(lost) - set(still):
