@@ -59,7 +59,7 @@ def lab():
 
 @pytest.fixture(scope="module")
 def cluster(ip, lab):
-    """One engine on each lab host, started by the magic; the loop defined on it."""
+    """One engine on each lab host, started by the magic with no other flag but a timeout."""
     previous = current_cluster(ip)
     use_cluster(None, ip)
     with capture_output() as shown:
@@ -86,9 +86,9 @@ def _on_flag(path, action, seconds: float = 120) -> threading.Thread:
     return thread
 
 
-def _train(ip, tmp_path, name: str, **extra) -> object:
-    ip.user_ns["cfg"] = {"steps": 30, "say_at": 12, "pause": 0.1, "flag": str(tmp_path / f"{name}.flag"),
-                         **extra}
+def _train(ip, tmp_path, name: str) -> object:
+    """``%jax_train counting --max-failures 2``; the loop writes ``NAME.flag`` at step 12."""
+    ip.user_ns["cfg"] = {"steps": 30, "say_at": 12, "pause": 0.1, "flag": str(tmp_path / f"{name}.flag")}
     with capture_output() as shown:
         ip.run_line_magic(
             "jax_train", f"counting --config cfg --name {name} --storage {tmp_path} "
@@ -128,8 +128,9 @@ def test_a_remote_engine_killed_during_a_run_is_recovered(cluster, ip, lab, tmp_
     assert len(result.failures) == 1, result.failures
     failure = result.failures[0]
     assert failure.processes == (1,), failure
-    assert failure.cause.startswith("[p1]") and "SIGKILL" in failure.cause, failure.cause
-    assert victim.host in failure.cause or lab.hosts[1].address in failure.cause, failure.cause
+    host = next(h for h in lab.hosts if h.hostname == victim.host)
+    assert failure.cause.startswith(f"[p1] (pid {victim.pid} on {victim.host}) was killed by "
+                                    f"SIGKILL on {host.address}"), failure.cause
     assert failure.resumed_from is not None and failure.resumed_from >= 10, failure
     assert _steps(result) == list(range(1, 31))  # one report per step: the redone ones replaced
     assert [p.host for p in cluster.processes] == hosts  # the same hosts, in the same order
@@ -179,7 +180,6 @@ def test_a_host_whose_link_is_cut_for_seconds_is_recovered_once_it_answers(clust
     failure = result.failures[0]
     assert failure.processes == (1,), failure
     assert f"its host {host.address} is unreachable" in failure.cause, failure.cause
-    assert failure.seconds["restart"] > 1.0  # it waited for the host (the link was down 10 s)
     assert _steps(result) == list(range(1, 31))
     assert [p.host for p in cluster.processes] == ["labhost1", "labhost2"]
     assert _gone(old.pid), "the old engine on the cut host was left running"
