@@ -155,11 +155,13 @@ class SshSite(Site):
 
     def signal(self, group: Group, chosen: list[int], signum: int) -> None:
         """SIGKILL over ssh on their hosts (all at once: the engine, the shell around it and
-        its nanny; their files stay for the engines left there); other signals as a launcher's."""
-        if signum != signals.SIGKILL:
-            super().signal(group, chosen, signum)
-            return
-        ssh.kill_each([remote.launcher_of(group, p) for p in chosen], remove_files=False)
+        its nanny; their files stay for the engines left there); other signals, and engines
+        jaxnb's ssh launcher did not start, as a launcher's."""
+        launchers = {p: remote.launcher_of(group, p) for p in chosen} if signum == signals.SIGKILL else {}
+        ssh.kill_each([lch for lch in launchers.values() if lch is not None], remove_files=False)
+        others = [p for p in chosen if launchers.get(p) is None]  # e.g. mpiexec's ranks on --hosts
+        if others:
+            super().signal(group, others, signum)
 
 
 LOCAL, SSH, LAUNCHER = LocalSite(), SshSite(), Site()
