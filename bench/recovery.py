@@ -1,30 +1,44 @@
 """Recovery from a dead process: jaxnb's ``--max-failures`` against Ray Train's, in one run.
 
-    python -m bench.recovery [--repeats 3] [--no-ray]
+    python -m bench.recovery [--repeats 3] [--only local,lab,ray] [--no-ray]
 
-Measures, on a local 2-process CPU cluster:
+Sections (``SECTIONS``; each prints its own lines, ``--only`` picks some):
 
-- restart: ``JaxCluster.restart()`` with warm spares (registered beforehand: only a
-  join) and without (``spares=0``: stop, start, join ``jax.distributed``);
+- ``local``: a 2-process CPU cluster on this machine;
+- ``lab``: one engine on each of two lab ssh hosts (network namespaces with real sshd, as
+  in tests/lab; needs root: skipped, saying why, where the lab cannot be built);
+
+each measuring, with warm spares and without (``spares=0``), in one loop per repeat:
+
+- restart: ``JaxCluster.restart()`` (spares registered beforehand: only a join; without:
+  stop, start, join ``jax.distributed``); targets ≤ 0.5 s here, ≤ 1.5 s on the hosts;
 - recovery: a small checkpointed loop (a collective and a gradient step per step,
   a checkpoint every 5 steps) whose process 1 SIGKILLs itself at step 12, run with
   ``max_failures=1``: kill → first report after the resume, split into detect (kill →
-  death seen), restart, replay (one setup cell), restore (in the loop) and first step,
-  with spares and without;
-- Ray Train (``pip install -e ".[bench]"``), in the same run: see :mod:`bench._ray_recovery`.
+  death seen), restart, replay (one setup cell), restore (in the loop) and first step;
 
-Prints medians and the ratio jaxnb ÷ Ray (target ≤ 0.2).
+- ``ray``: Ray Train (``pip install -e ".[bench]"``), in the same run: see
+  :mod:`bench._ray_recovery`; the ratio jaxnb (local, with spares) ÷ Ray (target ≤ 0.2).
+
+Prints medians.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import statistics
+import sys
 import tempfile
 import time
+from collections.abc import Callable
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# Engines on the lab hosts import this module's loop (the same interpreter, the same path).
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
 
 KILL_AT = 12
 STEPS = 20
@@ -96,67 +110,108 @@ def _spares_ready(cluster, seconds: float = 120.0) -> None:
     time.sleep(0.5)  # the old engines' registrations are gone too
 
 
-def bench_jaxnb(repeats: int, spares: int | None) -> tuple[list[float], list[dict[str, float]]]:
-    """Restart times, then one recovery split into phases per repeat."""
-    import contextlib
-    import io
-
+def measure(repeats: int, **cluster_options) -> tuple[list[float], list[dict[str, float]]]:
+    """One loop: per repeat, a restart's seconds, then one recovery split into phases."""
     from jaxnb import JaxCluster
 
     restarts, recoveries = [], []
-    with contextlib.redirect_stdout(io.StringIO()), JaxCluster(n=2, spares=spares) as cluster:
-        for _ in range(repeats):
+    with contextlib.redirect_stdout(io.StringIO()), JaxCluster(**cluster_options) as cluster:
+        for i in range(repeats):
             _spares_ready(cluster)
             t0 = time.perf_counter()
             cluster.restart()
             restarts.append(time.perf_counter() - t0)
-        cluster.run(SETUP_CELL)
-        for i in range(repeats):
+            cluster.run(SETUP_CELL)  # the setup a recovery replays
             _spares_ready(cluster)
-            with tempfile.TemporaryDirectory() as folder:
-                config = _config(folder)
-                result = cluster.train(jaxnb_loop, config, name=f"r{i}", storage=folder,
-                                       max_failures=1)
-                assert result.error is None and len(result.failures) == 1, result
-                killed, resumed = _read(config)
-                failure = result.failures[0]
-                restore = resumed["restore"][1] - resumed["restore"][0]
-                phases = {
-                    "detect": failure.time - killed,
-                    "restart": failure.seconds["restart"],
-                    "replay": failure.seconds["replay"],
-                    "restore": restore,
-                    "first step": max(0.0, failure.seconds["restore_and_first_step"] - restore),
-                    "total": resumed["first_report"] - killed,
-                }
-                recoveries.append(phases)
+            recoveries.append(_recovery(cluster, f"r{i}"))
     return restarts, recoveries
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--no-ray", action="store_true")
-    args = parser.parse_args()
-    warm_restarts, warm = bench_jaxnb(args.repeats, spares=None)
-    cold_restarts, cold = bench_jaxnb(args.repeats, spares=0)
+def _recovery(cluster, name: str) -> dict[str, float]:
+    """Kill → first report after the resume, by phase, for one run of ``jaxnb_loop``."""
+    with tempfile.TemporaryDirectory() as folder:
+        config = _config(folder)
+        result = cluster.train(jaxnb_loop, config, name=name, storage=folder, max_failures=1)
+        assert result.error is None and len(result.failures) == 1, result
+        killed, resumed = _read(config)
+    failure = result.failures[0]
+    restore = resumed["restore"][1] - resumed["restore"][0]
+    return {
+        "detect": failure.time - killed,
+        "restart": failure.seconds["restart"],
+        "replay": failure.seconds["replay"],
+        "restore": restore,
+        "first step": max(0.0, failure.seconds["restore_and_first_step"] - restore),
+        "total": resumed["first_report"] - killed,
+    }
+
+
+def compare(where: str, repeats: int, found: dict, **cluster_options) -> None:
+    """Restart and recovery with warm spares and without, on one kind of cluster; prints them
+    and records the median recovery with spares in ``found[where]``."""
+    warm_restarts, warm = measure(repeats, spares=None, **cluster_options)
+    cold_restarts, cold = measure(repeats, spares=0, **cluster_options)
     for label, times in (("with warm spares (a join)", warm_restarts),
                          ("without spares (stop, start, join)", cold_restarts)):
-        print(f"jaxnb restart {label}, 2 processes: median {statistics.median(times):.2f} s "
+        print(f"jaxnb restart {label}, {where}: median {statistics.median(times):.2f} s "
               f"({', '.join(f'{t:.2f}' for t in times)})")
     print(f"  spares / no spares = {statistics.median(warm_restarts) / statistics.median(cold_restarts):.2f}")
-    print(f"jaxnb recovery, kill -> first report after the resume (median of {args.repeats}):")
+    print(f"jaxnb recovery, {where}, kill -> first report after the resume (median of {repeats}):")
     print(f"  {'phase':<11} {'spares':>7} {'none':>7}")
     for phase in warm[0]:
         a = statistics.median(r[phase] for r in warm)
         b = statistics.median(r[phase] for r in cold)
         print(f"  {phase:<11} {a:6.2f}s {b:6.2f}s")
-    jaxnb_total = statistics.median(r["total"] for r in warm)
+    found[where] = statistics.median(r["total"] for r in warm)
+
+
+def local_section(args: argparse.Namespace, found: dict) -> None:
+    """A 2-process cluster on this machine."""
+    compare("2 local processes", args.repeats, found, n=2)
+
+
+def lab_section(args: argparse.Namespace, found: dict) -> None:
+    """One engine on each of two lab ssh hosts (root only: it builds the lab of tests/lab)."""
+    from tests.lab.lab import Lab, missing
+
+    why = missing()
+    if why:
+        print(f"jaxnb on two lab ssh hosts: not measured ({why})")
+        return
+    with Lab(2).running() as lab:
+        compare("2 lab ssh hosts", args.repeats, found, hosts=lab.addresses)
+
+
+def ray_section(args: argparse.Namespace, found: dict) -> None:
+    """Ray Train's recovery of the same loop, and jaxnb's local recovery against it."""
     if args.no_ray:
         return
     from bench import _ray_recovery  # Ray's own recovery, this run (a bench-only extra)
 
-    print(_ray_recovery.compare(jaxnb_total, args.repeats, steps=STEPS, kill_at=KILL_AT))
+    print(_ray_recovery.compare(found.get("2 local processes"), args.repeats, steps=STEPS,
+                                kill_at=KILL_AT))
+
+
+Section = Callable[[argparse.Namespace, dict], None]
+#: What ``main`` runs, in order; each section prints its own lines and may leave figures in
+#: the shared dict for later sections (``found["2 local processes"]``: jaxnb's local recovery).
+SECTIONS: dict[str, Section] = {"local": local_section, "lab": lab_section, "ray": ray_section}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--only", default=",".join(SECTIONS),
+                        help=f"sections to run, comma-separated (default: {','.join(SECTIONS)})")
+    parser.add_argument("--no-ray", action="store_true")
+    args = parser.parse_args()
+    chosen = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = [name for name in chosen if name not in SECTIONS]
+    if unknown:
+        sys.exit(f"unknown section {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
+    found: dict = {}
+    for name in chosen:
+        SECTIONS[name](args, found)
 
 
 if __name__ == "__main__":

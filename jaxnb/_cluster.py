@@ -20,7 +20,7 @@ from jaxnb._core.messages import ALREADY_RUNNING
 from jaxnb._core.options import ClusterOptions
 from jaxnb._core.state import Group, ProcessInfo
 from jaxnb._failures import detect, repair, stacks
-from jaxnb._lifecycle import shutdown, spares, startup
+from jaxnb._lifecycle import lost_hosts, shutdown, spares, startup
 from jaxnb._train import driver
 
 CPU_MULTI_DEVICE_NOTE = (
@@ -129,16 +129,16 @@ class JaxCluster:
         """Stop every engine and the controller; nothing is left running."""
         with contextlib.suppress(Exception):
             atexit.unregister(self.stop)
-        shutdown.stop_all(self.group)
+        with spares.held():  # no spares launched behind the stop's back
+            shutdown.stop_all(self.group)
 
     def restart(self, replay: bool = False) -> JaxCluster:
         """Stop, then start again with the same options (new processes): on the warm
         spares when enough are ready (only a join), else stopping and starting everything.
 
         ``replay``: then run again, in order, the setup that succeeded since start
-        (``run`` cells on every process and ``push`` values; not ``process=I``
-        cells or pulls), so the engines' Python state comes back. A step that
-        fails raises :class:`jaxnb.ReplayError` showing it.
+        (``run`` cells on every process and ``push`` values; not ``process=I`` cells or
+        pulls), so the engines' Python state comes back; a step that fails raises ReplayError.
         """
         if not self._swap_spares():
             self.stop()
@@ -171,6 +171,7 @@ class JaxCluster:
     def _recover(self) -> dict[str, float]:
         """Restart with the same options and replay the setup (a training run's recovery)."""
         started = time.monotonic()
+        lost_hosts.wait(self.group)
         if not self._swap_spares():
             self.stop()
             self._start()

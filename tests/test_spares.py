@@ -72,3 +72,13 @@ def test_spares_must_be_a_whole_number():
     for bad in (-1, 1.5, True):
         with pytest.raises(OptionError, match="--spares must be a whole number >= 0"):
             JaxCluster(n=2, spares=bad)
+
+
+def test_one_spare_per_process_here_and_on_ssh_hosts_none_for_batch_launchers():
+    from jaxnb._lifecycle import spares
+
+    assert spares.wanted(JaxCluster(n=2).group) == 2
+    assert spares.wanted(JaxCluster(hosts=["10.0.0.1", "10.0.0.2:2"]).group) == 3  # as many per host
+    assert spares.wanted(JaxCluster(hosts=["10.0.0.1", "10.0.0.2"], spares=0).group) == 0
+    assert spares.wanted(JaxCluster(hosts=["10.0.0.1"], spares=1).group) == 1
+    assert spares.wanted(JaxCluster(engines="mpi", hosts=["10.0.0.1", "10.0.0.2"]).group) == 0

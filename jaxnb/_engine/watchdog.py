@@ -28,13 +28,25 @@ ORPHAN_EXIT_STATUS = 70
 
 
 def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs: a zombie (dead, not yet reaped by its parent) does not. A kernel
+    SIGKILLed just after it launched an engine, before the engine's watchdog started, is seen
+    so: the engine, already re-parented, would otherwise wait for the zombie to be reaped."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:  # no /proc (not Linux): kill(pid, 0) has to do
+        return False
+    return stat[stat.rfind(b")") + 2:][:1] == b"Z"  # the state follows "(name) "
 
 
 def _orphaned(parent_pid: int, original_ppid: int) -> bool:

@@ -23,10 +23,12 @@ def dead_processes(group: Group) -> dict[int, str]:
         if process is not None:
             how = processes.exit_of(process)
             if how is not None and info.pid in group.stopped_pids:
-                how = "was stopped by jaxnb (after a death in the group)"
+                how = site.STOPPED
             if how is not None:
                 dead[info.process_index] = how
     where = site.of(group)
+    for p, how in where.exited(group).items():  # seen on its host before the controller drops it
+        dead.setdefault(p, how)
     if where.lost_by_registration and group.client is not None:
         registered = set(group.client.ids)
         gone = [i.process_index for i in group.processes

@@ -15,8 +15,9 @@ import signal as signals
 from jaxnb._core.contract import STACK_SIGNAL, stack_file
 from jaxnb._core.state import Group
 from jaxnb._failures import processes
-from jaxnb._hosts import remote, remote_release, sockets
+from jaxnb._hosts import remote, remote_release, sockets, ssh
 
+STOPPED = "was stopped by jaxnb (after a death in the group)"
 #: How long survivors of a death get to disappear after SIGKILL.
 KILL_WAIT_SECONDS = 2.0
 
@@ -34,6 +35,11 @@ class Site:
         """How each process the controller dropped ended, where that can be found out (a
         Slurm job step, from the queue and what ``srun`` wrote)."""
         return remote.explain_lost(group, lost)
+
+    def exited(self, group: Group) -> dict[int, str]:
+        """Processes whose engine is already known to have exited (before the controller drops
+        it), and how each ended."""
+        return {}
 
     def log(self, group: Group, p: int) -> str:
         """What process ``p``'s engine wrote to its log ("" when it cannot be read)."""
@@ -59,6 +65,11 @@ class Site:
 
     def wait_killed(self, group: Group, chosen: list[int]) -> None:
         """After SIGKILL: wait until the processes are gone, where that can be seen."""
+
+    def wait_answering(self, group: Group, timeout: float) -> list[str]:
+        """Before a restart: wait (at most ``timeout`` s) until the hosts found unreachable
+        answer again; those that did not."""
+        return []
 
 
 class LocalSite(Site):
@@ -114,6 +125,22 @@ class SshSite(Site):
     def log(self, group: Group, p: int) -> str:
         return remote.log_of(group, p)
 
+    def exited(self, group: Group) -> dict[int, str]:
+        """Seen by the launcher's wait on the host (within a few tenths of a second), seconds
+        before the controller misses the heartbeats; how it ended is read from its log once."""
+        found = {}
+        for info in group.processes:
+            launcher = group.remote_launchers.get(info.process_index)
+            if launcher is None or not ssh.exited(launcher):
+                continue
+            if getattr(launcher, "closing", False):  # jaxnb SIGKILLed it (a survivor of a death)
+                found[info.process_index] = STOPPED
+                continue
+            if getattr(launcher, "exit_how", None) is None:
+                launcher.exit_how = remote.exited_how(launcher)
+            found[info.process_index] = launcher.exit_how
+        return found
+
     def request_stacks(self, group: Group, chosen: list[int]) -> dict[int, str]:
         return remote.request_stacks(group, chosen)
 
@@ -122,6 +149,19 @@ class SshSite(Site):
 
     def cut_collectives(self, group: Group) -> int:
         return remote_release.cut(group)
+
+    def wait_answering(self, group: Group, timeout: float) -> list[str]:
+        return remote.wait_answering(group, timeout)
+
+    def signal(self, group: Group, chosen: list[int], signum: int) -> None:
+        """SIGKILL over ssh on their hosts (all at once: the engine, the shell around it and
+        its nanny; their files stay for the engines left there); other signals, and engines
+        jaxnb's ssh launcher did not start, as a launcher's."""
+        launchers = {p: remote.launcher_of(group, p) for p in chosen} if signum == signals.SIGKILL else {}
+        ssh.kill_each([lch for lch in launchers.values() if lch is not None], remove_files=False)
+        others = [p for p in chosen if launchers.get(p) is None]  # e.g. mpiexec's ranks on --hosts
+        if others:
+            super().signal(group, others, signum)
 
 
 LOCAL, SSH, LAUNCHER = LocalSite(), SshSite(), Site()

@@ -158,13 +158,29 @@ def exited_how(launcher: Any) -> str:
 
 
 def _unreachable_now(launcher: Any) -> bool:
-    seen = _unreachable.get(launcher.location)
+    return _host_unreachable_now(launcher.location)
+
+
+def _host_unreachable_now(host: str) -> bool:
+    seen = _unreachable.get(host)
     return seen is not None and time.monotonic() - seen < UNREACHABLE_MEMORY_SECONDS
 
 
 #: ssh targets found unreachable recently (target → when): their logs are not fetched.
 _unreachable: dict[str, float] = {}
 UNREACHABLE_MEMORY_SECONDS = 30.0
+
+
+def wait_answering(group: Group, timeout: float) -> list[str]:
+    """Wait (at most ``timeout`` s) until the hosts found unreachable answer ssh again; those
+    that did not (nothing to wait for when none was found unreachable)."""
+    mine = {getattr(launcher, "location", "") for launcher in group.remote_launchers.values()}
+    lost = [host for host in list(_unreachable) if host in mine and _host_unreachable_now(host)]
+    directory = control_dir(group.ipp) if group.ipp is not None else ""
+    still = ssh_connections.wait_answering(lost, directory, timeout)
+    for host in set(lost) - set(still):
+        _unreachable.pop(host, None)
+    return still
 
 
 def explain_lost(group: Group, processes: list[int]) -> dict[int, str]:
@@ -212,8 +228,7 @@ def log_of(group: Group, p: int) -> str:
         return ""
     if not isinstance(launcher, ssh.FastSSHEngineLauncher):
         return str(launcher.get_output() or "")
-    seen = _unreachable.get(launcher.location)
-    if seen is not None and time.monotonic() - seen < UNREACHABLE_MEMORY_SECONDS:
+    if _host_unreachable_now(launcher.location):
         return ""
     return str(launcher.remote_tail())
 
@@ -294,8 +309,7 @@ def request_stacks(group: Group, processes: list[int]) -> dict[int, str]:
         launcher, ps = hosts[location]
         pids = {p: group.processes[p].pid for p in ps}
         jobs = {str(pid): stack_file(folder, pid) for pid in pids.values()}
-        seen = _unreachable.get(location)
-        if seen is not None and time.monotonic() - seen < UNREACHABLE_MEMORY_SECONDS:
+        if _host_unreachable_now(location):
             return {}
         try:
             out = ssh.run_python(launcher, _DUMP_STACKS, json.dumps(jobs))

@@ -54,6 +54,8 @@ class FastSSHEngineLauncher(SSHEngineLauncher):
     exited = False
     #: Set when jaxnb stops it (its ssh connection is about to close).
     closing = False
+    #: How its engine ended (``was killed by SIGKILL on host``), once read from its log.
+    exit_how: str | None = None
 
     @property
     def ssh_sender(self) -> ShellCommandSend:
@@ -103,17 +105,18 @@ class FastSSHEngineLauncher(SSHEngineLauncher):
             )
         return ""
 
-    def kill_group(self) -> None:
-        """SIGKILL the engine, its process group and its nanny (a child in a session of its own)."""
+    def kill_group(self, remove_files: bool = True) -> None:
+        """SIGKILL the engine, its process group and its nanny (a child in a session of its own);
+        ``remove_files``: also what it leaves on its host (not while other engines there use it)."""
         self.closing = True
         pid = started_pid(self)
         if pid is None:  # never started: nothing of it runs (and `kill -1` would kill everything)
             return
         # Also remove what it leaves on its host: the connection file (it holds the message
         # key) and its stacks folder.
-        leftovers = [self.remote_connection_files.get("engine", "")]
+        leftovers = [self.remote_connection_files.get("engine", "")] if remove_files else []
         stacks = self.get_env().get("JAXNB_STACKS_DIR", "")
-        if os.path.basename(stacks).startswith("jaxnb-"):
+        if remove_files and os.path.basename(stacks).startswith("jaxnb-"):
             leftovers.append(stacks)
         remove = " ".join(shlex.quote(p) for p in leftovers if p)
         # The shell (pid), the engine (its child) and the engine's nanny (the engine's child,
@@ -192,10 +195,15 @@ class FastSSHEngineSetLauncher(SSHEngineSetLauncher):
 
     def kill_all(self) -> None:
         """SIGKILL every engine of this set on its host, all hosts at once."""
-        launchers = [lch for lch in self.launchers.values() if started_pid(lch) is not None]
-        if launchers:
-            with concurrent.futures.ThreadPoolExecutor(len(launchers)) as pool:
-                list(pool.map(kill, launchers))
+        kill_each(list(self.launchers.values()))
+
+
+def kill_each(launchers: list[Any], remove_files: bool = True) -> None:
+    """SIGKILL the launchers' engines, each on its host, all at once (see :func:`kill`)."""
+    started = [lch for lch in launchers if started_pid(lch) is not None]
+    if started:
+        with concurrent.futures.ThreadPoolExecutor(len(started)) as pool:
+            list(pool.map(lambda lch: kill(lch, remove_files), started))
 
 
 def started_pid(launcher: Any) -> int | None:
@@ -205,10 +213,10 @@ def started_pid(launcher: Any) -> int | None:
     return pid if isinstance(pid, int) and pid > 1 else None
 
 
-def kill(launcher: Any) -> None:
+def kill(launcher: Any, remove_files: bool = True) -> None:
     """SIGKILL an engine (and its nanny) on its host, or here for a local one (then reap it)."""
     if isinstance(launcher, FastSSHEngineLauncher):
-        launcher.kill_group()
+        launcher.kill_group(remove_files)
         return
     process = getattr(launcher, "process", None)
     if process is None:

@@ -12,6 +12,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+import time
 
 from jaxnb._core.errors import StartError
 from jaxnb._core.host_entries import HostEntry
@@ -131,15 +132,42 @@ _ALIVE = 's=$(ps -o stat= -p {pid}); case "$s" in ""|Z*) echo gone;; *) echo ali
 def probe(target: str, pid: int, control_dir: str, timeout: float = 3.0) -> tuple[str | None, bool]:
     """Over a fresh ssh connection: (``None`` or why ``target`` cannot be reached, whether
     process ``pid`` still runs there)."""
+    why, said = _fresh(target, _ALIVE.format(pid=int(pid)), control_dir, timeout)
+    return why, why is None and said.strip() == "alive"
+
+
+def wait_answering(targets: list[str], control_dir: str, timeout: float) -> list[str]:
+    """Try each target over fresh ssh connections (all at once, again and again) until it
+    answers, for at most ``timeout`` s; the targets that never did."""
+    deadline = time.monotonic() + timeout
+
+    def answers(target: str) -> bool:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            if _fresh(target, "true", control_dir, min(3.0, max(1.0, left)))[0] is None:
+                return True
+            time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+
+    if not targets:
+        return []
+    with concurrent.futures.ThreadPoolExecutor(len(targets)) as pool:
+        answered = list(pool.map(answers, targets))
+    return [t for t, ok in zip(targets, answered, strict=True) if not ok]
+
+
+def _fresh(target: str, command: str, control_dir: str, timeout: float) -> tuple[str | None, str]:
+    """Run ``command`` on ``target`` over a new connection: (why it failed or None, its stdout)."""
     args = ssh_options(control_dir, shared=False, connect_timeout=max(1, int(timeout)))
     try:
         out = subprocess.run(
-            ["ssh", *args, target, _ALIVE.format(pid=int(pid))],
+            ["ssh", *args, target, command],
             capture_output=True, text=True, timeout=timeout + 1, stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:
-        return f"no answer within {timeout:g} s", False
+        return f"no answer within {timeout:g} s", ""
     if out.returncode == 0:
-        return None, out.stdout.strip() == "alive"
+        return None, out.stdout
     why = out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"ssh status {out.returncode}"
-    return why, False
+    return why, ""

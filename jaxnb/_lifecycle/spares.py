@@ -1,33 +1,37 @@
 """Warm spares: engines started, JAX imported, registered, not joined — a restart only joins.
 
-A local cluster keeps one spare engine per process (``spares``; 0 turns them
-off). A restart that finds enough spares registered SIGKILLs the group's old
-engines, joins the spares into a new ``jax.distributed`` group (new processes,
-empty namespaces: the same as a full restart for the user) and starts new spares
-in the background; the controller stays. Without enough spares ready, the
-restart stops and starts everything as before. New spares start a few seconds
-after a swap (importing JAX would slow the new group's first steps). Engines on
-``--hosts`` get no spares yet.
+A cluster on this machine or on ``--hosts`` (over ssh) keeps one spare engine per
+process (``spares``; 0 turns them off): on ssh hosts they are started by the same
+launcher as the group's engines, as many on each host as the group has there. A
+restart that finds a spare registered for every process SIGKILLs the group's old
+engines (through the site: by pid here, over ssh on their hosts), joins the spares
+into a new ``jax.distributed`` group (new processes, empty namespaces: the same as a
+full restart for the user) and starts new spares in the background; the controller
+stays. Without enough spares ready, the restart stops and starts everything as before.
+New spares start a few seconds after a swap (importing JAX would slow the new group's
+first steps). Batch launchers (mpi, slurm) get no spares.
+
+A spare is known by the pid its launcher started: the engine itself here, the shell
+around the engine on an ssh host (the engine's parent).
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import threading
+from collections.abc import Iterator
 from typing import Any
-
-import psutil
 
 from jaxnb._core import ipp_internals
 from jaxnb._core.contract import EngineCall
 from jaxnb._core.state import Group
-from jaxnb._failures import processes
-from jaxnb._lifecycle import startup
+from jaxnb._failures import processes, site
+from jaxnb._hosts import remote, ssh
+from jaxnb._lifecycle import launch, startup
 
 _PIDS = EngineCall("jaxnb._engine.process:pids")
 
-#: How long the old engines get to disappear after SIGKILL.
-KILL_WAIT_SECONDS = 5.0
 #: After a swap, new spares start this much later: importing JAX takes CPU that the
 #: restarted group's first steps (compilation, restore) need more.
 TOP_UP_DELAY_SECONDS = 5.0
@@ -35,11 +39,23 @@ _lock = threading.Lock()  # one top-up or swap at a time
 
 
 def wanted(group: Group) -> int:
-    """How many spares ``group`` keeps (local clusters only)."""
-    if not group.options.is_local:
+    """How many spares ``group`` keeps (on this machine or ssh hosts: one per process)."""
+    if not (group.options.is_local or launch.over_ssh(group.options)):
         return 0
     chosen = group.options.spares
     return group.options.resolved_n() if chosen is None else chosen
+
+
+@contextlib.contextmanager
+def held(seconds: float = 30.0) -> Iterator[None]:
+    """No top-up or swap runs meanwhile (a stop waits for one under way, at most ``seconds``:
+    spares launched after the stop would be left on their hosts)."""
+    got = _lock.acquire(timeout=seconds)
+    try:
+        yield
+    finally:
+        if got:
+            _lock.release()
 
 
 def top_up(group: Group) -> None:
@@ -65,28 +81,42 @@ def _top_up(group: Group, ipp_cluster: Any) -> None:
     missing = wanted(group) - len(_alive(group, group.spare_pids))
     if missing <= 0 or ipp_cluster is None or group.ipp is not ipp_cluster or group.engine_env is None:
         return
-    before = set(ipp_internals.launched_engines(ipp_cluster))
+    before = set(_launchers(ipp_cluster))
     ipp_cluster.start_engines_sync(n=missing, environment=dict(group.engine_env))
-    started = set(ipp_internals.launched_engines(ipp_cluster)) - before
-    group.spare_pids.update(started)
+    group.spare_pids.update(set(_launchers(ipp_cluster)) - before)
     group.launchers.update(ipp_internals.launched_engines(ipp_cluster))
+    if launch.over_ssh(group.options):  # they wait for the connection file on their hosts
+        remote.send_connection_file(ipp_cluster, group.options.init_timeout)
 
 
 def ready(group: Group) -> list[int]:
-    """Engine ids of the registered, living spares, as many as the group has processes."""
+    """Engine ids of registered, living spares: one for each process, on its host."""
+    return list(_ready(group))
+
+
+def _ready(group: Group) -> dict[int, int]:
+    """Engine id → launched pid of the spares :func:`ready` picks (none when too few)."""
     if group.client is None or not group.spare_pids:
-        return []
+        return {}
     members = {info.engine_id for info in group.processes}
     candidates = [eid for eid in group.client.ids if eid not in members]
     if len(candidates) < group.size:
-        return []
+        return {}
     try:
-        pids = group.client[candidates].apply_async(_PIDS).get(timeout=5)
+        families = group.client[candidates].apply_async(_PIDS).get(timeout=5)
     except Exception:  # a spare died or is still starting: restart the slow way
-        return []
+        return {}
     alive = _alive(group, group.spare_pids)
-    found = [eid for eid, family in zip(candidates, pids, strict=True) if family[0] in alive]
-    return found[: group.size] if len(found) >= group.size else []
+    launchers = _launchers(group.ipp)
+    need = collections.Counter(_target(group, p) for p in group.indices)
+    found = {}
+    for eid, family in zip(candidates, families, strict=True):
+        pid = next((pid for pid in family[:2] if pid in alive), None)
+        target = ssh.place(launchers.get(pid))[0]
+        if pid is not None and need[target] > 0:
+            found[eid] = pid
+            need[target] -= 1
+    return found if sum(need.values()) == 0 else {}
 
 
 def swap(group: Group) -> bool:
@@ -99,44 +129,46 @@ def swap(group: Group) -> bool:
 
 
 def _swap(group: Group) -> bool:
-    spares = ready(group)
+    spares = _ready(group)
     if not spares:
         return False
-    old = [info.pid for info in group.processes]
-    _kill(old)
-    group.spare_pids.difference_update(_spare_pids_of(group, spares))
-    group.view = group.client[spares]
+    site.kill(group, group.indices)  # the old engines, where they run
+    group.spare_pids.difference_update(spares.values())
+    group.view = group.client[list(spares)]
     group.view.block = False
     group.processes = []
+    group.remote_launchers = {}
     group.clear_suspect()
     group.group_cut, group.busy_with, group.current_run = False, None, None
     startup.join_group(group)
-    group.spare_pids.difference_update(info.pid for info in group.processes)
     return True
 
 
-def _spare_pids_of(group: Group, engine_ids: list[int]) -> set[int]:
-    with contextlib.suppress(Exception):
-        pids = group.client[engine_ids].apply_async(_PIDS).get(timeout=5)
-        return {family[0] for family in pids}
-    return set()
+def _target(group: Group, p: int) -> str:
+    """The ``--hosts`` target of process ``p`` ("" on this machine)."""
+    launcher = group.remote_launchers.get(p) or group.launchers.get(group.processes[p].pid)
+    return ssh.place(launcher)[0]
+
+
+def _launchers(ipp_cluster: Any) -> dict[int, Any]:
+    """Launched pid → launcher, for every engine ``ipp_cluster`` started (here or on a host)."""
+    found = {}
+    for launcher in ipp_internals.engine_launchers(ipp_cluster):
+        pid = ssh.started_pid(launcher)
+        if pid is not None:
+            found[pid] = launcher
+    return found
 
 
 def _alive(group: Group, pids: set[int]) -> set[int]:
+    """Those of ``pids`` whose engine still runs (as far as their launcher knows)."""
+    launchers = _launchers(group.ipp)
     alive = set()
     for pid in pids:
-        launcher = processes.launcher_of(group, pid)
-        process = ipp_internals.launcher_process(launcher) if launcher is not None else None
-        if process is not None and not processes.has_exited(process):
+        launcher = launchers.get(pid)
+        if launcher is None or ssh.exited(launcher):
+            continue
+        process = ipp_internals.launcher_process(launcher)
+        if process is None or not processes.has_exited(process):
             alive.add(pid)
     return alive
-
-
-def _kill(pids: list[int]) -> None:
-    killed: list[Any] = []
-    for pid in pids:
-        with contextlib.suppress(psutil.Error):
-            process = psutil.Process(pid)
-            process.kill()
-            killed.append(process)
-    processes.wait_gone(killed, KILL_WAIT_SECONDS)

@@ -1,0 +1,243 @@
+"""``--max-failures`` and warm spares on hosts reached over ssh (a lab of network namespaces).
+
+A 2-host lab and a cluster started by ``%jax_cluster start --hosts A,B`` are this
+module's own: its tests kill remote engines (SIGKILL from outside, as the OOM killer
+would) and cut a host's link during a run. Skipped (with the reason) where the lab
+cannot be built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import threading
+import time
+
+import psutil
+import pytest
+from IPython.utils.capture import capture_output
+from lab.lab import Lab, missing
+from support.clusters import healthy
+from test_hosts import engine_processes
+
+from jaxnb import ProcessFailure
+from jaxnb.magics import current_cluster, use_cluster
+
+#: Defined by a %%jax_cluster cell: it comes back on the new engines through replay.
+LOOP = """\
+def counting(config):
+    import os, time
+    import jax.numpy as jnp
+    from jax.experimental import multihost_utils
+    import jaxnb
+    start = 0
+    checkpoint = jaxnb.get_checkpoint()
+    if checkpoint is not None:
+        start = int(checkpoint.restore()["step"])
+    for step in range(start + 1, config["steps"] + 1):
+        total = multihost_utils.process_allgather(jnp.ones(1)).sum()
+        saved = {"step": step} if step % 5 == 0 else None
+        jaxnb.report({"step": step, "total": total}, checkpoint=saved)
+        if step == config["say_at"] and jaxnb.get_context().get_world_rank() == 0:
+            open(config["flag"], "a").close()
+        time.sleep(config["pause"])
+"""
+WHY_NOT = missing()
+pytestmark = [
+    pytest.mark.engines,
+    pytest.mark.skipif(WHY_NOT is not None, reason=f"no lab of ssh hosts: {WHY_NOT}"),
+]
+
+
+@pytest.fixture(scope="module")
+def lab():
+    """Two lab hosts of this module's own."""
+    with Lab(2).running() as built:
+        yield built
+
+
+@pytest.fixture(scope="module")
+def cluster(ip, lab):
+    """One engine on each lab host, started by the magic with no other flag but a timeout."""
+    previous = current_cluster(ip)
+    use_cluster(None, ip)
+    with capture_output() as shown:
+        ip.run_line_magic("jax_cluster", f"start --hosts {','.join(lab.addresses)} --init-timeout 30")
+    c = current_cluster(ip)
+    assert c is not None, shown.stdout
+    yield c
+    c.stop()
+    use_cluster(previous, ip)
+
+
+def _on_flag(path, action, seconds: float = 120) -> threading.Thread:
+    """Run ``action`` once ``path`` exists (the loop writes it at a step)."""
+
+    def wait() -> None:
+        deadline = time.monotonic() + seconds
+        while not os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if os.path.exists(path):
+            action()
+
+    thread = threading.Thread(target=wait, daemon=True)
+    thread.start()
+    return thread
+
+
+def _train(ip, tmp_path, name: str) -> object:
+    """``%jax_train counting --max-failures 2``; the loop writes ``NAME.flag`` at step 12."""
+    ip.user_ns["cfg"] = {"steps": 30, "say_at": 12, "pause": 0.1, "flag": str(tmp_path / f"{name}.flag")}
+    with capture_output() as shown:
+        ip.run_line_magic(
+            "jax_train", f"counting --config cfg --name {name} --storage {tmp_path} "
+            f"--max-failures 2 -o result")
+    result = ip.user_ns["result"]
+    result.shown = shown  # type: ignore[attr-defined]
+    return result
+
+
+def _steps(result) -> list[int]:
+    return [h["step"] for h in result.history]
+
+
+def _spares_registered(cluster, seconds: float = 120) -> set[int]:
+    """Wait until the cluster has a spare for each process, registered; their launched pids."""
+    deadline = time.monotonic() + seconds
+    while len(cluster.group.spare_pids) < cluster.num_processes and time.monotonic() < deadline:
+        time.sleep(0.05)
+    want = cluster.num_processes + len(cluster.group.spare_pids)
+    while len(cluster.client.ids) < want and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(cluster.client.ids) >= want, "the spares never registered"
+    return set(cluster.group.spare_pids)
+
+
+@pytest.mark.timeout(300)
+def test_a_remote_engine_killed_during_a_run_is_recovered(cluster, ip, lab, tmp_path):
+    healthy(cluster)
+    ip.run_cell_magic("jax_cluster", "", LOOP)
+    spares = _spares_registered(cluster)  # the restart is only a join
+    victim = cluster.processes[1]
+    hosts = [p.host for p in cluster.processes]
+    killer = _on_flag(tmp_path / "killed.flag", lambda: os.kill(victim.pid, signal.SIGKILL))
+    result = _train(ip, tmp_path, "killed")
+    killer.join(1)
+    assert result.error is None, result.error
+    assert len(result.failures) == 1, result.failures
+    failure = result.failures[0]
+    assert failure.processes == (1,), failure
+    host = next(h for h in lab.hosts if h.hostname == victim.host)
+    assert failure.cause.startswith(f"[p1] (pid {victim.pid} on {victim.host}) was killed by "
+                                    f"SIGKILL on {host.address}"), failure.cause
+    assert failure.resumed_from is not None and failure.resumed_from >= 10, failure
+    assert _steps(result) == list(range(1, 31))  # one report per step: the redone ones replaced
+    assert [p.host for p in cluster.processes] == hosts  # the same hosts, in the same order
+    assert {p.parent_pid for p in cluster.processes} == spares  # the spares took over
+    assert cluster.busy_with is None and cluster.suspect is None
+
+
+def _gone(pid: int, seconds: float = 15) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _cut_at_flag(host, path, seconds: float | None) -> threading.Thread:
+    """Take ``host``'s link down once the loop writes ``path``; up again after ``seconds``."""
+
+    def cut() -> None:
+        host.link(False)
+        if seconds is not None:
+            threading.Timer(seconds, host.link, (True,)).start()
+
+    return _on_flag(path, cut)
+
+
+@pytest.mark.timeout(300)
+def test_a_host_whose_link_is_cut_for_seconds_is_recovered_once_it_answers(cluster, ip, lab,
+                                                                           tmp_path):
+    """Down long enough to be found unreachable: the restart waits until it answers again."""
+    healthy(cluster)
+    ip.run_cell_magic("jax_cluster", "", LOOP)
+    old = cluster.processes[1]
+    host = next(h for h in lab.hosts if h.hostname == old.host)
+    cutter = _cut_at_flag(host, tmp_path / "cut.flag", 10.0)
+    try:
+        result = _train(ip, tmp_path, "cut")
+    finally:
+        cutter.join(15)
+        host.link(True)
+    assert result.error is None, result.error
+    assert len(result.failures) == 1, result.failures
+    failure = result.failures[0]
+    assert failure.processes == (1,), failure
+    assert f"its host {host.address} is unreachable" in failure.cause, failure.cause
+    assert _steps(result) == list(range(1, 31))
+    assert [p.host for p in cluster.processes] == ["labhost1", "labhost2"]
+    assert _gone(old.pid), "the old engine on the cut host was left running"
+
+
+@pytest.mark.timeout(300)
+def test_a_host_that_does_not_answer_within_the_init_timeout_ends_the_run_naming_it(
+        cluster, ip, lab, tmp_path):
+    healthy(cluster)
+    ip.run_cell_magic("jax_cluster", "", LOOP)
+    host = next(h for h in lab.hosts if h.hostname == cluster.processes[1].host)
+    options = cluster.options
+    cutter = _cut_at_flag(host, tmp_path / "gone.flag", None)
+    try:
+        cluster.group.options = dataclasses.replace(options, init_timeout=5)
+        with pytest.raises(ProcessFailure) as caught:
+            _train(ip, tmp_path, "gone")
+    finally:
+        cluster.group.options = options
+        cutter.join(15)
+        host.link(True)
+    message = caught.value.summary
+    assert f"the recovery failed: StartError: {host.address} did not answer again within " \
+        "--init-timeout 5 s" in message, message
+    assert len(caught.value.result.failures) == 1
+    assert cluster.busy_with is None
+
+
+@pytest.mark.timeout(300)
+def test_a_restart_on_the_hosts_joins_the_warm_spares(cluster, lab):
+    healthy(cluster)
+    spares = _spares_registered(cluster)
+    assert len(spares) == 2
+    for host in lab.hosts:  # one spare on each host (the shell around it runs there)
+        assert len(spares & set(host.pids())) == 1, host.hostname
+    old = [p.pid for p in cluster.processes]
+    cluster.run("x = 1")
+    cluster.restart()
+    # The spares became the group (each engine's parent is the shell its launcher started),
+    # in the order of --hosts.
+    assert {p.parent_pid for p in cluster.processes} == spares
+    assert [p.host for p in cluster.processes] == ["labhost1", "labhost2"]
+    assert all(_gone(pid) for pid in old), "an old engine was left running"
+    cluster.run("import numpy as np, jax\nfrom jax.experimental import multihost_utils\n"
+                "total = float(multihost_utils.process_allgather(np.ones(1)).sum())")
+    assert cluster.pull("total") == 2.0
+    with pytest.raises(Exception, match="name 'x' is not defined"):
+        cluster.run("x")  # new processes: an empty namespace, as after any restart
+    assert not _spares_registered(cluster) & spares  # new spares, on their hosts again
+
+
+@pytest.mark.timeout(180)
+def test_stop_leaves_nothing_on_any_host_spares_included(cluster, lab):
+    healthy(cluster)
+    _spares_registered(cluster)
+    assert len(engine_processes(lab)) == 2  # the group's and the spares' engines on both hosts
+    cluster.stop()
+    deadline = time.monotonic() + 15
+    while engine_processes(lab) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not engine_processes(lab)
