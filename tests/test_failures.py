@@ -21,7 +21,7 @@ import time
 import psutil
 import pytest
 from IPython.utils.capture import capture_output
-from support.clusters import healthy, totals
+from support.clusters import healthy, totals, wait_until
 from support.fault_cells import ASYNC_LOOP, EXPECTED, SETUP, SYNC_LOOP, VERIFY
 
 from jaxnb import ClusterStateError, JaxCluster, ProcessFailure, RemoteError, StartError
@@ -79,6 +79,22 @@ def test_a_killed_process_is_named_within_seconds(cluster, victim, capsys):
     assert all(p.state == "dead" for p in cluster.status())
     with pytest.raises(ClusterStateError, match="run `%jax_cluster restart`"):
         cluster.run("print(1)")
+    cluster.restart()
+    cluster.run(SETUP)
+    assert totals(cluster, VERIFY) == [EXPECTED, EXPECTED]
+
+
+def test_a_process_killed_between_cells_is_named_by_the_next_cell(cluster):
+    """Killed while no cell runs, its engine dropped by the controller before the next cell:
+    that cell names it (ipyparallel alone fails with ``KeyError: <engine id>``)."""
+    healthy(cluster, SETUP)
+    info = cluster.processes[1]
+    os.kill(info.pid, signal.SIGKILL)
+    wait_until(lambda: info.engine_id not in cluster.client.ids, 30, "the controller to drop p1")
+    with pytest.raises(ClusterStateError) as caught:
+        cluster.run("print(1)")
+    assert f"[p1] (pid {info.pid} on {info.host}) was killed by SIGKILL" in str(caught.value)
+    assert "run `%jax_cluster restart`" in str(caught.value)
     cluster.restart()
     cluster.run(SETUP)
     assert totals(cluster, VERIFY) == [EXPECTED, EXPECTED]

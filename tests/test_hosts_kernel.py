@@ -138,8 +138,10 @@ def test_a_stop_after_a_failure_leaves_no_folder_either(kernel, lab):
     assert any(n.startswith("jaxnb-ssh-") for n in jaxnb_folders(kernel.tmp))
     os.kill(processes[1][2], 9)
     out = kernel.run("%%jax_cluster\nimport jax\njax.process_count()", timeout=120)
-    assert out.error is not None and "[p1]" in out.error["evalue"], out.shown
-    assert "was killed by SIGKILL" in out.traceback, out.traceback
+    # the cell sees the death (ProcessFailure), or, when the controller dropped the engine
+    # first, the check before the cell names it (UsageError: restart)
+    assert "[p1]" in out.shown and "was killed by SIGKILL" in out.shown, out.shown
+    assert (out.error or {}).get("ename") == "ProcessFailure" or "UsageError" in out.shown, out.shown
     kernel.ok("%jax_cluster stop")
     assert not engines_on(lab)
     assert jaxnb_folders(kernel.tmp) == []

@@ -41,13 +41,28 @@ OLD_OBJECTS_REMOTE = (
 )
 
 
+def _all_registered(group: Group) -> bool:
+    """Every process's engine is still registered: a process that died between two cells may
+    already be dropped by the controller (then ipyparallel fails on the missing engine)."""
+    if group.client is None:
+        return True
+    registered = set(group.client.ids)
+    return all(info.engine_id in registered for info in group.processes)
+
+
 def ensure_ready(group: Group) -> None:
     """Before code runs on a suspect cluster: check the group, repair it, or say what to do."""
     reason = group.suspect
-    if reason is None:
+    if reason is None and _all_registered(group):
         return
     dead = detect.dead_processes(group)
+    if reason is None and not dead:  # dropped by the controller, and nothing more is known
+        registered = set(group.client.ids)
+        dead = {i.process_index: "unregistered from the controller" for i in group.processes
+                if i.engine_id not in registered}
     if dead:
+        if group.suspect is None:
+            group.mark_suspect(Suspect.PROCESS_DIED)
         raise ClusterStateError(
             f"{explain.one_line(group, dead)}; the cluster cannot run cells: {RESTART}"
         )
