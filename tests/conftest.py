@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 from support.clusters import real_shell, two_processes
@@ -26,6 +27,11 @@ def pytest_collection_modifyitems(config, items):
 # The test process itself never initialises a JAX backend for the cluster tests;
 # tests that need JAX locally run it in subprocesses with their own device count.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+# Tests interrupt as Jupyter does: SIGINT to this process, a KeyboardInterrupt in the main
+# thread. A process started in the background (`cmd &`, nohup, some CI runners) inherits
+# SIGINT ignored, and then Python never raises it: put Python's own handler back.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 
