@@ -17,12 +17,11 @@ import psutil
 import pytest
 from IPython.utils.capture import capture_output
 from lab.lab import SUBNET, Lab, missing
-from support.clusters import healthy
+from support.clusters import healthy, started_by_magic
 from support.fault_cells import EXPECTED, SETUP, SYNC_LOOP, VERIFY
 
 from jaxnb import JaxCluster, ProcessFailure, StartError
 from jaxnb._core import ipp_internals
-from jaxnb.magics import current_cluster, use_cluster
 
 TRAIN = """\
 import jax, jax.numpy as jnp, jaxnb, numpy as np
@@ -54,16 +53,7 @@ def lab():
 @pytest.fixture(scope="module")
 def cluster(ip, lab):
     """A cluster with one engine on each lab host, started by the magic with no other flag."""
-    previous = current_cluster(ip)
-    use_cluster(None, ip)
-    with capture_output() as shown:
-        ip.run_line_magic("jax_cluster", f"start --hosts {','.join(lab.addresses)}")
-    c = current_cluster(ip)
-    assert c is not None, shown.stdout
-    c.shown = shown  # type: ignore[attr-defined]
-    yield c
-    c.stop()
-    use_cluster(previous, ip)
+    yield from started_by_magic(ip, f"start --hosts {','.join(lab.addresses)}")
 
 
 

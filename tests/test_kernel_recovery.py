@@ -12,30 +12,12 @@ import signal
 import time
 
 import pytest
+from support.fault_cells import COUNTING_LOOP
 from support.kernel_harness import Kernel
 
 #: Starts engines (or a kernel): not in `bash dev test fast`.
 pytestmark = pytest.mark.engines
 
-#: Defined in a %%jax_cluster cell: it comes back on new engines through replay.
-LOOP = """\
-def counting(config):
-    import time
-    import jax.numpy as jnp
-    from jax.experimental import multihost_utils
-    import jaxnb
-    start = 0
-    checkpoint = jaxnb.get_checkpoint()
-    if checkpoint is not None:
-        start = int(checkpoint.restore()["step"])
-    for step in range(start + 1, config["steps"] + 1):
-        total = multihost_utils.process_allgather(jnp.ones(1)).sum()
-        saved = {"step": step} if step % 5 == 0 else None
-        jaxnb.report({"step": step, "total": total, "square": step * step}, checkpoint=saved)
-        if step == config["say_at"] and jaxnb.get_context().get_world_rank() == 0:
-            open(config["flag"], "a").close()
-        time.sleep(config["pause"])
-"""
 CONFIG = "dict(steps=40, say_at=12, pause=0.1, flag={flag!r})"
 
 
@@ -46,7 +28,7 @@ def kernel():
         k.ok("%load_ext jaxnb")
         k.ok("%jax_cluster start -n 2 --devices-per-process 1")
         k.ok("import jaxnb")
-        k.ok("%%jax_cluster\n" + LOOP)
+        k.ok("%%jax_cluster\n" + COUNTING_LOOP)
         yield k
         k.ok("%jax_cluster stop")
 

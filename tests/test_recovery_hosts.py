@@ -18,31 +18,12 @@ import psutil
 import pytest
 from IPython.utils.capture import capture_output
 from lab.lab import Lab, missing
-from support.clusters import healthy
+from support.clusters import healthy, started_by_magic
+from support.fault_cells import COUNTING_LOOP
 from test_hosts import engine_processes
 
 from jaxnb import ProcessFailure
-from jaxnb.magics import current_cluster, use_cluster
 
-#: Defined by a %%jax_cluster cell: it comes back on the new engines through replay.
-LOOP = """\
-def counting(config):
-    import os, time
-    import jax.numpy as jnp
-    from jax.experimental import multihost_utils
-    import jaxnb
-    start = 0
-    checkpoint = jaxnb.get_checkpoint()
-    if checkpoint is not None:
-        start = int(checkpoint.restore()["step"])
-    for step in range(start + 1, config["steps"] + 1):
-        total = multihost_utils.process_allgather(jnp.ones(1)).sum()
-        saved = {"step": step} if step % 5 == 0 else None
-        jaxnb.report({"step": step, "total": total}, checkpoint=saved)
-        if step == config["say_at"] and jaxnb.get_context().get_world_rank() == 0:
-            open(config["flag"], "a").close()
-        time.sleep(config["pause"])
-"""
 WHY_NOT = missing()
 pytestmark = [
     pytest.mark.engines,
@@ -60,15 +41,7 @@ def lab():
 @pytest.fixture(scope="module")
 def cluster(ip, lab):
     """One engine on each lab host, started by the magic with no other flag but a timeout."""
-    previous = current_cluster(ip)
-    use_cluster(None, ip)
-    with capture_output() as shown:
-        ip.run_line_magic("jax_cluster", f"start --hosts {','.join(lab.addresses)} --init-timeout 30")
-    c = current_cluster(ip)
-    assert c is not None, shown.stdout
-    yield c
-    c.stop()
-    use_cluster(previous, ip)
+    yield from started_by_magic(ip, f"start --hosts {','.join(lab.addresses)} --init-timeout 30")
 
 
 def _on_flag(path, action, seconds: float = 120) -> threading.Thread:
@@ -117,7 +90,7 @@ def _spares_registered(cluster, seconds: float = 120) -> set[int]:
 @pytest.mark.timeout(300)
 def test_a_remote_engine_killed_during_a_run_is_recovered(cluster, ip, lab, tmp_path):
     healthy(cluster)
-    ip.run_cell_magic("jax_cluster", "", LOOP)
+    ip.run_cell_magic("jax_cluster", "", COUNTING_LOOP)
     spares = _spares_registered(cluster)  # the restart is only a join
     victim = cluster.processes[1]
     hosts = [p.host for p in cluster.processes]
@@ -166,7 +139,7 @@ def test_a_host_whose_link_is_cut_for_seconds_is_recovered_once_it_answers(clust
                                                                            tmp_path):
     """Down long enough to be found unreachable: the restart waits until it answers again."""
     healthy(cluster)
-    ip.run_cell_magic("jax_cluster", "", LOOP)
+    ip.run_cell_magic("jax_cluster", "", COUNTING_LOOP)
     old = cluster.processes[1]
     host = next(h for h in lab.hosts if h.hostname == old.host)
     cutter = _cut_at_flag(host, tmp_path / "cut.flag", 10.0)
@@ -189,7 +162,7 @@ def test_a_host_whose_link_is_cut_for_seconds_is_recovered_once_it_answers(clust
 def test_a_host_that_does_not_answer_within_the_init_timeout_ends_the_run_naming_it(
         cluster, ip, lab, tmp_path):
     healthy(cluster)
-    ip.run_cell_magic("jax_cluster", "", LOOP)
+    ip.run_cell_magic("jax_cluster", "", COUNTING_LOOP)
     host = next(h for h in lab.hosts if h.hostname == cluster.processes[1].host)
     options = cluster.options
     cutter = _cut_at_flag(host, tmp_path / "gone.flag", None)

@@ -37,12 +37,11 @@ def control_dir(ipp_cluster: ipp.Cluster) -> str:
 def start_launch(
     ipp_cluster: ipp.Cluster, options: ClusterOptions, env: dict[str, str], launch: bool = True
 ) -> Any:
-    """Check the hosts (the preflight: see :mod:`jaxnb._hosts.preflight`), then launch their engines,
-    in the background (while the controller starts); call the result to join it: it raises
-    :class:`StartError` for hosts that cannot run an engine or whose versions differ from the
-    notebook's (before anything is launched), or engines that could not be launched; it returns
-    the host entries launched (``--platform gpu``: counted, one engine per GPU) and lines to
-    show (``--workdir``: what was copied where)."""
+    """Check the hosts (:mod:`jaxnb._hosts.preflight`), then launch their engines in the
+    background (while the controller starts); the result joins it: it raises StartError for
+    hosts that cannot run an engine or whose versions differ (before any launch), or engines
+    that could not be launched; it returns the host entries launched (``--platform gpu``: one
+    engine per GPU) and lines to show (``--workdir``: what was copied where)."""
     errors: list[BaseException] = []
     launched: list[tuple] = [options.host_entries()]
     notes: list[str] = []
@@ -86,6 +85,8 @@ def start_launch(
     def check_then_launch() -> None:
         try:
             check()  # opens the shared connections; the launch then uses them
+            for entry in remote:  # they answered: no longer remembered as unreachable
+                _unreachable.pop(entry.target, None)
             if launch:  # (mpi: launched once the controller runs, with its connection info)
                 ipp_cluster.start_engines_sync(environment=env)
         except BaseException as exc:  # re-raised on the caller's thread

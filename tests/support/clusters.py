@@ -89,3 +89,25 @@ def wait_until(condition: Any, timeout: float = 60.0, what: str = "the condition
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} did not happen within {timeout:g} s")
         time.sleep(0.1)
+
+
+def started_by_magic(ip: Any, line: str):
+    """Start a cluster with ``%jax_cluster LINE`` in the shell ``ip``, yield it (``.shown``:
+    what the start printed), stop it and put back the notebook's previous cluster."""
+    from IPython.utils.capture import capture_output
+
+    from jaxnb.magics import current_cluster, use_cluster
+
+    previous = current_cluster(ip)
+    use_cluster(None, ip)
+    try:
+        with capture_output() as shown:
+            ip.run_line_magic("jax_cluster", line)
+        c = current_cluster(ip)
+        assert c is not None, shown.stdout + shown.stderr
+        c.shown = shown  # type: ignore[attr-defined]
+        yield c
+    finally:
+        if current_cluster(ip) is not None:
+            current_cluster(ip).stop()
+        use_cluster(previous, ip)

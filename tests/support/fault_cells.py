@@ -39,3 +39,27 @@ EXPECTED = 3.0
 VERIFY = "print('total', float(total(jax.process_index() + 1.0)))"
 #: Both processes busy: process 0 waits in a collective that process 1, spinning in Python, never joins.
 WEDGED = "if jax.process_index() == 0:\n    total(1.0)\nelse:\n    while True: sum(range(1000))"
+
+
+#: A training loop for recovery tests (``%jax_train counting --max-failures N``): a
+#: collective per step, a checkpoint every 5 steps, ``config["flag"]`` written by process 0
+#: at step ``config["say_at"]`` (the moment to kill a process). Defined by a %%jax_cluster
+#: cell, it comes back on new engines through replay.
+COUNTING_LOOP = """\
+def counting(config):
+    import time
+    import jax.numpy as jnp
+    from jax.experimental import multihost_utils
+    import jaxnb
+    start = 0
+    checkpoint = jaxnb.get_checkpoint()
+    if checkpoint is not None:
+        start = int(checkpoint.restore()["step"])
+    for step in range(start + 1, config["steps"] + 1):
+        total = multihost_utils.process_allgather(jnp.ones(1)).sum()
+        saved = {"step": step} if step % 5 == 0 else None
+        jaxnb.report({"step": step, "total": total, "square": step * step}, checkpoint=saved)
+        if step == config["say_at"] and jaxnb.get_context().get_world_rank() == 0:
+            open(config["flag"], "a").close()
+        time.sleep(config["pause"])
+"""
