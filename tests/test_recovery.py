@@ -292,15 +292,17 @@ def test_stop_or_interrupt_during_a_recovery_ends_the_run_cleanly(cluster, tmp_p
     import time
 
     cluster.restart()
-    slow = tmp_path / "slow-replay"
-    cluster.run(f"import os, time\nif os.path.exists({str(slow)!r}):\n    time.sleep(4)")
+    slow, replaying = tmp_path / "slow-replay", tmp_path / "replaying"
+    cluster.run(f"import os, time\nif os.path.exists({str(slow)!r}):\n"
+                f"    open({str(replaying)!r}, 'w').close()\n    time.sleep(4)")
     slow.touch()  # from now on, replaying that cell takes 4 s: the recovery is under way
     config = {"steps": 400, "every": 5, "kills": _kills(tmp_path, (1, 6))}
     runs: list = []
 
     def press_during_recovery() -> None:
+        """Once the new engines replay the setup (restarted, not yet resumed)."""
         deadline = time.monotonic() + 120
-        while not (runs and runs[0].failures) and time.monotonic() < deadline:
+        while not replaying.exists() and time.monotonic() < deadline:
             time.sleep(0.01)
         runs[0].stop() if how == "stop" else _thread.interrupt_main()
 
@@ -310,16 +312,7 @@ def test_stop_or_interrupt_during_a_recovery_ends_the_run_cleanly(cluster, tmp_p
         press_during_recovery()
         result = runs[0].wait(120)
     else:
-        holder = type("Holder", (), {"failures": []})()
-        runs.append(holder)  # the thread looks at the Result through the cluster's run
-        presser = threading.Thread(target=press_during_recovery, daemon=True)
-
-        def watch() -> None:
-            while cluster.group.current_run is None or not cluster.busy_with:
-                time.sleep(0.01)
-            holder.failures = cluster.group.current_run.result.failures
-        threading.Thread(target=watch, daemon=True).start()
-        presser.start()
+        threading.Thread(target=press_during_recovery, daemon=True).start()
         result = cluster.train(checkpointed_loop, config, storage=tmp_path, max_failures=2)
     assert result.error is None and result.stopped
     assert len(result.failures) == 1

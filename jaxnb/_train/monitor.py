@@ -90,6 +90,8 @@ class Monitor:
         self._signal(signal.SIGINT)
 
     def _signal(self, signum: int) -> None:
+        if self._finished is not None:  # this attempt is over: the group may be new engines
+            return  # (a recovery's), which a stop or interrupt signal must not reach
         running = [p for p, f in self.futures.items() if not f.done()]
         try:
             free.signal_processes(self.group, running, signum)
