@@ -5,7 +5,6 @@ be built or ``mpiexec`` is missing (``.ci/run`` installs ``openmpi-bin``)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import tempfile
@@ -30,18 +29,6 @@ total = jax.jit(jax.shard_map(lambda v: jax.lax.psum(v, "i"), mesh=mesh, in_spec
                               out_specs=P()))(x)
 print("psum", float(total.addressable_data(0)[0]), "on", jax.process_count(), "processes")
 """
-
-
-def leftovers(lab: Lab) -> list[str]:
-    """What still runs on the lab's hosts besides their sshd."""
-    found = []
-    for host in lab.hosts:
-        for pid in host.pids():
-            with contextlib.suppress(psutil.Error):
-                proc = psutil.Process(pid)
-                if proc.name() != "sshd" and proc.status() != psutil.STATUS_ZOMBIE:
-                    found.append(f"{host.hostname}: {' '.join(proc.cmdline())[:100]}")
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +72,7 @@ def test_mpi_start_psum_across_hosts_stop_leaves_nothing(mpi_lab, ip, capsys):
         ip.run_line_magic("jax_cluster", "stop")
         assert not psutil.pid_exists(launcher.pid) or psutil.Process(launcher.pid).status() == "zombie"
         deadline = time.monotonic() + 10  # the ranks end on their hosts once mpiexec is gone
-        while (left := leftovers(mpi_lab)) and time.monotonic() < deadline:
+        while (left := mpi_lab.leftovers()) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not left, left
     finally:

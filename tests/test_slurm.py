@@ -7,12 +7,10 @@ be built or Slurm is not installed (``.ci/run`` installs ``slurm-wlm munge``).""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import time
 
-import psutil
 import pytest
 from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
@@ -34,21 +32,13 @@ def fit():
 """
 
 
-def leftovers(lab: Lab) -> list[str]:
-    """What runs on the lab hosts besides sshd and slurmd (job steps, engines)."""
-    found = []
-    for host in lab.hosts:
-        for pid in host.pids():
-            with contextlib.suppress(psutil.Error):
-                proc = psutil.Process(pid)
-                if proc.name() not in ("sshd", "slurmd") and proc.status() != psutil.STATUS_ZOMBIE:
-                    found.append(f"{host.hostname}: {' '.join(proc.cmdline())[:100]}")
-    return found
-
-
 def jobs(lab: Lab) -> str:
     return subprocess.run(["squeue", "-h"], capture_output=True, text=True,
                           env={**os.environ, **lab.slurm.env}).stdout.strip()
+
+
+#: What runs on the Slurm lab's hosts for good (everything else must end with the job).
+DAEMONS = ("sshd", "slurmd")
 
 
 @pytest.fixture(scope="module")
@@ -105,9 +95,10 @@ def test_slurm_start_cell_train_killed_step_stop(slurm_lab, magics, capsys):
     assert f"step {job}.0 of Slurm job {job}" in text or f"Slurm job {job}" in text, text
     ip.run_line_magic("jax_cluster", "stop")
     deadline = time.monotonic() + 20
-    while (jobs(slurm_lab) or leftovers(slurm_lab)) and time.monotonic() < deadline:
+    while (jobs(slurm_lab) or slurm_lab.leftovers(DAEMONS)) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not jobs(slurm_lab) and not leftovers(slurm_lab), (jobs(slurm_lab), leftovers(slurm_lab))
+    left = slurm_lab.leftovers(DAEMONS)
+    assert not jobs(slurm_lab) and not left, (jobs(slurm_lab), left)
 
 
 @pytest.mark.engines

@@ -38,10 +38,7 @@ CELLS = [SETUP, FUNCS, SPACE, SEARCH, RESULT, BACKGROUND, WAIT]
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[lab_server.LabServer]:
-    srv = lab_server.start(tmp_path_factory.mktemp("lab"))
-    yield srv
-    leaked = lab_server.stop(srv)
-    assert not leaked, f"processes left after the server stopped (killed now): {leaked}"
+    yield from lab_server.serving(tmp_path_factory.mktemp("lab"))
 
 
 @pytest.fixture(scope="module")

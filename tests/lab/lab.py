@@ -252,6 +252,19 @@ class Lab:
                 f.write(f"SetEnv PATH={':'.join(self.path)}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin\n")
         return path
 
+    def leftovers(self, besides: tuple[str, ...] = ("sshd",)) -> list[str]:
+        """What still runs on the hosts besides the daemons named (``host: command``)."""
+        import psutil
+
+        found = []
+        for host in self.hosts:
+            for pid in host.pids():
+                with contextlib.suppress(psutil.Error):
+                    proc = psutil.Process(pid)
+                    if proc.name() not in besides and proc.status() != psutil.STATUS_ZOMBIE:
+                        found.append(f"{host.hostname}: {' '.join(proc.cmdline())[:100]}")
+        return found
+
     def down(self) -> None:
         """Remove everything the lab made: processes on its hosts, sshd, namespaces, bridge, files."""
         if self.slurm is not None:

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import nbformat
@@ -154,6 +155,14 @@ def start(tmp: pathlib.Path, timeout: float = 90.0) -> LabServer:
                 stop(server)
                 raise RuntimeError(f"JupyterLab did not answer within {timeout:g} s") from None
             time.sleep(0.3)
+
+
+def serving(tmp: pathlib.Path) -> Iterator[LabServer]:
+    """A module fixture's body: a server in ``tmp``, stopped after; fails if it left processes."""
+    server = start(tmp)
+    yield server
+    leaked = stop(server)
+    assert not leaked, f"processes left after the server stopped (killed now): {leaked}"
 
 
 def stop(server: LabServer, timeout: float = 30.0) -> list[str]:
