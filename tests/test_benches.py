@@ -33,6 +33,7 @@ SMALL_RUNS = [
     ("live_output", ["--lines", "3", "--flood", "200", "--repeats", "1"]),
     ("profile", ["--steps", "3", "--rounds", "1"]),
     ("checkpoint_save", ["--mb", "1", "--rounds", "1"]),
+    ("recovery", ["--repeats", "1", "--only", "local"]),
 ]
 
 
