@@ -16,7 +16,7 @@ from jax.experimental import multihost_utils  # noqa: E402
 
 jax.config.update("jax_enable_preemption_service", False)
 if n > 1:
-    # What jaxnb's engines do (jaxnb._engine.process._wait_for_coordinator), written out
+    # What jaxnb's engines do (jaxnb._engine.group.process._wait_for_coordinator), written out
     # here because importing jaxnb would add its import time to the bare limit.
     while process_id > 0 and "--wait-port" in sys.argv:
         try:

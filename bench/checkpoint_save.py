@@ -43,7 +43,7 @@ port, pid, root, mb, rounds = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sy
 jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2,
                            process_id=pid, initialization_timeout=60)
 import orbax.checkpoint as ocp
-from jaxnb._engine.checkpoint import CheckpointStore
+from jaxnb._engine.checkpoint.store import CheckpointStore
 
 
 def size(folder):
@@ -89,8 +89,8 @@ def main():
             if step:
                 times[name].append(dt)
                 sizes[name] = size(path) if pid == 0 else 0
-    from jaxnb._engine import checkpoint_leaves as cl
-    from jaxnb._engine import checkpoint_plan as plan
+    from jaxnb._engine.checkpoint import leaves as cl
+    from jaxnb._engine.checkpoint import plan
 
     fp_times = []
     for _ in range(rounds):  # what the host-local save adds: classify + fingerprint every leaf

@@ -108,8 +108,8 @@ def rows_per_second(folder: str, rows: int = 200_000, width: int = 64, batch: in
     """One process's share (0 of 2) through iter_batches vs plain slicing, same memmap."""
     import numpy as np
 
-    from jaxnb._engine.dataset_shard import DatasetShard
-    from jaxnb._engine.dataset_source import source_of
+    from jaxnb._engine.datasets.shard import DatasetShard
+    from jaxnb._engine.datasets.source import source_of
 
     path = os.path.join(folder, "rows.npy")
     mm = np.lib.format.open_memmap(path, mode="w+", dtype=np.int32, shape=(rows, width))

@@ -36,7 +36,7 @@ import sys
 import tempfile
 import time
 
-from jaxnb._engine.reporting import MAX_IN_FLIGHT
+from jaxnb._engine.run.reporting import MAX_IN_FLIGHT
 
 # ---- the training loop (runs on the engines, or in the plain processes) ---------------
 

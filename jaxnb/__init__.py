@@ -22,11 +22,11 @@ from jaxnb._core.errors import RemoteError as RemoteError
 from jaxnb._core.errors import StartError as StartError
 from jaxnb._core.run_folder import Checkpoint as Checkpoint
 from jaxnb._core.state import ProcessInfo as ProcessInfo
-from jaxnb._engine.context import get_context as get_context
-from jaxnb._engine.datasets import get_dataset_shard as get_dataset_shard
-from jaxnb._engine.reporting import get_checkpoint as get_checkpoint
-from jaxnb._engine.reporting import report as report
-from jaxnb._engine.reporting import should_stop as should_stop
+from jaxnb._engine.datasets.data_run import get_dataset_shard as get_dataset_shard
+from jaxnb._engine.group.context import get_context as get_context
+from jaxnb._engine.run.reporting import get_checkpoint as get_checkpoint
+from jaxnb._engine.run.reporting import report as report
+from jaxnb._engine.run.reporting import should_stop as should_stop
 from jaxnb._mesh import show_mesh as show_mesh
 from jaxnb._mesh import show_sharding as show_sharding
 

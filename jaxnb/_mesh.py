@@ -12,14 +12,14 @@ if TYPE_CHECKING:
     import jax
     from jax.sharding import Mesh
 
-_DESCRIBE_NAMED = EngineCall("jaxnb._engine.layout:describe_named")
+_DESCRIBE_NAMED = EngineCall("jaxnb._engine.layout.describe:describe_named")
 
 __all__ = ["show_mesh", "show_remote", "show_sharding"]
 
 
 def show_mesh(mesh: Mesh, name: str | None = None) -> None:
     """Display ``mesh``: its device grid, axis names and sizes, coloured by process."""
-    from jaxnb._engine.layout import describe_mesh
+    from jaxnb._engine.layout.describe import describe_mesh
     from jaxnb._widgets.mesh_view import show
 
     desc = describe_mesh(mesh)
@@ -30,7 +30,7 @@ def show_mesh(mesh: Mesh, name: str | None = None) -> None:
 
 def show_sharding(array: jax.Array, name: str | None = None) -> None:
     """Display which block of ``array`` each device holds (no data is gathered)."""
-    from jaxnb._engine.layout import describe_array
+    from jaxnb._engine.layout.describe import describe_array
     from jaxnb._widgets.mesh_view import show
 
     desc = describe_array(array)

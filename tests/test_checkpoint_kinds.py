@@ -82,7 +82,7 @@ def differences(got, want) -> list[str]:
     import jax
     import numpy as np
 
-    from jaxnb._engine.checkpoint_tree import flatten
+    from jaxnb._engine.checkpoint.structure import flatten
 
     gp, gl, _ = flatten(got)
     wp, wl, _ = flatten(want)

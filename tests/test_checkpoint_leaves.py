@@ -10,10 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxnb._engine import checkpoint_leaves as cl
-from jaxnb._engine import checkpoint_plan as plan
-from jaxnb._engine import checkpoint_restore as restore
-from jaxnb._engine import checkpoint_tree as ctree
+from jaxnb._engine.checkpoint import leaves as cl
+from jaxnb._engine.checkpoint import plan, restore
+from jaxnb._engine.checkpoint import structure as ctree
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,7 +18,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from jaxnb._core.run_folder import Checkpoint, check_fresh_run
-from jaxnb._engine.checkpoint import CheckpointStore
+from jaxnb._engine.checkpoint.store import CheckpointStore
 
 #: Starts engines, kernels or a browser: not in `bash dev test fast`.
 pytestmark = pytest.mark.engines
@@ -35,7 +35,7 @@ jax.distributed.initialize(
     coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=pid,
     initialization_timeout=60,
 )
-from jaxnb._engine.checkpoint import CheckpointStore
+from jaxnb._engine.checkpoint.store import CheckpointStore
 
 
 def main():
@@ -95,7 +95,7 @@ jax.distributed.initialize(
     coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=pid,
     initialization_timeout=60,
 )
-from jaxnb._engine.gather import Gatherer
+from jaxnb._engine.group.gather import Gatherer
 
 g = Gatherer("test", pid, 2)
 through_kv = [g({"p": pid, "text": "x" * (5 * pid)}), g([pid])]

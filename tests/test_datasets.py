@@ -189,7 +189,7 @@ def test_datasets_must_be_engine_variable_names(engines, tmp_path):
 
 
 def test_a_resume_with_another_process_count_is_refused_in_one_line(tmp_path):
-    from jaxnb._engine.datasets import saved_positions
+    from jaxnb._engine.datasets.data_run import saved_positions
 
     folder = tmp_path / "datasets"
     folder.mkdir()
@@ -203,7 +203,7 @@ def test_a_resume_with_another_process_count_is_refused_in_one_line(tmp_path):
 
 
 def test_the_checkpointed_report_wins_over_others_at_its_step(tmp_path):
-    from jaxnb._engine.datasets import saved_positions
+    from jaxnb._engine.datasets.data_run import saved_positions
 
     folder = tmp_path / "datasets"
     folder.mkdir()
@@ -218,7 +218,7 @@ def test_the_checkpointed_report_wins_over_others_at_its_step(tmp_path):
 
 
 def test_sources_of_every_kind_and_their_refusals():
-    from jaxnb._engine.dataset_source import DatasetError, source_of
+    from jaxnb._engine.datasets.source import DatasetError, source_of
 
     idx = np.array([2, 0])
     assert source_of("d", {"a": np.arange(5), "b": np.ones((5, 2))}).read(idx)["a"].tolist() == [2, 0]
@@ -236,8 +236,8 @@ def test_sources_of_every_kind_and_their_refusals():
 
 
 def _shard(n_rows, process, processes, resume=None):
-    from jaxnb._engine.dataset_shard import DatasetShard
-    from jaxnb._engine.dataset_source import source_of
+    from jaxnb._engine.datasets.shard import DatasetShard
+    from jaxnb._engine.datasets.source import source_of
 
     return DatasetShard(source_of("d", {"id": np.arange(n_rows)}), process, processes, resume)
 

@@ -34,7 +34,7 @@ ENGINE_SCRIPT = textwrap.dedent(
     import contextlib, io, json, sys
     import jax, numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-    from jaxnb._engine.layout import describe, describe_array, describe_mesh
+    from jaxnb._engine.layout.describe import describe, describe_array, describe_mesh
     from jaxnb import _mesh
 
     devs = jax.devices()

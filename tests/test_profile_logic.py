@@ -9,7 +9,7 @@ import pathlib
 
 import pytest
 
-from jaxnb._engine import trace_events as trace
+from jaxnb._engine.profile import trace_events as trace
 from jaxnb._profile import folder, merge, show, steps
 from jaxnb._profile.result import ProfileResult
 
@@ -142,7 +142,7 @@ def test_parts_joined_without_parsing_equal_the_merge(tmp_path):
     traces = recorded()
     shift = trace.shifts_us(traces)
     paths = []
-    for t in traces:  # what each engine writes (jaxnb._engine.profile_parts)
+    for t in traces:  # what each engine writes (jaxnb._engine.profile.parts)
         path = tmp_path / f"p{t.process}.part.json.gz"
         with gzip.open(path, "wt") as f:
             f.write(",".join(json.dumps(e) for e in trace.regroup(t, shift[t.process])))

@@ -235,7 +235,7 @@ def test_every_engine_call_names_a_function_that_exists():
 
 
 ENGINE_SIDE_IMPORT = (
-    "import sys, jaxnb, jaxnb._engine.reporting, jaxnb._engine.process\n"
+    "import sys, jaxnb, jaxnb._engine.run.reporting, jaxnb._engine.group.process\n"
     "heavy = ('matplotlib', 'ipywidgets', 'ipyparallel', 'IPython', 'jaxnb._cluster', 'jaxnb._train')\n"
     "print(sorted(m for m in heavy if m in sys.modules))\n"
 )

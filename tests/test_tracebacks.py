@@ -18,7 +18,7 @@ File <string>:1
 File /x/jaxnb/_core/contract.py:98, in EngineCall.__call__(self, *args, **kwargs)
 ---> 98     return getattr(importlib.import_module(module), name)(*args, **kwargs)
 
-File /x/jaxnb/_engine/reporting.py:161, in execute()
+File /x/jaxnb/_engine/run/reporting.py:161, in execute()
 --> 161     run.fn(*run.args)
 
 Cell In[3], line 3, in bad(config)

@@ -26,7 +26,7 @@ ENGINE = (
     "import os, sys, time\n"
     "while os.getppid() == int(os.environ['JAXNB_TEST_KERNEL']):\n"
     "    time.sleep(0.01)\n"
-    "from jaxnb._engine import watchdog\n"
+    "from jaxnb._engine.boot import watchdog\n"
     "watchdog.start_from_env()\n"
     "time.sleep(60)\n"
 )

@@ -9,7 +9,7 @@ from jaxnb._core.contract import MISSING, EngineCall
 from jaxnb._core.messages import plural
 from jaxnb._core.state import Group
 
-_FETCH = EngineCall("jaxnb._engine.values:fetch")
+_FETCH = EngineCall("jaxnb._engine.run.values:fetch")
 #: A value this big (bytes, pickled) sent to the engines is named with its size, once.
 LARGE_BYTES = 100 * 2**20
 CANNOT_PULL = (

@@ -18,7 +18,7 @@ from jaxnb._failures import stacks
 from jaxnb._failures.watch import Watch
 
 POLL_SECONDS = 0.02
-_LAST_VALUE = EngineCall("jaxnb._engine.values:last_value")
+_LAST_VALUE = EngineCall("jaxnb._engine.run.values:last_value")
 
 
 @dataclasses.dataclass

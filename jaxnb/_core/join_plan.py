@@ -11,8 +11,8 @@ from jaxnb._core.contract import EngineCall, JoinParams
 from jaxnb._core.options import ClusterOptions
 from jaxnb._core.state import Group
 
-_HOST_ADDRESS = EngineCall("jaxnb._engine.process:host_address")
-_FREE_PORT = EngineCall("jaxnb._engine.process:free_port")
+_HOST_ADDRESS = EngineCall("jaxnb._engine.group.process:host_address")
+_FREE_PORT = EngineCall("jaxnb._engine.group.process:free_port")
 
 
 def join_params(options: ClusterOptions, coordinator: str, hosts: list[str]) -> list[JoinParams]:

@@ -18,7 +18,7 @@ from jaxnb._core.contract import EngineCall
 _USER_RECORD = "user_checkpoint.json"  # the last directory checkpoint the user reported
 
 
-_RESTORE = EngineCall("jaxnb._engine.checkpoint:restore")
+_RESTORE = EngineCall("jaxnb._engine.checkpoint.store:restore")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,7 +4,7 @@ After a partial error, a timeout or an interrupt (``group.suspect``), JAX
 processes may be one collective apart: the next collective would pair with a
 stale one and give a wrong value on one process and hang on another. Before
 the next cell, :func:`ensure_ready` runs a tagged check collective
-(``jaxnb._engine.repair.check``); when it disagrees, fails or hangs,
+(``jaxnb._engine.group.reset.check``); when it disagrees, fails or hangs,
 :func:`reset` repairs the group in place: the old group's connections are cut,
 then every process shuts ``jax.distributed`` down, clears its backends and
 joins a new group on a new port. Python state is kept.
@@ -24,8 +24,8 @@ from jaxnb._core.messages import RESTART, first_line, label, labels
 from jaxnb._core.state import Group, Suspect
 from jaxnb._failures import detect, explain, free, stacks
 
-_CHECK = EngineCall("jaxnb._engine.repair:check")
-_REJOIN = EngineCall("jaxnb._engine.repair:reinitialize")
+_CHECK = EngineCall("jaxnb._engine.group.reset:check")
+_REJOIN = EngineCall("jaxnb._engine.group.reset:reinitialize")
 
 #: How long the check collective may take (it compiles two tiny programs the first time).
 CHECK_SECONDS = 10.0

@@ -1,7 +1,7 @@
 """Every process's Python stack (``%jax_cluster stacks``), mapped to notebook cell lines.
 
 Engines dump their threads with ``faulthandler`` on a signal (see
-:mod:`jaxnb._engine.stacks`), which works even while the main thread waits
+:mod:`jaxnb._engine.boot.stack_dumps`), which works even while the main thread waits
 inside an XLA collective. Only the main thread is shown, trimmed to the frames
 that say where the cell (or the training function, run through ipyparallel's
 ``apply``) waits; frames of any cell jaxnb ran are shown as

@@ -6,7 +6,7 @@ neither with this folder's content gets it copied there: ``rsync`` over the same
 ssh connection (only what changed), or ``tar`` piped through ssh where either side
 lacks rsync. Files matching ``--workdir-exclude`` patterns (data, checkpoints) are
 left out of the hash and the copy. The engines then start in the folder each host
-has, which is first on their ``sys.path`` (see :mod:`jaxnb._engine.workdir`).
+has, which is first on their ``sys.path`` (see :mod:`jaxnb._engine.boot.enter_workdir`).
 """
 
 from __future__ import annotations

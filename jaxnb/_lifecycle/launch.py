@@ -86,11 +86,11 @@ def build_cluster(options: ClusterOptions) -> ipp.Cluster:
     """An (unstarted) ipyparallel Cluster configured for ``options``."""
     config = Config()
     python = options.resolved_python()  # the same path on the engine's own host
-    engine_cmd = [python, "-c", "import gc; gc.disable(); from jaxnb._engine.main import main; main()"]
+    engine_cmd = [python, "-c", "import gc; gc.disable(); from jaxnb._engine.boot.main import main; main()"]
     if options.hosts:  # they start (and import JAX) while the controller starts
         engine_cmd.append(f"--IPEngine.wait_for_url_file={options.init_timeout:g}")
     if options.is_local:
-        engine_cmd = python_cmd("jaxnb._engine.main")
+        engine_cmd = python_cmd("jaxnb._engine.boot.main")
         # No nanny process per engine: jaxnb signals local engines by pid (see _failures.free).
         engine_cmd.append("--IPEngine.enable_nanny=False")
         # They may start before the controller has written its connection file: wait for it.

@@ -26,7 +26,7 @@ from jaxnb._hosts import remote
 KILL_WAIT_SECONDS = 5.0
 #: How long remote engines get to leave jax.distributed before they are stopped.
 REMOTE_SHUTDOWN_SECONDS = 2.0
-_LEAVE_GROUP = EngineCall("jaxnb._engine.process:shutdown")
+_LEAVE_GROUP = EngineCall("jaxnb._engine.group.process:shutdown")
 
 
 def stop_all(group: Group) -> None:

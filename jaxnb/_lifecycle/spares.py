@@ -30,7 +30,7 @@ from jaxnb._failures import processes, site
 from jaxnb._hosts import remote, ssh
 from jaxnb._lifecycle import launch, startup
 
-_PIDS = EngineCall("jaxnb._engine.process:pids")
+_PIDS = EngineCall("jaxnb._engine.group.process:pids")
 
 #: After a swap, new spares start this much later: importing JAX takes CPU that the
 #: restarted group's first steps (compilation, restore) need more.

@@ -26,11 +26,11 @@ from jaxnb._hosts import remote
 from jaxnb._lifecycle import launch
 
 #: The controller, started through jaxnb's wrapper (it adds the kernel-death watchdog).
-CONTROLLER_CMD = launch.python_cmd("jaxnb._engine.controller")
-_IDENTITY = EngineCall("jaxnb._engine.process:identity")
-_INITIALIZE = EngineCall("jaxnb._engine.process:initialize")
-_PIDS = EngineCall("jaxnb._engine.process:pids")
-_RANK = EngineCall("jaxnb._engine.rank:launcher_rank")
+CONTROLLER_CMD = launch.python_cmd("jaxnb._engine.boot.controller")
+_IDENTITY = EngineCall("jaxnb._engine.group.process:identity")
+_INITIALIZE = EngineCall("jaxnb._engine.group.process:initialize")
+_PIDS = EngineCall("jaxnb._engine.group.process:pids")
+_RANK = EngineCall("jaxnb._engine.group.rank:launcher_rank")
 
 
 def start_engines(group: Group) -> None:

@@ -22,8 +22,8 @@ from jaxnb._core.contract import EngineCall
 DEFAULT_STORAGE = "jaxnb_runs"
 DEFAULT_NAME = "profile"
 CHUNK = 16 * 1024 * 1024
-_READ = EngineCall("jaxnb._engine.profiling:read_chunk")
-_DISCARD = EngineCall("jaxnb._engine.profiling:discard")
+_READ = EngineCall("jaxnb._engine.profile.recording:read_chunk")
+_DISCARD = EngineCall("jaxnb._engine.profile.recording:discard")
 
 
 @dataclasses.dataclass(frozen=True)

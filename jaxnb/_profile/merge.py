@@ -1,7 +1,7 @@
 """Join the processes' parts of the merged Perfetto trace (notebook side, no parsing).
 
 Each engine writes its events already regrouped as its own process group and shifted
-onto the agreed time axis (``jaxnb._engine.profile_parts``); joining is byte copying.
+onto the agreed time axis (``jaxnb._engine.profile.parts``); joining is byte copying.
 """
 
 from __future__ import annotations

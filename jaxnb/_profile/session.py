@@ -1,7 +1,7 @@
 """Run one cell on every process while all of them trace it; collect, merge, analyse, show.
 
 Order: prepare the run folder (a folder that cannot be written fails here, before
-anything starts) → every process starts its trace together (``_engine.profiling.start``,
+anything starts) → every process starts its trace together (``_engine.profile.recording.start``,
 agreed through the coordination service) → the cell runs exactly as ``%%jax_cluster``
 runs it (``spmd.run_cell``: same output, errors, failure reports) → every process
 stops together, even when the cell raised, so the trace up to the error is kept → the
@@ -29,10 +29,10 @@ from jaxnb._profile import steps as step_logic
 from jaxnb._profile import timeline
 from jaxnb._profile.result import ProfileResult
 
-_START = EngineCall("jaxnb._engine.profiling:start")
-_STOP = EngineCall("jaxnb._engine.profiling:stop")
-_ABORT = EngineCall("jaxnb._engine.profiling:abort")
-_PREPARE = EngineCall("jaxnb._engine.profile_parts:prepare")
+_START = EngineCall("jaxnb._engine.profile.recording:start")
+_STOP = EngineCall("jaxnb._engine.profile.recording:stop")
+_ABORT = EngineCall("jaxnb._engine.profile.recording:abort")
+_PREPARE = EngineCall("jaxnb._engine.profile.parts:prepare")
 #: Seconds every process has to reach the start (they are idle, so this is generous).
 START_AGREE_S = 60.0
 #: Seconds a process waits at the stop for the others before it stops alone.

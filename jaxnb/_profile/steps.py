@@ -1,6 +1,6 @@
 """From the per-step rows of every process: medians, the straggler and the cause of its delay.
 
-The rows come from the engines (``jaxnb._engine.trace_events.step_times``): ``total_ms =
+The rows come from the engines (``jaxnb._engine.profile.trace_events.step_times``): ``total_ms =
 compute_ms + collective_ms + host_ms`` per process and step. Processes that synchronise
 every step have about the same totals; the one the others wait for is the one that spends
 the most time *not* waiting (``total − collective``). That process is the straggler when

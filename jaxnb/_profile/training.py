@@ -18,8 +18,8 @@ from jaxnb._profile import session
 from jaxnb._profile import show as showing
 from jaxnb._profile.result import ProfileResult
 
-_ARM = EngineCall("jaxnb._engine.profiling:arm_steps")
-_FINISH = EngineCall("jaxnb._engine.profiling:finish_steps")
+_ARM = EngineCall("jaxnb._engine.profile.recording:arm_steps")
+_FINISH = EngineCall("jaxnb._engine.profile.recording:finish_steps")
 
 
 def parse_window(text: str) -> tuple[int, int]:

@@ -25,8 +25,8 @@ from jaxnb._train.recovery import NO_CHECKPOINT, Recovery, Restart, give_up, not
 from jaxnb._train.result import Result
 from jaxnb._widgets.dashboard import Dashboard
 
-_PREPARE = EngineCall("jaxnb._engine.reporting:prepare")
-_EXECUTE = EngineCall("jaxnb._engine.reporting:execute")
+_PREPARE = EngineCall("jaxnb._engine.run.reporting:prepare")
+_EXECUTE = EngineCall("jaxnb._engine.run.reporting:execute")
 
 #: Where runs live unless ``storage`` / ``--storage`` says otherwise.
 DEFAULT_STORAGE = "jaxnb_runs"

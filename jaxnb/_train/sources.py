@@ -5,7 +5,7 @@ cloudpickle names the file of every function it sends by value
 function defined in the notebook. :func:`cell_sources` gives, for the
 function and the notebook functions it calls, where each was defined (the
 cell's file name, its source and its ``In[N]`` number); the engine puts it
-back (:mod:`jaxnb._engine.sources`) before the function runs.
+back (:mod:`jaxnb._engine.run.cell_sources`) before the function runs.
 """
 
 from __future__ import annotations

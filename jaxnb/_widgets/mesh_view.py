@@ -1,6 +1,6 @@
 """Render mesh and sharding descriptions as static HTML and ipywidgets (kernel side).
 
-The descriptions come from ``jaxnb._engine.layout``; this module never imports
+The descriptions come from ``jaxnb._engine.layout.describe``; this module never imports
 JAX. Devices are coloured by owning process with a fixed palette, so a process
 has the same colour in every view.
 """

@@ -43,7 +43,7 @@ def fetch(name: str) -> Any:
 
             gathered = np.asarray(multihost_utils.process_allgather(value, tiled=True))
         return gathered if jax.process_index() == 0 else ELSEWHERE
-    from jaxnb._engine import context
+    from jaxnb._engine.group import context
 
     return value if context.process_index() == 0 else ELSEWHERE
 

@@ -20,7 +20,8 @@ import tempfile
 import time
 from typing import Any
 
-from jaxnb._engine import jax_internals, trace_events
+from jaxnb._engine import jax_internals
+from jaxnb._engine.profile import trace_events
 
 #: Round trips to process 0 when measuring the clock offset; the shortest one is kept.
 ROUNDS = 5

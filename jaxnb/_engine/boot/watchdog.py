@@ -3,7 +3,7 @@
 Runs on its own thread, so it fires even while an engine's main thread is busy
 computing or blocked in a collective. When the kernel disappears (even after
 SIGKILL), an engine removes the key files, stops the controller's whole process
-group and exits; the controller (see :mod:`jaxnb._engine.controller`) does the
+group and exits; the controller (see :mod:`jaxnb._engine.boot.controller`) does the
 same for itself and its scheduler processes, in case no engine is left to do it.
 Remote engines' ipyparallel nanny processes exit on their own once their engine is gone
 (local engines run without one).
@@ -77,9 +77,9 @@ def _engine_exit(controller_pid: int | None, paths: list[str]) -> None:
     remove_paths(paths)
     if controller_pid:
         kill_group(controller_pid)
-    from jaxnb._engine import stacks
+    from jaxnb._engine.boot import stack_dumps
 
-    stacks.remove()
+    stack_dumps.remove()
     os._exit(ORPHAN_EXIT_STATUS)
 
 

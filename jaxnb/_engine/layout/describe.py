@@ -14,7 +14,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from jaxnb._engine.reporting import article
+from jaxnb._engine.run.reporting import article
 
 __all__ = ["describe", "describe_array", "describe_mesh"]
 
@@ -182,8 +182,8 @@ def _axis_types(mesh: Mesh) -> list[str] | None:
 
 def describe_named(name: str) -> dict[str, Any]:
     """Describe the mesh or array called ``name`` in the engine's namespace (``%jax_mesh``)."""
-    from jaxnb._engine.tree_layout import describe_tree, is_tree_of_arrays
-    from jaxnb._engine.values import user_namespace
+    from jaxnb._engine.layout.tree import describe_tree, is_tree_of_arrays
+    from jaxnb._engine.run.values import user_namespace
 
     namespace = user_namespace()
     if name.isidentifier():

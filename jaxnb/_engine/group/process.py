@@ -84,7 +84,7 @@ def initialize(params: JoinParams) -> dict[str, Any]:
     if params.init and params.num_processes > 1:
         _first_collective()
     if params.init:
-        from jaxnb._engine import init_guard
+        from jaxnb._engine.group import init_guard
 
         init_guard.install()  # Kubeflow-style code may call initialize() again
     return describe(params.process_id, touch_backend=params.init)

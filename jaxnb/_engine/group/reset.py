@@ -14,7 +14,8 @@ import time
 from typing import Any
 
 from jaxnb._core.contract import JoinParams
-from jaxnb._engine import jax_internals, process
+from jaxnb._engine import jax_internals
+from jaxnb._engine.group import process
 
 #: Checks passed since this process (re)joined the group.
 _passed = 0

@@ -11,7 +11,7 @@ import contextlib
 import json
 from typing import Any
 
-from jaxnb._engine import stopping
+from jaxnb._engine.run import stopping
 
 KEY_ROOT = "jaxnb/gather/"
 

@@ -1,7 +1,7 @@
 """Each process's share of ``%%jax_profile``'s merge, done on the engines in parallel.
 
 After the trace stopped, every process reads its own Chrome trace, adds the step times
-(:mod:`trace_events`), agrees with the others on one time origin (the earliest
+(:mod:`.trace_events`), agrees with the others on one time origin (the earliest
 aligned trace start, through the coordination service's key-value store) and rewrites
 its events as its own process group on that time axis (:func:`trace_events.regroup`).
 The notebook then only joins the parts: it never parses a whole trace, so the time from
@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from jaxnb._engine import jax_internals
-from jaxnb._engine import trace_events as trace
+from jaxnb._engine.profile import trace_events as trace
 
 #: Step windows sent for the timeline picture (it draws the last 3 that all processes have).
 SHOWN_STEPS = 5

@@ -12,9 +12,9 @@ A leaf is one of four kinds:
 
 Typed PRNG keys are saved as their key data and wrapped again on restore. Plain
 dataclasses that JAX does not know as pytrees are walked field by field.
-Everything here is pure (no collectives, no files); ``checkpoint.py`` drives it, with
-:mod:`.checkpoint_tree` (the pytree's structure), :mod:`.checkpoint_plan` (who writes what)
-and :mod:`.checkpoint_restore` (giving values back).
+Everything here is pure (no collectives, no files); :mod:`.store` drives it, with
+:mod:`.structure` (the pytree's structure), :mod:`.plan` (who writes what)
+and :mod:`.restore` (giving values back).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxnb._engine.checkpoint_tree import shown
+from jaxnb._engine.checkpoint.structure import shown
 
 GLOBAL, LOCAL, NUMPY, VALUE = "global", "local", "numpy", "value"
 

@@ -1,7 +1,7 @@
 """Entry point of a jaxnb engine: arm the safety nets, import JAX, run ipyparallel's engine.
 
 Launched by ipyparallel's launchers (local, ssh, mpi, slurm, ...) as
-``python -m jaxnb._engine.main [ipengine arguments]``, or locally through
+``python -m jaxnb._engine.boot.main [ipengine arguments]``, or locally through
 :func:`jaxnb._lifecycle.launch.python_cmd`, so the environment jaxnb sets on the launcher
 is in place before JAX is imported.
 """
@@ -14,11 +14,11 @@ import sys
 
 def main() -> None:
     """Prepare this process, then hand over to ``ipyparallel.engine``."""
-    from jaxnb._engine import bars, stacks, watchdog, workdir
+    from jaxnb._engine.boot import bars, enter_workdir, stack_dumps, watchdog
 
-    workdir.enter()  # --workdir: before ipyparallel takes the working folder
+    enter_workdir.enter()  # --workdir: before ipyparallel takes the working folder
     bars.install()
-    stacks.arm()
+    stack_dumps.arm()
     watchdog.start_from_env()
     # Engines take no debugger requests: keep ipykernel from loading debugpy (~50 ms).
     sys.modules.setdefault("debugpy", None)  # type: ignore[arg-type]

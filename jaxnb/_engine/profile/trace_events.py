@@ -1,7 +1,7 @@
 """One process's trace (the Chrome trace JSON ``jax.profiler`` writes): its steps and times,
 its place on the merged time axis, and its events as one process group of the merged trace.
 
-Engine side (``%%jax_profile``: each process prepares its own part, see ``profile_parts``);
+Engine side (``%%jax_profile``: each process prepares its own part, see :mod:`.parts`);
 pure Python on dicts, so the unit tests run it on small recorded traces.
 
 A step is a ``jax.profiler.StepTraceAnnotation`` event (any name; it carries
@@ -24,7 +24,7 @@ import dataclasses
 import re
 from typing import Any
 
-#: The annotation the engines record right after the trace starts (see ``_engine.profiling``).
+#: The annotation the engines record right after the trace starts (see ``_engine.profile.recording``).
 ANCHOR = "jaxnb.profile.anchor"
 
 

@@ -12,7 +12,7 @@ import gc
 
 def main() -> None:
     """Start the watchdog, then hand over to ``ipyparallel.controller``."""
-    from jaxnb._engine import watchdog
+    from jaxnb._engine.boot import watchdog
 
     watchdog.start_for_controller()
     from ipyparallel.controller.app import main as ipcontroller_main

@@ -4,7 +4,7 @@ A step's folder holds two Orbax items: ``default`` (the arrays: global arrays as
 they are, host-local values that are the same on every process once, and one
 ``per_process`` byte array with each process's own values in its own row) and
 ``jaxnb`` (a JSON manifest: the pytree structure and how to give each leaf back).
-``checkpoint_leaves`` says what each leaf is; ``gather`` lets the processes
+:mod:`.leaves` says what each leaf is; :mod:`jaxnb._engine.group.gather` lets the processes
 compare fingerprints before writing.
 """
 
@@ -21,11 +21,11 @@ import orbax.checkpoint as ocp
 
 from jaxnb._core.messages import plural
 from jaxnb._core.run_folder import Checkpoint, checkpoint_dir
-from jaxnb._engine import checkpoint_leaves as leaves_
-from jaxnb._engine import checkpoint_plan as plan_
-from jaxnb._engine import checkpoint_restore as restore_
-from jaxnb._engine import checkpoint_tree as tree_
-from jaxnb._engine.gather import Gatherer
+from jaxnb._engine.checkpoint import leaves as leaves_
+from jaxnb._engine.checkpoint import plan as plan_
+from jaxnb._engine.checkpoint import restore as restore_
+from jaxnb._engine.checkpoint import structure as structure_
+from jaxnb._engine.group.gather import Gatherer
 
 _ITEM = "default"  # the arrays (the name a single-item CheckpointManager used)
 _MANIFEST = "jaxnb"  # the JSON manifest beside them
@@ -89,7 +89,7 @@ def _restore_jaxnb(path: str, target: Any) -> Any:
     saved_n, me = int(manifest["num_processes"]), jax.process_index()
     targets: list[Any] = [None] * len(paths)
     if target is not None:
-        tpaths, targets, treedef = tree_.flatten(target)
+        tpaths, targets, treedef = structure_.flatten(target)
         if tpaths != paths:
             diff = next((f"{a} vs {b}" for a, b in zip(paths, tpaths, strict=False) if a != b),
                         f"{len(paths)} leaves vs {len(tpaths)}")
@@ -97,7 +97,7 @@ def _restore_jaxnb(path: str, target: Any) -> Any:
                              f"{diff}); pass a target with the saved structure, or none")
     else:
         try:
-            treedef = tree_.load_treedef(manifest["treedef"])
+            treedef = structure_.load_treedef(manifest["treedef"])
         except Exception as exc:
             raise ValueError(
                 f"the structure of checkpoint {path} cannot be rebuilt here ({type(exc).__name__}: "
@@ -127,7 +127,7 @@ def _restore_jaxnb(path: str, target: Any) -> Any:
             value = restored[f"leaf_{i}"]
         out.append(restore_.as_saved(record, value) if target is None
                    else restore_.like(record, value, target_leaf))
-    return tree_.unflatten(treedef, out)
+    return structure_.unflatten(treedef, out)
 
 
 def _restore_arrays(item_dir: str, records: list[dict[str, Any]], targets: list[Any],
@@ -259,10 +259,10 @@ class CheckpointStore:
         leaves: list[leaves_.Leaf] = []
         treedef_text, failure, error = None, None, None
         try:
-            paths, xs, treedef = tree_.flatten(pytree)
+            paths, xs, treedef = structure_.flatten(pytree)
             leaves = [leaves_.prepare(p, x, n) for p, x in zip(paths, xs, strict=True)]
             if me == 0:
-                treedef_text = tree_.dump_treedef(treedef)
+                treedef_text = structure_.dump_treedef(treedef)
         except Exception as exc:  # told to the others first, so that none waits for us
             failure, error = exc, f"{type(exc).__name__}: {exc}"
         summaries = self._gather(plan_.summary(leaves, paths, error))

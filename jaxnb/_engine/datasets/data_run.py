@@ -59,8 +59,8 @@ class DataRun:
                 f"(passed: {passed}); add --datasets {name}=VAR to %jax_train, or "
                 f"datasets={{{name!r}: 'VAR'}} to JaxCluster.train")
         if name not in self.shards:
-            from jaxnb._engine.dataset_shard import DatasetShard
-            from jaxnb._engine.dataset_source import source_of
+            from jaxnb._engine.datasets.shard import DatasetShard
+            from jaxnb._engine.datasets.source import source_of
 
             label, value = self.datasets[name]
             source = source_of(name, value, label)
@@ -144,7 +144,7 @@ def start(datasets: dict[str, tuple[str, Any]], run_dir: str, process: int, num_
     resume = None
     if resume_step is not None:
         resume = saved_positions(run_dir, process, num_processes, resume_step)
-    from jaxnb._engine.dataset_source import source_of
+    from jaxnb._engine.datasets.source import source_of
 
     for name, (label, value) in datasets.items():
         source_of(name, value, label)  # an unusable dataset is refused before the run starts

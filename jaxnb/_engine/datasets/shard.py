@@ -22,7 +22,7 @@ import grain
 import numpy as np
 
 from jaxnb._core.messages import plural
-from jaxnb._engine.dataset_source import DatasetError, Source
+from jaxnb._engine.datasets.source import DatasetError, Source
 
 
 class BatchIterator(Iterator[dict[str, Any]]):
@@ -117,21 +117,21 @@ class DatasetShard:
         """
         import jax
 
-        from jaxnb._engine import dataset_device
+        from jaxnb._engine.datasets import global_batches
 
         n = self.num_processes
         if not isinstance(global_batch_size, int) or global_batch_size <= 0 or global_batch_size % n:
             raise DatasetError(f"dataset {self.name!r}: global_batch_size={global_batch_size!r} "
                                f"must be a positive multiple of the number of processes ({n})")
         if sharding is None:
-            sharding = dataset_device.batch_sharding()
+            sharding = global_batches.batch_sharding()
             if global_batch_size % jax.device_count():
                 raise DatasetError(f"dataset {self.name!r}: global_batch_size={global_batch_size} "
                                    f"must be a multiple of the {jax.device_count()} devices it is "
                                    "split over; pass such a size, or a sharding=")
         settings = self._settings(global_batch_size // n, drop_last, local_shuffle_buffer_size,
                                   local_shuffle_seed, prefetch_batches, "global_batch_size")
-        return self._open(settings, dataset_device.ToGlobal(sharding, global_batch_size))
+        return self._open(settings, global_batches.ToGlobal(sharding, global_batch_size))
 
     # ---- internals ---------------------------------------------------------------------
 

@@ -19,8 +19,10 @@ from collections.abc import Callable
 from typing import Any
 
 from jaxnb._core.run_folder import Checkpoint
-from jaxnb._engine import datasets, profiling, sources, stopping
-from jaxnb._engine.publisher import BatchPublisher, datapub_sender
+from jaxnb._engine.datasets import data_run
+from jaxnb._engine.profile import recording
+from jaxnb._engine.run import cell_sources, stopping
+from jaxnb._engine.run.publisher import BatchPublisher, datapub_sender
 
 #: Reports whose JAX values may still be computing; ``report()`` waits on the value
 #: reported this many reports ago, so dispatch never runs unboundedly ahead.
@@ -94,14 +96,14 @@ def report(metrics: dict[str, Any], checkpoint: Any = None) -> None:
         "metrics": dict(metrics),
         "checkpoint": None,
     }
-    datasets.record(step, checkpoint is not None)
+    data_run.record(step, checkpoint is not None)
     if checkpoint is not None:
         saved = _save(run, step, checkpoint)
         record["checkpoint"] = saved.path
         record["checkpoint_user"] = saved.user_managed
     run.publisher.add(record)
     _bound_in_flight(run, metrics)
-    profiling.step_reported(step)  # %jax_train --profile-steps: opens/closes the trace window
+    recording.step_reported(step)  # %jax_train --profile-steps: opens/closes the trace window
 
 
 def get_checkpoint() -> Any:
@@ -124,7 +126,7 @@ def should_stop() -> bool:
 def prepare(spec: dict[str, Any]) -> dict[str, Any]:
     """Set up a run on this process; ``{"error": message}`` when the function does not fit."""
     global _run
-    from jaxnb._engine import context
+    from jaxnb._engine.group import context
 
     _run = None
     try:
@@ -134,13 +136,13 @@ def prepare(spec: dict[str, Any]) -> dict[str, Any]:
     process, n = context.process_index(), context.num_processes()
     resume = spec.get("resume")
     try:
-        named = datasets.resolve(spec.get("datasets") or {}, _user_ns())
-        datasets.start(named, spec["run_dir"], process, n, resume.step if resume else None)
+        named = data_run.resolve(spec.get("datasets") or {}, _user_ns())
+        data_run.start(named, spec["run_dir"], process, n, resume.step if resume else None)
     except (LookupError, ValueError) as exc:
         return {"error": str(exc)}
     if process == 0:
         stopping.clear_keys()
-        from jaxnb._engine import gather
+        from jaxnb._engine.group import gather
 
         gather.clear_keys()
     stopping.arm()
@@ -170,7 +172,7 @@ def execute() -> dict[str, Any]:
         ok = True
     finally:
         _run = None
-        datasets.end()
+        data_run.end()
         if not ok:
             run.stop.abort()
         run.publisher.close()
@@ -195,7 +197,7 @@ def _function(spec: dict[str, Any]) -> tuple[Callable[..., Any], tuple[Any, ...]
     if spec.get("pickled") is not None:
         fn = cloudpickle.loads(spec["pickled"])
         _see_engine_namespace(fn)
-        sources.restore(fn, spec.get("sources"))
+        cell_sources.restore(fn, spec.get("sources"))
     else:
         fn = _lookup(spec["name"])
     label = spec.get("label") or getattr(fn, "__name__", "FUNC")
@@ -312,7 +314,7 @@ def _int_or_none(value: Any) -> int | None:
 
 
 def _save(run: _Run, step: int, checkpoint: Any) -> Any:
-    from jaxnb._engine.checkpoint import CheckpointStore
+    from jaxnb._engine.checkpoint.store import CheckpointStore
 
     if isinstance(checkpoint, Checkpoint):  # Ray style: Checkpoint.from_directory(path)
         checkpoint = checkpoint.path

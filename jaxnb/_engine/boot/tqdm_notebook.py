@@ -3,7 +3,7 @@
 A notebook bar is an ipywidget, and an engine's widgets never reach the
 notebook (ipyparallel does not forward engine comms): only process 0's first
 frame would show. A text bar is merged by the notebook side instead, one line
-per process, updated in place. :mod:`jaxnb._engine.bars` loads this file under
+per process, updated in place. :mod:`jaxnb._engine.boot.bars` loads this file under
 the name ``tqdm.notebook``, so ``tqdm.auto`` and ``tqdm.notebook`` both get it.
 """
 

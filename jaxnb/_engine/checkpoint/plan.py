@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxnb._engine.checkpoint_leaves import GLOBAL, Leaf, LeafError
+from jaxnb._engine.checkpoint.leaves import GLOBAL, Leaf, LeafError
 
 #: Fingerprints are taken in pieces this long, on several threads (CRC-32 and NumPy's sum
 #: release the GIL), so that a host with spare cores takes them in a fraction of the time.

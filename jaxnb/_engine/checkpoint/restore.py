@@ -8,7 +8,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxnb._engine.checkpoint_leaves import (
+from jaxnb._engine.checkpoint.leaves import (
     GLOBAL,
     LOCAL,
     NUMPY,

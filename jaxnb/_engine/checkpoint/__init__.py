@@ -1,0 +1,1 @@
+"""Checkpoints that every process saves together with Orbax, and gives back."""

@@ -1,0 +1,1 @@
+"""``jaxnb.get_dataset_shard(name)``: each process's share of a run's datasets (Grain)."""

@@ -1,0 +1,1 @@
+"""This process in the ``jax.distributed`` group: join, describe, reset, agree, gather."""

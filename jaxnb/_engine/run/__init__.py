@@ -1,0 +1,1 @@
+"""Running the user's code on the engines: train functions and their reports, cell values."""
