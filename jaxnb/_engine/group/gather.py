@@ -1,7 +1,6 @@
 """Every process's small JSON document, gathered on every process.
 
-Through the ``jax.distributed`` key-value store (no XLA collective: nothing to
-compile, no device sync, nothing queued behind gloo work); with no coordination
+Through the ``jax.distributed`` key-value store (:mod:`.kv_store`); with no coordination
 client, through ``multihost_utils.process_allgather`` of the padded bytes.
 """
 
@@ -11,7 +10,7 @@ import contextlib
 import json
 from typing import Any
 
-from jaxnb._engine.run import stopping
+from jaxnb._engine.group import kv_store
 
 KEY_ROOT = "jaxnb/gather/"
 
@@ -27,7 +26,7 @@ class Gatherer:
     def __init__(self, prefix: str, process: int, num_processes: int) -> None:
         self.prefix = f"{KEY_ROOT}{prefix}/"
         self.process, self.num_processes = process, num_processes
-        self.client = stopping.kv_client() if num_processes > 1 else None
+        self.client = kv_store.client() if num_processes > 1 else None
         self.calls = 0
 
     def __call__(self, doc: Any) -> list[Any]:
@@ -38,7 +37,8 @@ class Gatherer:
         if self.client is None:
             return _allgather_xla(text, self.num_processes)
         self.client.key_value_set(self._key(call, self.process), text)
-        docs = [json.loads(self._get(self._key(call, q))) for q in range(self.num_processes)]
+        docs = [json.loads(kv_store.wait_for(self.client, self._key(call, q)))
+                for q in range(self.num_processes)]
         if call:
             with contextlib.suppress(Exception):
                 self.client.key_value_delete(self._key(call - 1, self.process))
@@ -52,14 +52,6 @@ class Gatherer:
 
     def _key(self, call: int, process: int) -> str:
         return f"{self.prefix}{call}/{process}"
-
-    def _get(self, key: str) -> str:
-        while True:  # in slices, so that an interrupt gets through
-            try:
-                return self.client.blocking_key_value_get(key, stopping.WAIT_SLICE_MS)
-            except Exception as exc:  # only a timeout slice is retried
-                if "DEADLINE_EXCEEDED" not in str(exc):
-                    raise
 
 
 def _allgather_xla(text: str, num_processes: int) -> list[Any]:
@@ -76,7 +68,4 @@ def _allgather_xla(text: str, num_processes: int) -> list[Any]:
 
 def clear_keys() -> None:
     """Delete every gather key (process 0, while no run is going)."""
-    client = stopping.kv_client()
-    if client is not None:
-        with contextlib.suppress(Exception):
-            client.key_value_delete(KEY_ROOT)
+    kv_store.delete(KEY_ROOT)

@@ -17,13 +17,12 @@ import time
 from typing import Any
 
 from jaxnb._core.contract import STOP_SIGNAL
+from jaxnb._engine.group import kv_store
 
 #: Aim for one agreement about this often (seconds of process 0's time).
 CHECK_SECONDS = 0.1
 #: Never more than this many calls between two agreements.
 MAX_CALLS_BETWEEN_CHECKS = 10_000
-#: Key-value waits are cut in slices this long so that an interrupt gets through.
-WAIT_SLICE_MS = 1000
 KEY_ROOT = "jaxnb/stop/"
 
 _requested = False
@@ -50,19 +49,9 @@ def requested() -> bool:
     return _requested
 
 
-def kv_client() -> Any | None:
-    """The ``jax.distributed`` coordination client, or None without one."""
-    from jaxnb._engine.jax_internals import distributed_client
-
-    return distributed_client()
-
-
 def clear_keys() -> None:
     """Delete the keys of earlier runs (process 0, while no run is going)."""
-    client = kv_client()
-    if client is not None:
-        with contextlib.suppress(Exception):  # nothing to delete
-            client.key_value_delete(KEY_ROOT)
+    kv_store.delete(KEY_ROOT)
 
 
 class StopAgreement:
@@ -70,7 +59,7 @@ class StopAgreement:
 
     def __init__(self, run_id: str, process: int, num_processes: int) -> None:
         self.process = process
-        self.client = kv_client() if num_processes > 1 else None
+        self.client = kv_store.client() if num_processes > 1 else None
         self.prefix = f"{KEY_ROOT}{run_id}/"
         self.calls = 0
         self.next_check = 0
@@ -114,13 +103,5 @@ class StopAgreement:
         return max(1, min(MAX_CALLS_BETWEEN_CHECKS, int(CHECK_SECONDS / per_call)))
 
     def _read(self, call: int) -> tuple[bool, int]:
-        key = self._key(call)
-        while True:
-            try:
-                value = self.client.blocking_key_value_get(key, WAIT_SLICE_MS)
-                break
-            except Exception as exc:  # only a timeout slice is retried
-                if "DEADLINE_EXCEEDED" not in str(exc):
-                    raise
-        stop, following = value.split()
+        stop, following = kv_store.wait_for(self.client, self._key(call)).split()
         return stop == "1", int(following)

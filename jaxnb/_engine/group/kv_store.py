@@ -1,0 +1,38 @@
+"""The ``jax.distributed`` key-value store, through which the processes agree without XLA.
+
+No collective: nothing to compile, no device sync, nothing queued behind gloo work.
+``should_stop()`` (:mod:`jaxnb._engine.run.stopping`) and :mod:`.gather` use it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+#: Waits are cut in slices this long so that an interrupt gets through.
+WAIT_SLICE_MS = 1000
+
+
+def client() -> Any | None:
+    """The ``jax.distributed`` coordination client, or None without one."""
+    from jaxnb._engine.jax_internals import distributed_client
+
+    return distributed_client()
+
+
+def wait_for(kv: Any, key: str) -> str:
+    """The value of ``key`` once a process has set it (waited for in slices: interruptible)."""
+    while True:
+        try:
+            return kv.blocking_key_value_get(key, WAIT_SLICE_MS)
+        except Exception as exc:  # only a timeout slice is retried
+            if "DEADLINE_EXCEEDED" not in str(exc):
+                raise
+
+
+def delete(key: str) -> None:
+    """Delete ``key`` and the keys below it (best effort: nothing there, no client)."""
+    kv = client()
+    if kv is not None:
+        with contextlib.suppress(Exception):
+            kv.key_value_delete(key)
