@@ -16,7 +16,7 @@ from typing import Any
 from jaxnb._cells import pull, spmd
 from jaxnb._cluster_options import cluster_options
 from jaxnb._core.errors import ClusterStateError, StartError
-from jaxnb._core.messages import ALREADY_RUNNING
+from jaxnb._core.messages import ALREADY_RUNNING, plural
 from jaxnb._core.options import ClusterOptions
 from jaxnb._core.state import Group, ProcessInfo
 from jaxnb._failures import detect, repair, stacks
@@ -346,5 +346,5 @@ class JaxCluster:
 
     def __repr__(self) -> str:
         n = self.num_processes
-        state = f"{n} process{'es' if n != 1 else ''}" if self.running else "stopped"
+        state = plural(n, "process", "processes") if self.running else "stopped"
         return f"<JaxCluster {state}, platform={self.options.platform}>"

@@ -10,9 +10,9 @@ import sys
 import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "jaxnb"
-#: Modules that run in the notebook kernel may import these engine-neutral modules only.
+#: The engine-neutral modules of ``_core`` that engine code may import (the notebook imports them too).
 SHARED = {"jaxnb._core.contract", "jaxnb._core.run_folder", "jaxnb._core.host_entries",
-          "jaxnb._core.messages"}
+          "jaxnb._core.messages", "jaxnb._core.sent_functions"}
 #: Engine-side public API (``jaxnb.report``, ``jaxnb.show_mesh``): called inside cells.
 ENGINE_API = {"jaxnb", "jaxnb._mesh"}
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from jaxnb._core.messages import labels
+from jaxnb._core.messages import labels, plural
 from jaxnb._core.tracebacks import user_frames
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _CELL_NUMBER = re.compile(r"Cell In\[\d+\]")
 #: The note under a traceback whose jaxnb/ipyparallel frames were left out.
 HIDDEN = (
-    "{n} frame{s} of jaxnb and ipyparallel not shown; every frame: "
+    "{frames} of jaxnb and ipyparallel not shown; every frame: "
     "`import sys; print(sys.last_value.full_traceback)`"
 )
 
@@ -78,7 +78,7 @@ def remote_error(errors: dict[int, Any]) -> RemoteError:
     tracebacks, full = [], []
     for key, procs in groups.items():
         shown, hidden = user_frames(texts[key])
-        note = f"\n({HIDDEN.format(n=hidden, s='s' if hidden > 1 else '')})" if hidden else ""
+        note = f"\n({HIDDEN.format(frames=plural(hidden, 'frame'))})" if hidden else ""
         tracebacks.append(f"---- {labels(procs)} ----\n{shown.rstrip()}{note}")
         full.append(f"---- {labels(procs)} ----\n{texts[key]}")
     first = errors[min(errors)]

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jaxnb._core.errors import ProcessFailure
-from jaxnb._core.messages import GROUP_BROKEN
+from jaxnb._core.messages import GROUP_BROKEN, plural
 from jaxnb._core.run_folder import Checkpoint, check_fresh_run
 from jaxnb._train.result import Failure
 
@@ -30,7 +30,7 @@ REPEATED = (
     "the failure repeats at step {step} after a restore from {start}: jaxnb stops retrying "
     "(the loop itself probably ends the process there)"
 )
-EXHAUSTED = "gave up after {n} recover{ies} (--max-failures {n}); every cause, in order: {causes}"
+EXHAUSTED = "gave up after {recoveries} (--max-failures {n}); every cause, in order: {causes}"
 NO_CHECKPOINT = "jaxnb: run {name!r} reported no checkpoint yet; restarting it from step 0"
 _PID = re.compile(r" \(pid \d+ on [^)]*\)")
 
@@ -91,7 +91,8 @@ class Recovery:
             causes = "; ".join(f"{i}) at step {f.step}: {f.cause}"
                                for i, f in enumerate(self.failures, 1))
             n = self.max_failures
-            return failure, EXHAUSTED.format(n=n, ies="y" if n == 1 else "ies", causes=causes)
+            recoveries = plural(n, "recovery", "recoveries")
+            return failure, EXHAUSTED.format(n=n, recoveries=recoveries, causes=causes)
         if previous is not None and previous.step == failure.step:
             return failure, REPEATED.format(step=failure.step, start=start_text_step(previous.resumed_from))
         return failure, None

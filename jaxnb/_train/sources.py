@@ -14,13 +14,10 @@ import linecache
 import types
 from typing import Any
 
+from jaxnb._core.sent_functions import code_key, functions_reached
+
 #: How many functions (the one sent and those it reaches) are looked at, at most.
 MAX_FUNCTIONS = 200
-
-
-def code_key(code: types.CodeType) -> str:
-    """What identifies a code object on both sides: its qualified name and first line."""
-    return f"{getattr(code, 'co_qualname', code.co_name)}:{code.co_firstlineno}"
 
 
 def cell_sources(fn: Any, shell: Any = None) -> dict[str, Any]:
@@ -28,28 +25,13 @@ def cell_sources(fn: Any, shell: Any = None) -> dict[str, Any]:
     numbers = _cell_numbers(shell)
     codes: dict[str, str] = {}
     files: dict[str, list[Any]] = {}
-    seen: set[int] = set()
-    todo = [fn]
-    while todo and len(seen) < MAX_FUNCTIONS:
-        f = todo.pop()
-        code = getattr(f, "__code__", None)
-        if not isinstance(code, types.CodeType) or id(f) in seen:
-            continue
-        seen.add(id(f))
-        for c in _codes(code):
+    for f in functions_reached(fn, MAX_FUNCTIONS):
+        for c in _codes(f.__code__):
             lines = linecache.getlines(c.co_filename)
             if not lines or c.co_filename not in numbers:
                 continue
             codes[code_key(c)] = c.co_filename
             files.setdefault(c.co_filename, [lines, numbers[c.co_filename]])
-        g = getattr(f, "__globals__", {})
-        todo.extend(v for name in code.co_names if isinstance(v := g.get(name), types.FunctionType))
-        for cell in getattr(f, "__closure__", None) or ():
-            try:
-                if isinstance(cell.cell_contents, types.FunctionType):
-                    todo.append(cell.cell_contents)
-            except ValueError:  # an empty cell
-                pass
     return {"codes": codes, "files": files}
 
 

@@ -77,7 +77,7 @@ def _tree_title(desc: dict[str, Any]) -> str:
     name = desc.get("name")
     n = len(desc["leaves"])
     label = f"Pytree <code>{_esc(name)}</code>" if name else "Pytree"
-    return f"<div><b>{label}</b>: {n} lea{'ves' if n != 1 else 'f'}, " \
+    return f"<div><b>{label}</b>: {plural(n, 'leaf', 'leaves')}, " \
            f"{human_bytes(desc['bytes_per_device'])} per device</div>"
 
 

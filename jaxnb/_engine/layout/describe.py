@@ -14,7 +14,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from jaxnb._engine.run.reporting import article
+from jaxnb._core.messages import article
 
 __all__ = ["describe", "describe_array", "describe_mesh"]
 

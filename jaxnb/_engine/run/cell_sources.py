@@ -14,12 +14,9 @@ import linecache
 import types
 from typing import Any
 
+from jaxnb._core.sent_functions import code_key, functions_reached
+
 _DYNAMIC = "<dynamic-code>"
-
-
-def code_key(code: types.CodeType) -> str:
-    """As :func:`jaxnb._train.sources.code_key` (the notebook side): qualified name, first line."""
-    return f"{getattr(code, 'co_qualname', code.co_name)}:{code.co_firstlineno}"
 
 
 def restore(fn: Any, sources: dict[str, Any] | None) -> None:
@@ -31,24 +28,9 @@ def restore(fn: Any, sources: dict[str, Any] | None) -> None:
         linecache.cache[filename] = (sum(map(len, lines)), None, list(lines), filename)
         _tell_ipython(filename, number)
     codes = sources["codes"]
-    seen: set[int] = set()
-    todo = [fn]
-    while todo:
-        f = todo.pop()
-        code = getattr(f, "__code__", None)
-        if not isinstance(code, types.CodeType) or id(f) in seen:
-            continue
-        seen.add(id(f))
-        g = getattr(f, "__globals__", {})
-        todo.extend(v for name in code.co_names if isinstance(v := g.get(name), types.FunctionType))
-        for cell in getattr(f, "__closure__", None) or ():
-            try:
-                if isinstance(cell.cell_contents, types.FunctionType):
-                    todo.append(cell.cell_contents)
-            except ValueError:
-                pass
+    for f in functions_reached(fn):
         with contextlib.suppress(AttributeError, TypeError, ValueError):
-            f.__code__ = _renamed(code, codes)
+            f.__code__ = _renamed(f.__code__, codes)
 
 
 def _renamed(code: types.CodeType, codes: dict[str, str]) -> types.CodeType:

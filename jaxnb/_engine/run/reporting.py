@@ -18,11 +18,13 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from jaxnb._core.messages import article
 from jaxnb._core.run_folder import Checkpoint
 from jaxnb._engine.datasets import data_run
 from jaxnb._engine.profile import recording
 from jaxnb._engine.run import cell_sources, stopping
 from jaxnb._engine.run.publisher import BatchPublisher, datapub_sender
+from jaxnb._engine.run.values import user_namespace
 
 #: Reports whose JAX values may still be computing; ``report()`` waits on the value
 #: reported this many reports ago, so dispatch never runs unboundedly ahead.
@@ -136,7 +138,7 @@ def prepare(spec: dict[str, Any]) -> dict[str, Any]:
     process, n = context.process_index(), context.num_processes()
     resume = spec.get("resume")
     try:
-        named = data_run.resolve(spec.get("datasets") or {}, _user_ns())
+        named = data_run.resolve(spec.get("datasets") or {}, user_namespace())
         data_run.start(named, spec["run_dir"], process, n, resume.step if resume else None)
     except (LookupError, ValueError) as exc:
         return {"error": str(exc)}
@@ -182,11 +184,6 @@ def execute() -> dict[str, Any]:
 
 
 # ---- helpers -------------------------------------------------------------------------
-
-
-def article(word: str) -> str:
-    """``an int``, ``a str`` (as :func:`jaxnb._core.messages.article`, which engines do not import)."""
-    return f"{'an' if word[:1].lower() in 'aeiou' else 'a'} {word}"
 
 
 def _function(spec: dict[str, Any]) -> tuple[Callable[..., Any], tuple[Any, ...]]:
@@ -264,19 +261,10 @@ def _takes_config(fn: Callable[..., Any], label: str) -> str | None:
     return None
 
 
-def _user_ns() -> dict[str, Any]:
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return vars(sys.modules["__main__"])
-    shell = get_ipython()
-    return shell.user_ns if shell is not None else vars(sys.modules["__main__"])
-
-
 def _lookup(name: str) -> Any:
     """``name`` (dotted allowed) in this engine's namespace."""
     head, *rest = name.split(".")
-    ns = _user_ns()
+    ns = user_namespace()
     if head not in ns:
         raise LookupError(
             f"{name!r} is defined neither in the notebook nor on the engines; define it in a "
@@ -298,7 +286,7 @@ def _see_engine_namespace(fn: Any) -> None:
     g = getattr(fn, "__globals__", None)
     if g is None or (module is not None and g is vars(module)):
         return
-    for key, value in _user_ns().items():
+    for key, value in user_namespace().items():
         g.setdefault(key, value)
 
 

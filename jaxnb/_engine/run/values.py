@@ -10,14 +10,12 @@ from jaxnb._core.contract import ELSEWHERE, MISSING
 
 def user_namespace() -> dict[str, Any]:
     """The engine's interactive namespace (where ``%%jax_cluster`` cells define names)."""
-    from IPython import get_ipython
-
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return vars(sys.modules["__main__"])
     shell = get_ipython()
-    if shell is not None:
-        return shell.user_ns
-    import __main__
-
-    return vars(__main__)
+    return shell.user_ns if shell is not None else vars(sys.modules["__main__"])
 
 
 def fetch(name: str) -> Any:
