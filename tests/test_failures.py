@@ -26,6 +26,7 @@ from support.fault_cells import ASYNC_LOOP, EXPECTED, SETUP, SYNC_LOOP, VERIFY
 
 from jaxnb import ClusterStateError, JaxCluster, ProcessFailure, RemoteError, StartError
 from jaxnb._core import ipp_internals
+from jaxnb._core.notebook_cells import remember_cell
 from jaxnb._failures import stacks
 from jaxnb._lifecycle import startup
 from jaxnb.magics import current_cluster, use_cluster
@@ -186,7 +187,7 @@ def test_the_cluster_wide_timeout_and_stacks_magic(cluster, ip):
         cluster.group.options = options
         # p0 blocked inside a collective (p1 never joins): stacks still work.
         blocked = "if jax.process_index() == 0:\n    print(float(total(1.0)))"
-        stacks.remember_cell(blocked)
+        remember_cell(blocked)
         cluster.view.execute(blocked, block=False)
         time.sleep(1.0)
         with capture_output() as captured:

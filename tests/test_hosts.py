@@ -128,9 +128,9 @@ def test_timeout_stacks_of_a_process_blocked_in_a_collective_and_reset(cluster, 
         cluster.group.options = options
     # p0 blocked inside a collective on its host (p1 never joins): stacks still work.
     blocked = "if jax.process_index() == 0:\n    print(float(total(1.0)))"
-    from jaxnb._failures import stacks as _stacks
+    from jaxnb._core.notebook_cells import remember_cell
 
-    _stacks.remember_cell(blocked)
+    remember_cell(blocked)
     cluster.view.execute(blocked, block=False)
     time.sleep(1.0)
     with capture_output() as captured:

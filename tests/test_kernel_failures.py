@@ -247,7 +247,7 @@ def test_a_cell_past_its_timeout_then_stacks(kernel):
     kernel.ok("%%jax_cluster\nprint('next')")
     # p0 blocked inside a collective that p1 never joins: the stacks magic still works.
     blocked = "if jax.process_index() == 0:\n    print(float(total(1.0)))"
-    kernel.ok(f"from jaxnb._failures import stacks as _stacks\n_stacks.remember_cell({blocked!r})\n"
+    kernel.ok(f"from jaxnb._core.notebook_cells import remember_cell\nremember_cell({blocked!r})\n"
               f"jaxnb.current_cluster().view.execute({blocked!r}, block=False)")
     time.sleep(1.0)
     out = kernel.ok("%jax_cluster stacks")

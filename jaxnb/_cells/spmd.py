@@ -13,8 +13,8 @@ from jaxnb._cells.outputs import write_raw
 from jaxnb._core import ipp_internals
 from jaxnb._core.contract import EngineCall
 from jaxnb._core.errors import remote_error
+from jaxnb._core.notebook_cells import as_compiled
 from jaxnb._core.state import Group
-from jaxnb._failures import stacks
 from jaxnb._failures.watch import Watch
 
 POLL_SECONDS = 0.02
@@ -58,7 +58,7 @@ def check_syntax(code: str) -> bool:
 
     Returns whether the cell ends in an expression, whose value IPython shows.
     """
-    tree = compile(stacks.as_compiled(code), "<jaxnb cell>", "exec", ast.PyCF_ONLY_AST)
+    tree = compile(as_compiled(code), "<jaxnb cell>", "exec", ast.PyCF_ONLY_AST)
     compile(tree, "<jaxnb cell>", "exec")  # the errors only the compiler finds
     return bool(tree.body) and isinstance(tree.body[-1], ast.Expr)
 

@@ -10,12 +10,11 @@ that say where the cell (or the training function, run through ipyparallel's
 
 from __future__ import annotations
 
-import collections
-import functools
 import re
 import time
 
-from jaxnb._core.messages import label
+from jaxnb._core.messages import label, plural
+from jaxnb._core.notebook_cells import CELL_FILE, as_compiled, cell_name, remembered
 from jaxnb._core.state import Group
 from jaxnb._failures import site
 
@@ -23,46 +22,15 @@ from jaxnb._failures import site
 DUMP_TIMEOUT_SECONDS = 1.0
 #: Library frames shown above the innermost cell frame before the rest are folded.
 INNER_FRAMES = 2
-#: How many cells' sources are remembered to map frames of earlier cells.
-REMEMBERED_CELLS = 256
 #: Longest "where" summary (the full line is in the stack below it).
 WHERE_WIDTH = 100
 NO_DUMP = "(no stack dump: the engine runs on another host or did not answer)"
 
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<func>.*)$')
-_CELL_FILE = re.compile(r"(?:ipykernel_\d+[/\\](?P<name>\d+)\.py|<ipython-input-[^>]*>)$")
 #: The outermost frame of an engine's main thread, started by ``python -m`` (runpy)
 #: or ``python -c`` (see :func:`jaxnb._lifecycle.launch.python_cmd`).
 _OUTERMOST = ("_run_module_as_main", "<module>")
 _HEADER = re.compile(r"^(?:Current thread 0x|Thread 0x|Stack \(most recent call first\))")
-_cells: collections.OrderedDict[str, str] = collections.OrderedDict()
-
-
-def remember_cell(code: str) -> None:
-    """Record a cell's source, so frames in it can be shown with their source line."""
-    name = _cell_name(code)
-    _cells[name] = as_compiled(code)
-    _cells.move_to_end(name)
-    while len(_cells) > REMEMBERED_CELLS:
-        _cells.popitem(last=False)
-
-
-@functools.lru_cache(maxsize=32)
-def as_compiled(code: str) -> str:
-    """The cell as IPython compiles it (line numbers in frames refer to this text)."""
-    try:
-        from IPython.core.inputtransformer2 import TransformerManager
-
-        return TransformerManager().transform_cell(code)
-    except Exception:  # not valid Python: keep the raw text
-        return code
-
-
-def _cell_name(code: str) -> str:
-    """The number ipykernel puts in the file name of a cell (a hash of its source)."""
-    from ipykernel.compiler import get_tmp_hash_seed, murmur2_x86
-
-    return str(murmur2_x86(code, get_tmp_hash_seed()))
 
 
 def collect(group: Group, processes: list[int] | None = None, cell_code: str = "") -> str:
@@ -183,12 +151,12 @@ def waiting_in_jax(dump: str | None) -> bool:
 
 
 def _cell_frame(file: str, line: int, func: str, cell_code: str) -> str | None:
-    m = _CELL_FILE.search(file)
+    m = CELL_FILE.search(file)
     if m is None:
         return None
     name = m["name"]
-    current = bool(cell_code) and (name is None or _cell_name(cell_code) == name)
-    code = _cells.get(name) if name else None
+    current = bool(cell_code) and (name is None or cell_name(cell_code) == name)
+    code = remembered(name) if name else None
     if current and code is None:
         code = as_compiled(cell_code)
     inside = f" in {func}" if func != "<module>" else ""
@@ -234,7 +202,7 @@ def _short(file: str) -> str:
 
 def _fold(packages: list[str]) -> str:
     names = ", ".join(dict.fromkeys(packages))
-    return f"... {len(packages)} more frame{'s' if len(packages) > 1 else ''} in {names}"
+    return f"... {plural(len(packages), 'more frame')} in {names}"
 
 
 def _read(path: str) -> str:

@@ -18,6 +18,7 @@ import psutil
 
 from jaxnb._core.errors import ProcessFailure, traceback_text
 from jaxnb._core.messages import RESET, RESTART, first_line, label, labels
+from jaxnb._core.notebook_cells import remember_cell
 from jaxnb._core.state import Group, Suspect
 from jaxnb._failures import cause, detect, explain, free, site, stacks
 
@@ -78,7 +79,7 @@ class Watch:
         self._next_liveness = self.started + LIVENESS_PERIOD_SECONDS
         self._next_look = 0.0
         self._cpu: dict[int, float] = {}
-        stacks.remember_cell(code)
+        remember_cell(code)
         explain.mark_logs(group, requests)
 
     def check(self, done: set[int], by_process: dict[int, dict]) -> None:
