@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -108,6 +109,13 @@ def test_engine_code_does_not_import_notebook_code():
     assert {m: t for m, t in offenders.items() if t} == {}
 
 
+def test_cells_do_not_import_the_stack_dump_reader():
+    """Cell identity (the hash in a cell's file name, its compiled text) is ``_core.notebook_cells``."""
+    graph = _imports(_modules())
+    cells = [m for m in graph if m.startswith("jaxnb._cells")]
+    assert [m for m in cells if "jaxnb._failures.stacks" in graph[m]] == []
+
+
 @pytest.mark.engines  # imports every module in a fresh interpreter (seconds)
 def test_the_notebook_side_never_loads_jax_or_orbax():
     """Importing every notebook-side module (magics, training driver, widgets) loads no JAX:
@@ -207,6 +215,20 @@ def test_no_module_is_long():
     assert long == {}, "split modules over 350 lines into one concept each"
 
 
+#: Basenames that several packages use for the same job, each for its own concept (a
+#: package's ``magic`` front, its ``options``, its ``result`` type).
+SAME_JOB = {"__init__", "magic", "options", "result"}
+
+
+def test_no_two_modules_share_a_basename():
+    """A name says one job: ``stacks`` on the engine (dump) and in the notebook (read) was two."""
+    paths: dict[str, list[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        paths.setdefault(path.stem, []).append(str(path.relative_to(PACKAGE.parent)))
+    shared = {name: where for name, where in paths.items() if len(where) > 1 and name not in SAME_JOB}
+    assert shared == {}
+
+
 def _engine_calls() -> set[str]:
     found = set()
     for path in PACKAGE.rglob("*.py"):
@@ -233,6 +255,54 @@ def test_every_engine_call_names_a_function_that_exists():
             missing.append(target)
     assert missing == []
 
+
+#: ``jaxnb._engine.group.process`` or ``…process:initialize`` or ``…process.initialize``.
+_ENGINE_PATH = re.compile(r"jaxnb\._engine(?:\.[A-Za-z_]\w*)*(?::\w+)?")
+
+
+def _top_level_names(path: pathlib.Path) -> set[str]:
+    names = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(n.id for tgt in targets for n in ast.walk(tgt) if isinstance(n, ast.Name))
+    return names
+
+
+def unknown_engine_paths(text: str, modules: dict[str, pathlib.Path]) -> list[str]:
+    """The engine paths in ``text`` that name no module (or no name defined in their module)."""
+    bad = []
+    for written in _ENGINE_PATH.findall(text):
+        dotted = written.replace(":", ".")
+        module = dotted
+        while module not in modules and "." in module:
+            module = module.rpartition(".")[0]
+        rest = dotted[len(module) + 1:].split(".") if dotted != module else []
+        if module not in modules or (rest and rest[0] not in _top_level_names(modules[module])):
+            bad.append(written)
+    return bad
+
+
+def test_every_engine_path_written_down_exists():
+    """Entry command lines (``python -c "from jaxnb._engine.boot.main import main"``), module
+    names in docstrings and the README: every ``jaxnb._engine…`` path names what is there."""
+    modules = _modules()
+    root = PACKAGE.parent
+    texts = [*PACKAGE.rglob("*.py"), *(root / "bench").glob("*.py"), root / "README.md",
+             *(root / "notebooks").glob("*.md")]
+    bad = {str(p.relative_to(root)): b for p in texts if (b := unknown_engine_paths(p.read_text(), modules))}
+    assert bad == {}
+
+
+def test_a_wrong_engine_path_is_found():
+    modules = _modules()
+    assert unknown_engine_paths("python -m jaxnb._engine.boot.main; jaxnb._engine.run", modules) == []
+    assert unknown_engine_paths("jaxnb._engine.group.process:initialize", modules) == []
+    assert unknown_engine_paths("from jaxnb._engine.main import main", modules) == ["jaxnb._engine.main"]
+    assert unknown_engine_paths("jaxnb._engine.group.process:start", modules) == [
+        "jaxnb._engine.group.process:start"]
 
 ENGINE_SIDE_IMPORT = (
     "import sys, jaxnb, jaxnb._engine.run.reporting, jaxnb._engine.group.process\n"
