@@ -310,7 +310,7 @@ def test_a_leaf_error_is_its_one_line_not_jaxnbs_frames(kernel, tmp_path):
     assert out.error["evalue"].startswith("LeafError: checkpoint leaf ['f'] is"), out.error["evalue"]
     tb = out.traceback
     assert tb.splitlines()[0].startswith("RemoteError: LeafError: checkpoint leaf ['f'] is"), tb
-    for word in (*NOT_OURS, "checkpoint_leaves.py", "checkpoint.py"):
+    for word in (*NOT_OURS, "checkpoint/leaves.py", "checkpoint/store.py"):
         assert word not in tb, tb
     assert 'jaxnb.report({"step": 1}, checkpoint={"f": open})' in tb, tb
     assert len(tb.splitlines()) < 25, tb

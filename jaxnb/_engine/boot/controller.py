@@ -18,7 +18,7 @@ def main() -> None:
     from ipyparallel.controller.app import main as ipcontroller_main
 
     gc.freeze()  # what was imported stays: later collections need not scan it
-    gc.enable()  # off while importing, when started by _launch.python_cmd
+    gc.enable()  # off while importing, when started by jaxnb._lifecycle.launch.python_cmd
     ipcontroller_main()
 
 

@@ -1,9 +1,9 @@
 """Entry point of a jaxnb engine: arm the safety nets, import JAX, run ipyparallel's engine.
 
-Launched by ipyparallel's launchers (local, ssh, mpi, slurm, ...) as
-``python -m jaxnb._engine.boot.main [ipengine arguments]``, or locally through
-:func:`jaxnb._lifecycle.launch.python_cmd`, so the environment jaxnb sets on the launcher
-is in place before JAX is imported.
+Launched by ipyparallel's launchers (local, ssh, mpi, slurm, ...) as ``python -c "import gc;
+gc.disable(); from jaxnb._engine.boot.main import main; main()" [ipengine arguments]``
+(locally through :func:`jaxnb._lifecycle.launch.python_cmd`), so the environment jaxnb
+sets on the launcher is in place before JAX is imported.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def main() -> None:
     from ipyparallel.engine.app import main as ipengine_main
 
     gc.freeze()  # what was imported stays: later collections need not scan it
-    gc.enable()  # off while importing, when started by _launch.python_cmd
+    gc.enable()  # off while importing, when started by jaxnb._lifecycle.launch.python_cmd
     ipengine_main()
 
 
