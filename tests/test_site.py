@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from jaxnb._core.options import ClusterOptions
 from jaxnb._core.state import Group, ProcessInfo
-from jaxnb._failures import explain, free, site, stacks
-from jaxnb._hosts import sockets
+from jaxnb._failures import explain, free, stacks
+from jaxnb._hosts import site, sockets
 
 
 class RecordingSite(site.Site):

@@ -19,7 +19,8 @@ import psutil
 from jaxnb._core.errors import ProcessFailure, traceback_text
 from jaxnb._core.messages import RESET, RESTART, first_line, label, labels
 from jaxnb._core.state import Group, Suspect
-from jaxnb._failures import cause, detect, explain, free, site, stacks
+from jaxnb._failures import cause, detect, explain, free, stacks
+from jaxnb._hosts import site
 
 #: After the first process finishes, how long the others may still run before
 #: jaxnb looks at where they are (they may be waiting in a collective).

@@ -200,7 +200,7 @@ def explain_lost(group: Group, processes: list[int]) -> dict[int, str]:
         if launcher is None:
             continue
         if not isinstance(launcher, ssh.FastSSHEngineLauncher):
-            continue  # this machine's engine: jaxnb._failures.processes sees how it ended
+            continue  # this machine's engine: jaxnb._hosts.processes sees how it ended
         if launcher.exited:
             found[p] = exited_how(launcher)
         else:

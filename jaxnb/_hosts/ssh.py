@@ -292,7 +292,7 @@ def place(launcher: Any) -> tuple[str, int]:
 
 
 def exited(launcher: Any) -> bool:
-    """True once an ssh launcher's engine is known gone (local engines: see jaxnb._failures.processes)."""
+    """True once an ssh launcher's engine is known gone (local engines: see jaxnb._hosts.processes)."""
     return bool(getattr(launcher, "exited", False))
 
 

@@ -19,8 +19,7 @@ import psutil
 from jaxnb._core import ipp_internals, temp_folders
 from jaxnb._core.contract import EngineCall
 from jaxnb._core.state import Group
-from jaxnb._failures import processes
-from jaxnb._hosts import remote
+from jaxnb._hosts import processes, remote
 
 #: How long stopped processes get to disappear after SIGKILL.
 KILL_WAIT_SECONDS = 5.0

@@ -26,8 +26,7 @@ from typing import Any
 from jaxnb._core import ipp_internals
 from jaxnb._core.contract import EngineCall
 from jaxnb._core.state import Group
-from jaxnb._failures import processes, site
-from jaxnb._hosts import remote, ssh
+from jaxnb._hosts import processes, remote, site, ssh
 from jaxnb._lifecycle import launch, startup
 
 _PIDS = EngineCall("jaxnb._engine.process:pids")

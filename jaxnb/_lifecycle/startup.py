@@ -21,8 +21,8 @@ from jaxnb._core.contract import ENV_CLEANUP_FILES, ENV_CONTROLLER_PID, ENV_PARE
 from jaxnb._core.errors import StartError
 from jaxnb._core.join_plan import coordinator_address, join_params
 from jaxnb._core.state import Group, ProcessInfo
-from jaxnb._failures import explain, processes
-from jaxnb._hosts import remote
+from jaxnb._failures import explain
+from jaxnb._hosts import processes, remote
 from jaxnb._lifecycle import launch
 
 #: The controller, started through jaxnb's wrapper (it adds the kernel-death watchdog).

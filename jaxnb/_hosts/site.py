@@ -14,8 +14,7 @@ import signal as signals
 
 from jaxnb._core.contract import STACK_SIGNAL, stack_file
 from jaxnb._core.state import Group
-from jaxnb._failures import processes
-from jaxnb._hosts import remote, remote_release, sockets, ssh
+from jaxnb._hosts import processes, remote, remote_release, sockets, ssh
 
 STOPPED = "was stopped by jaxnb (after a death in the group)"
 #: How long survivors of a death get to disappear after SIGKILL.
