@@ -14,7 +14,16 @@ import signal as signals
 
 from jaxnb._core.contract import STACK_SIGNAL, stack_file
 from jaxnb._core.state import Group
-from jaxnb._hosts import processes, remote, remote_release, sockets, ssh
+from jaxnb._hosts import (
+    processes,
+    reachability,
+    remote_exits,
+    remote_launchers,
+    remote_release,
+    remote_stacks,
+    sockets,
+    ssh,
+)
 
 STOPPED = "was stopped by jaxnb (after a death in the group)"
 #: How long survivors of a death get to disappear after SIGKILL.
@@ -33,7 +42,10 @@ class Site:
     def explain_lost(self, group: Group, lost: list[int]) -> dict[int, str]:
         """How each process the controller dropped ended, where that can be found out (a
         Slurm job step, from the queue and what ``srun`` wrote)."""
-        return remote.explain_lost(group, lost)
+        for engine_set in group.ipp.engines.values() if group.ipp is not None else ():
+            if hasattr(engine_set, "explain_lost"):  # a batch job (Slurm): what its scheduler says
+                return {p: engine_set.explain_lost(p, group.processes[p].host) for p in lost}
+        return {}
 
     def exited(self, group: Group) -> dict[int, str]:
         """Processes whose engine is already known to have exited (before the controller drops
@@ -119,10 +131,10 @@ class SshSite(Site):
     name = "ssh"
 
     def explain_lost(self, group: Group, lost: list[int]) -> dict[int, str]:
-        return remote.explain_lost(group, lost)
+        return remote_exits.explain_lost(group, lost)
 
     def log(self, group: Group, p: int) -> str:
-        return remote.log_of(group, p)
+        return remote_exits.log_of(group, p)
 
     def exited(self, group: Group) -> dict[int, str]:
         """Seen by the launcher's wait on the host (within a few tenths of a second), seconds
@@ -136,12 +148,12 @@ class SshSite(Site):
                 found[info.process_index] = STOPPED
                 continue
             if getattr(launcher, "exit_how", None) is None:
-                launcher.exit_how = remote.exited_how(launcher)
+                launcher.exit_how = remote_exits.exited_how(launcher)
             found[info.process_index] = launcher.exit_how
         return found
 
     def request_stacks(self, group: Group, chosen: list[int]) -> dict[int, str]:
-        return remote.request_stacks(group, chosen)
+        return remote_stacks.request_stacks(group, chosen)
 
     def can_cut(self, group: Group) -> bool:
         return group.options.init and hasattr(os, "pidfd_open")
@@ -150,13 +162,14 @@ class SshSite(Site):
         return remote_release.cut(group)
 
     def wait_answering(self, group: Group, timeout: float) -> list[str]:
-        return remote.wait_answering(group, timeout)
+        return reachability.wait_answering(group, timeout)
 
     def signal(self, group: Group, chosen: list[int], signum: int) -> None:
         """SIGKILL over ssh on their hosts (all at once: the engine, the shell around it and
         its nanny; their files stay for the engines left there); other signals, and engines
         jaxnb's ssh launcher did not start, as a launcher's."""
-        launchers = {p: remote.launcher_of(group, p) for p in chosen} if signum == signals.SIGKILL else {}
+        killing = signum == signals.SIGKILL
+        launchers = {p: remote_launchers.launcher_of(group, p) for p in chosen} if killing else {}
         ssh.kill_each([lch for lch in launchers.values() if lch is not None], remove_files=False)
         others = [p for p in chosen if launchers.get(p) is None]  # e.g. mpiexec's ranks on --hosts
         if others:

@@ -150,7 +150,7 @@ def build_cluster(options: ClusterOptions) -> ipp.Cluster:
         load_profile=False,
         # Local engines find the controller's connection file themselves, so they can
         # start (and import JAX) while the controller is still starting.
-        # (Engines on --hosts start before the controller and get the file sent: see _remote.)
+        # (Engines on --hosts start before the controller and get the file sent: see remote_start.)
         send_engines_connection_env=not options.is_local and not over_ssh(options),
         **kwargs,
     )

@@ -19,7 +19,7 @@ import psutil
 from jaxnb._core import ipp_internals, temp_folders
 from jaxnb._core.contract import EngineCall
 from jaxnb._core.state import Group
-from jaxnb._hosts import processes, remote
+from jaxnb._hosts import processes, remote_launchers, remote_stop
 
 #: How long stopped processes get to disappear after SIGKILL.
 KILL_WAIT_SECONDS = 5.0
@@ -33,7 +33,7 @@ def stop_all(group: Group) -> None:
     ipp_cluster, client, local = group.ipp, group.client, group.options.is_local
     launched = [ipp_internals.launcher_process(lch) for lch in group.launchers.values()]
     group.clear()
-    over_ssh = bool(remote.ssh_sets(ipp_cluster))  # killed on their hosts below: no goodbyes
+    over_ssh = bool(remote_launchers.ssh_sets(ipp_cluster))  # killed on their hosts below: no goodbyes
     if client is not None and not local and not over_ssh:
         with contextlib.suppress(Exception):  # every engine leaves at once: none waits
             client[:].apply_async(_LEAVE_GROUP).wait(REMOTE_SHUTDOWN_SECONDS)
@@ -53,7 +53,7 @@ def stop_all(group: Group) -> None:
 
 def _stop_processes(ipp_cluster: object, engines: list[psutil.Process], local: bool) -> None:
     if not local:  # engines on other hosts: SIGKILL on every host at once; close the ssh connections
-        remote.stop(ipp_cluster)
+        remote_stop.stop(ipp_cluster)
     _kill_all(engines, ipp_cluster)
     with contextlib.suppress(Exception):
         ipp_cluster.stop_engines_sync()
@@ -65,10 +65,7 @@ def _stop_processes(ipp_cluster: object, engines: list[psutil.Process], local: b
         with contextlib.suppress(OSError):
             os.unlink(path)
     if not local:  # the shared ssh connections' sockets (jaxnb-ssh-*), once nothing uses them
-        with contextlib.suppress(Exception):
-            folder = remote.control_dir(ipp_cluster)
-            if os.path.basename(folder).startswith("jaxnb-ssh-"):
-                shutil.rmtree(folder, ignore_errors=True)
+        remote_stop.remove_connections_folder(ipp_cluster)
 
 
 def _kill_all(engines: list[psutil.Process], ipp_cluster: object) -> None:

@@ -26,7 +26,7 @@ from typing import Any
 from jaxnb._core import ipp_internals
 from jaxnb._core.contract import EngineCall
 from jaxnb._core.state import Group
-from jaxnb._hosts import processes, remote, site, ssh
+from jaxnb._hosts import processes, remote_start, site, ssh
 from jaxnb._lifecycle import launch, startup
 
 _PIDS = EngineCall("jaxnb._engine.process:pids")
@@ -85,7 +85,7 @@ def _top_up(group: Group, ipp_cluster: Any) -> None:
     group.spare_pids.update(set(_launchers(ipp_cluster)) - before)
     group.launchers.update(ipp_internals.launched_engines(ipp_cluster))
     if launch.over_ssh(group.options):  # they wait for the connection file on their hosts
-        remote.send_connection_file(ipp_cluster, group.options.init_timeout)
+        remote_start.send_connection_file(ipp_cluster, group.options.init_timeout)
 
 
 def ready(group: Group) -> list[int]:

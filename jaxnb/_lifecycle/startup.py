@@ -22,7 +22,7 @@ from jaxnb._core.errors import StartError
 from jaxnb._core.join_plan import coordinator_address, join_params
 from jaxnb._core.state import Group, ProcessInfo
 from jaxnb._failures import explain
-from jaxnb._hosts import processes, remote
+from jaxnb._hosts import processes, remote_exits, remote_launchers, remote_start, ssh
 from jaxnb._lifecycle import launch
 
 #: The controller, started through jaxnb's wrapper (it adds the kernel-death watchdog).
@@ -47,7 +47,7 @@ def start_engines(group: Group) -> None:
     env = launch.engine_environment(options, group.stacks_dir)
     # --hosts: check the hosts, then launch, in the background while the controller starts.
     ssh = launch.over_ssh(options)
-    launched = remote.start_launch(ipp_cluster, options, env, launch=ssh) if options.hosts else None
+    launched = remote_start.start_launch(ipp_cluster, options, env, launch=ssh) if options.hosts else None
     ipp_cluster.start_controller_sync(controller_cmd=CONTROLLER_CMD, environment=watchdog)
     if launched is not None:
         entries, notes = launched()  # a StartError naming each host that cannot run an engine
@@ -57,7 +57,7 @@ def start_engines(group: Group) -> None:
             options = group.options = dataclasses.replace(options, hosts=tuple(str(e) for e in entries))
             n = ipp_cluster.n
         if ssh:
-            remote.send_connection_file(ipp_cluster, options.init_timeout)  # the engines wait for it
+            remote_start.send_connection_file(ipp_cluster, options.init_timeout)  # the engines wait for it
     if options.is_local:
         env.update(watchdog)
         controller = ipp_internals.controller_process(ipp_cluster)
@@ -103,7 +103,7 @@ def join_group(group: Group) -> None:
     ordered = None
     if launch.over_ssh(group.options):  # process 0 on the first host, and so on (a TPU slice's order)
         family = view.apply_async(_PIDS).get(timeout=30)
-        ordered = remote.host_order(group, engine_ids, family)
+        ordered = remote_launchers.host_order(group, engine_ids, family)
     elif not group.options.is_local:  # mpiexec, srun: process i is the launcher's rank i
         ranks = view.apply_async(_RANK).get(timeout=30)
         if None not in ranks:
@@ -139,7 +139,7 @@ def join_group(group: Group) -> None:
     ]
     if group.options.hosts:  # remember each remote engine's launcher while ipyparallel has it
         for index in range(len(engine_ids)):
-            remote.launcher_of(group, index)
+            remote_launchers.launcher_of(group, index)
     group.clear_suspect()
 
 
@@ -190,8 +190,8 @@ def wait_joined(
 
 def raise_if_engines_exited(group: Group) -> None:
     """A :class:`StartError` with its last log lines if an engine has exited."""
-    for host, pid, log in remote.exited_engines(group.ipp):
-        how = remote.exit_status(log) or "exited"
+    for host, pid, log in remote_exits.exited_engines(group.ipp):
+        how = ssh.exit_status(log) or "exited"
         raise StartError(
             f"the engine on {host} (pid {pid}) {how} during start-up; see its last lines "
             f"below, fix the cause and start again\n{explain.indented_tail(log)}"
