@@ -15,6 +15,7 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 from lab.lab import Lab, missing
+from support.clusters import ipyparallel_processes
 
 from jaxnb.magics import current_cluster, use_cluster
 
@@ -88,3 +89,45 @@ def test_mpi_without_mpiexec_is_one_line(ip, monkeypatch):
     with pytest.raises(UsageError, match="--engines mpi needs mpiexec on this machine's PATH") as caught:
         ip.run_line_magic("jax_cluster", "start --engines mpi -n 2")
     assert "\n" not in str(caught.value)
+
+
+RANKS = """\
+import os, jax
+print("rank", next(os.environ[v] for v in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")),
+      "is process", jax.process_index())
+"""
+
+
+@pytest.mark.engines
+@pytest.mark.skipif(shutil.which("mpiexec") is None, reason="no mpiexec (apt-get install openmpi-bin)")
+def test_mpi_without_hosts_runs_mpiexec_on_this_machine_and_stop_leaves_nothing(ip, capsys):
+    """``--engines mpi`` alone: ``mpiexec`` starts both ranks here (as root too, as in CI); process
+    i is rank i; a collective spans them; ``stop`` leaves no rank, ``mpiexec`` or engine."""
+    previous = current_cluster(ip)
+    use_cluster(None, ip)
+    try:
+        ip.run_line_magic("jax_cluster", "start --engines mpi")
+        cluster = current_cluster(ip)
+        assert cluster is not None and cluster.running and cluster.num_processes == 2
+        launcher = next(iter(cluster.group.ipp.engines.values()))
+        assert type(launcher).__name__ == "JaxnbMPIEngineSetLauncher"
+        mpiexec = psutil.Process(launcher.pid)
+        assert mpiexec.name() in ("mpiexec", "orterun", "mpirun")
+        ranks = [psutil.Process(p.pid) for p in cluster.processes]
+        assert {r.pid for r in ranks} <= {c.pid for c in mpiexec.children(recursive=True)}
+        capsys.readouterr()
+        ip.run_cell_magic("jax_cluster", "", RANKS + PSUM)
+        out = capsys.readouterr().out
+        assert "rank 0 is process 0" in out and "rank 1 is process 1" in out, out
+        assert "psum 3.0 on 2 processes" in out, out
+        ip.run_line_magic("jax_cluster", "stop")
+        gone = [mpiexec, *ranks]
+        deadline = time.monotonic() + 10
+        while (left := [p for p in gone if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+               + ipyparallel_processes()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not left, left
+    finally:
+        if current_cluster(ip) is not None:
+            current_cluster(ip).stop()
+        use_cluster(previous, ip)

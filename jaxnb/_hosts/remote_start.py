@@ -1,17 +1,19 @@
-"""Starting engines on ``--hosts``: check the hosts, launch their engines in the background
-while the controller starts, then put the controller's connection file on every host (the
-engines wait for it there)."""
+"""Starting engines on ``--hosts``: jaxnb's ssh settings, the hosts checked and their engines
+launched in the background while the controller starts, then the controller's connection file
+put on every host (the engines wait for it there)."""
 
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import json
 import os
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
 
 import ipyparallel as ipp
+from traitlets.config import Config
 
 from jaxnb._core.contract import ENV_WORKDIR_BY_HOST
 from jaxnb._core.errors import StartError
@@ -19,15 +21,34 @@ from jaxnb._core.host_entries import engine_counts
 from jaxnb._core.options import ClusterOptions
 from jaxnb._hosts import preflight, reachability, remote_launchers, ssh, ssh_connections, workdir
 
+#: Joins a host check (:func:`start_launch`): the options with the hosts launched, and lines
+#: to show; or raises the :class:`StartError` of a host that cannot run an engine.
+HostCheck = Callable[[], tuple[ClusterOptions, list[str]]]
+
+
+def configure(config: Config, options: ClusterOptions, engine_cmd: list[str]) -> None:
+    """jaxnb's ssh settings for ``--hosts``: the engines on each host, the interpreter there,
+    one shared connection per host (in a new folder), each engine under a shell that reports
+    its exit, and the entry that is this machine (a TPU VM worker: its engine runs here)."""
+    config.SSHEngineSetLauncher.engines = engine_counts(options.host_entries())
+    config.SSHLauncher.remote_python = options.resolved_python()
+    control_dir = ssh_connections.new_control_dir()
+    config.FastSSHEngineSetLauncher.control_dir = control_dir
+    config.FastSSHEngineSetLauncher.engine_cmd = ssh.reporting_exit(engine_cmd)
+    if options.local_host:
+        config.FastSSHEngineSetLauncher.local_targets = [options.local_host]
+    config.SSHLauncher.ssh_args = ssh_connections.ssh_options(control_dir)
+    config.SSHLauncher.scp_args = ssh_connections.ssh_options(control_dir)
+
 
 def start_launch(
     ipp_cluster: ipp.Cluster, options: ClusterOptions, env: dict[str, str], launch: bool = True
-) -> Any:
+) -> HostCheck:
     """Check the hosts (:mod:`jaxnb._hosts.preflight`), then launch their engines in the
     background (while the controller starts); the result joins it: it raises StartError for
     hosts that cannot run an engine or whose versions differ (before any launch), or engines
-    that could not be launched; it returns the host entries launched (``--platform gpu``: one
-    engine per GPU) and lines to show (``--workdir``: what was copied where)."""
+    that could not be launched; it returns the options with the hosts launched (``--platform
+    gpu``: one engine per GPU counted) and lines to show (``--workdir``: what was copied where)."""
     errors: list[BaseException] = []
     launched: list[tuple] = [options.host_entries()]
     notes: list[str] = []
@@ -82,11 +103,12 @@ def start_launch(
     thread = threading.Thread(target=check_then_launch, name="jaxnb-launch-hosts", daemon=True)
     thread.start()
 
-    def join() -> tuple[tuple, list[str]]:
+    def join() -> tuple[ClusterOptions, list[str]]:
         thread.join()
         if errors:
             raise errors[0]
-        return launched[0], notes
+        hosts = tuple(str(e) for e in launched[0])
+        return (options if hosts == options.hosts else dataclasses.replace(options, hosts=hosts)), notes
 
     return join
 

@@ -1,201 +1,59 @@
-"""Where the engines run: the failure jobs that differ between this machine, hosts reached over
-ssh, and nodes a batch launcher placed them on (mpi, slurm, ...).
+"""Where the engines run: this machine, hosts reached over ssh, or the nodes a batch launcher
+placed them on (``mpiexec``, with or without ``--hosts``; Slurm; any other ipyparallel launcher).
 
-Failure handling, start and stop ask ``site.of(group)`` and never branch on where the engines
-run. Each job has one method; a site that cannot do a job says so (no stacks, no cut) and the
-callers report what they could not do.
+Start, stop and failure handling ask ``site.of(group)`` and never branch on where the engines
+run. The site configures ipyparallel's cluster, chooses the engine launcher, checks the hosts,
+starts the engines, orders them (process i on the i-th host, or the launcher's rank i), says
+how many warm spares to keep and how to stop; on a failure it reads logs, dumps stacks, cuts
+collectives and sends signals where the engines are. Each job is one method of
+:class:`~jaxnb._hosts.site_jobs.Site`, done there as ipyparallel itself can do it; each kind
+overrides what it can do better:
+
+- this machine (:mod:`.local_site`): the kernel's children, on loopback, signalled by pid;
+- ssh hosts (:mod:`.ssh_site`): ``--hosts``, and a TPU VM slice (its own worker runs here);
+- ``--engines mpi`` (:mod:`.mpi`) and ``--engines slurm`` (:mod:`.slurm`): their launcher's
+  settings; another ``--engines`` name is ipyparallel's launcher as it is.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import signal as signals
+import signal
 
-from jaxnb._core.contract import STACK_SIGNAL, stack_file
+from jaxnb._core.options import ClusterOptions
 from jaxnb._core.state import Group
-from jaxnb._hosts import (
-    processes,
-    reachability,
-    remote_exits,
-    remote_launchers,
-    remote_release,
-    remote_stacks,
-    sockets,
-    ssh,
-)
+from jaxnb._hosts.local_site import LocalSite
+from jaxnb._hosts.mpi import MpiSite
+from jaxnb._hosts.site_jobs import STOPPED, Site
+from jaxnb._hosts.slurm import SlurmSite
+from jaxnb._hosts.ssh_site import SshSite
 
-STOPPED = "was stopped by jaxnb (after a death in the group)"
-#: How long survivors of a death get to disappear after SIGKILL.
-KILL_WAIT_SECONDS = 2.0
+__all__ = ["LAUNCHER", "LOCAL", "MPI", "SLURM", "SSH", "STOPPED", "Site", "for_options", "kill", "of"]
 
-
-class Site:
-    """Engines placed by a batch launcher (mpi, slurm, pbs, ...): what ipyparallel itself can do."""
-
-    name = "launcher"
-    #: Their processes can be read here (CPU times, wait channel).
-    inspects_processes = False
-    #: A lost engine shows as one the controller dropped (its heartbeats stopped).
-    lost_by_registration = True
-
-    def explain_lost(self, group: Group, lost: list[int]) -> dict[int, str]:
-        """How each process the controller dropped ended, where that can be found out (a
-        Slurm job step, from the queue and what ``srun`` wrote)."""
-        for engine_set in group.ipp.engines.values() if group.ipp is not None else ():
-            if hasattr(engine_set, "explain_lost"):  # a batch job (Slurm): what its scheduler says
-                return {p: engine_set.explain_lost(p, group.processes[p].host) for p in lost}
-        return {}
-
-    def exited(self, group: Group) -> dict[int, str]:
-        """Processes whose engine is already known to have exited (before the controller drops
-        it), and how each ended."""
-        return {}
-
-    def log(self, group: Group, p: int) -> str:
-        """What process ``p``'s engine wrote to its log ("" when it cannot be read)."""
-        return ""
-
-    def request_stacks(self, group: Group, chosen: list[int]) -> dict[int, str]:
-        """Ask processes to dump their stacks; the files (on this machine) to read them from."""
-        return {}
-
-    def can_cut(self, group: Group) -> bool:
-        """Whether jaxnb may close the group's gloo connections (it must own the group: the
-        group is re-initialised afterwards)."""
-        return False
-
-    def cut_collectives(self, group: Group) -> int:
-        """Shut down every engine-to-engine gloo connection; how many were shut."""
-        return 0
-
-    def signal(self, group: Group, chosen: list[int], signum: int) -> None:
-        """Send ``signum`` to the processes (through ipyparallel: their nannies deliver it)."""
-        engines = [group.processes[p].engine_id for p in chosen]
-        group.client.send_signal(signum, targets=engines, block=True)
-
-    def wait_killed(self, group: Group, chosen: list[int]) -> None:
-        """After SIGKILL: wait until the processes are gone, where that can be seen."""
-
-    def wait_answering(self, group: Group, timeout: float) -> list[str]:
-        """Before a restart: wait (at most ``timeout`` s) until the hosts found unreachable
-        answer again; those that did not."""
-        return []
+LOCAL, SSH, MPI, SLURM, LAUNCHER = LocalSite(), SshSite(), MpiSite(), SlurmSite(), Site()
+#: ``--engines`` names whose launcher jaxnb sets up itself (with or without ``--hosts``).
+_BATCH: dict[str, Site] = {"mpi": MPI, "slurm": SLURM}
+#: ``--engines`` names that mean jaxnb's own ssh launcher when ``--hosts`` are given.
+_OVER_SSH = ("local", "ssh")
 
 
-class LocalSite(Site):
-    """Engines on this machine: children of the notebook kernel, signalled by pid."""
-
-    name = "local"
-    inspects_processes = True
-    lost_by_registration = False  # their exit is read from the process itself
-
-    def log(self, group: Group, p: int) -> str:
-        launcher = processes.launcher_of(group, group.processes[p].pid)
-        return "" if launcher is None else processes.launcher_log(launcher)
-
-    def request_stacks(self, group: Group, chosen: list[int]) -> dict[int, str]:
-        paths = {}
-        for p in chosen:
-            pid = group.processes[p].pid
-            path = stack_file(group.stacks_dir or "", pid)
-            if not os.path.exists(path):
-                continue
-            _truncate(path)
-            if processes.signal_main_thread(pid, STACK_SIGNAL):
-                paths[p] = path
-        return paths
-
-    def can_cut(self, group: Group) -> bool:
-        return group.options.init and hasattr(os, "pidfd_open")
-
-    def cut_collectives(self, group: Group) -> int:
-        pids = [info.pid for info in group.processes]
-        plan = sockets.gloo_plan({"here": sockets.connections(pids)}, group.coordinator)
-        return sum(sockets.shut_down(int(pid), fds) for pid, fds in plan.get("here", {}).items())
-
-    def signal(self, group: Group, chosen: list[int], signum: int) -> None:
-        for p in chosen:
-            with contextlib.suppress(OSError):
-                os.kill(group.processes[p].pid, signum)
-
-    def wait_killed(self, group: Group, chosen: list[int]) -> None:
-        launchers = [processes.launcher_of(group, group.processes[p].pid) for p in chosen]
-        killed = [processes.launcher_process(lch) for lch in launchers if lch is not None]
-        processes.wait_gone([k for k in killed if k is not None], KILL_WAIT_SECONDS, poll=0.01)
-
-
-class SshSite(Site):
-    """Engines on ``--hosts``, reached over ssh: logs, stacks and cuts are done on their hosts."""
-
-    name = "ssh"
-
-    def explain_lost(self, group: Group, lost: list[int]) -> dict[int, str]:
-        return remote_exits.explain_lost(group, lost)
-
-    def log(self, group: Group, p: int) -> str:
-        return remote_exits.log_of(group, p)
-
-    def exited(self, group: Group) -> dict[int, str]:
-        """Seen by the launcher's wait on the host (within a few tenths of a second), seconds
-        before the controller misses the heartbeats; how it ended is read from its log once."""
-        found = {}
-        for info in group.processes:
-            launcher = group.remote_launchers.get(info.process_index)
-            if launcher is None or not ssh.exited(launcher):
-                continue
-            if getattr(launcher, "closing", False):  # jaxnb SIGKILLed it (a survivor of a death)
-                found[info.process_index] = STOPPED
-                continue
-            if getattr(launcher, "exit_how", None) is None:
-                launcher.exit_how = remote_exits.exited_how(launcher)
-            found[info.process_index] = launcher.exit_how
-        return found
-
-    def request_stacks(self, group: Group, chosen: list[int]) -> dict[int, str]:
-        return remote_stacks.request_stacks(group, chosen)
-
-    def can_cut(self, group: Group) -> bool:
-        return group.options.init and hasattr(os, "pidfd_open")
-
-    def cut_collectives(self, group: Group) -> int:
-        return remote_release.cut(group)
-
-    def wait_answering(self, group: Group, timeout: float) -> list[str]:
-        return reachability.wait_answering(group, timeout)
-
-    def signal(self, group: Group, chosen: list[int], signum: int) -> None:
-        """SIGKILL over ssh on their hosts (all at once: the engine, the shell around it and
-        its nanny; their files stay for the engines left there); other signals, and engines
-        jaxnb's ssh launcher did not start, as a launcher's."""
-        killing = signum == signals.SIGKILL
-        launchers = {p: remote_launchers.launcher_of(group, p) for p in chosen} if killing else {}
-        ssh.kill_each([lch for lch in launchers.values() if lch is not None], remove_files=False)
-        others = [p for p in chosen if launchers.get(p) is None]  # e.g. mpiexec's ranks on --hosts
-        if others:
-            super().signal(group, others, signum)
-
-
-LOCAL, SSH, LAUNCHER = LocalSite(), SshSite(), Site()
+def for_options(options: ClusterOptions) -> Site:
+    """The site a cluster started with ``options`` has."""
+    if options.engines in _BATCH:
+        return _BATCH[options.engines]
+    if options.hosts:
+        return SSH if options.engines in _OVER_SSH else LAUNCHER
+    return LOCAL if options.engines == "local" else LAUNCHER
 
 
 def of(group: Group) -> Site:
-    """The site of ``group``'s engines."""
-    if group.site is not None:
-        return group.site
-    if group.options.is_local:
-        return LOCAL
-    return SSH if group.options.hosts else LAUNCHER
+    """The site of ``group``'s engines (``group.site`` when one was given)."""
+    return group.site if group.site is not None else for_options(group.options)
 
 
 def kill(group: Group, chosen: list[int]) -> None:
     """SIGKILL the processes and wait until they are gone (where that can be seen)."""
     where = of(group)
     with contextlib.suppress(Exception):
-        where.signal(group, chosen, signals.SIGKILL)
+        where.signal(group, chosen, signal.SIGKILL)
     where.wait_killed(group, chosen)
-
-
-def _truncate(path: str) -> None:
-    with contextlib.suppress(OSError), open(path, "r+") as f:
-        f.truncate()
