@@ -36,7 +36,7 @@ def explain_lost(group: Group, processes: list[int]) -> dict[int, str]:
     cannot be reached over a fresh ssh connection (all hosts checked at once)."""
     directory = remote_launchers.control_dir(group.ipp)
     found: dict[int, str] = {}
-    probe: dict[int, str] = {}
+    probe: dict[int, Any] = {}  # process → its launcher, whose host is asked
     for p in processes:
         launcher = remote_launchers.launcher_of(group, p)
         if not isinstance(launcher, ssh.FastSSHEngineLauncher):

@@ -132,7 +132,7 @@ def send_connection_file(ipp_cluster: ipp.Cluster, timeout: float) -> None:
                     "raise --init-timeout or check the controller's log"
                 ) from None
             time.sleep(0.02)
-    first = {}
+    first: dict[str, ssh.FastSSHEngineLauncher] = {}  # one engine a host: they share the file
     for engine_set in remote_launchers.ssh_sets(ipp_cluster):
         for launcher in engine_set.launchers.values():
             if isinstance(launcher, ssh.FastSSHEngineLauncher):

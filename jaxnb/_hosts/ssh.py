@@ -146,7 +146,7 @@ class FastSSHEngineSetLauncher(SSHEngineSetLauncher):
         shared = set(self.traits(config=True)).intersection(engine_traits)
         inherited = shared.difference({"location", "user", "hostname", "to_send", "to_fetch"})
         inherited = inherited.union({"profile_dir", "cluster_id"})
-        jobs = []
+        jobs: list[tuple[str, Any, str | None, str]] = []  # key, launcher, user, host
         for full_host, count in self.engines.items():
             user, host = full_host.split("@", 1) if "@" in full_host else (None, full_host)
             for i in range(min(count, n - len(jobs))):

@@ -161,16 +161,16 @@ def wait_joined(
 def raise_if_engines_exited(group: Group) -> None:
     """A :class:`StartError` with its last log lines if an engine has exited."""
     for host, pid, log in remote_exits.exited_engines(group.ipp):
-        how = ssh.exit_status(log) or "exited"
+        ended = ssh.exit_status(log) or "exited"
         raise StartError(
-            f"the engine on {host} (pid {pid}) {how} during start-up; see its last lines "
+            f"the engine on {host} (pid {pid}) {ended} during start-up; see its last lines "
             f"below, fix the cause and start again\n{explain.indented_tail(log)}"
         )
     group.launchers.update(ipp_internals.launched_engines(group.ipp))
     for launcher in group.launchers.values():
         process = ipp_internals.launcher_process(launcher)
         how = processes.exit_of(process) if process is not None else None
-        if how is not None:
+        if process is not None and how is not None:
             raise StartError(
                 f"an engine (pid {process.pid}) {how} during start-up; see its last lines "
                 f"below, fix the cause and start again\n{_tail(launcher)}"
