@@ -27,6 +27,7 @@ from support.fault_cells import ASYNC_LOOP, EXPECTED, SETUP, SYNC_LOOP, VERIFY
 from jaxnb import ClusterStateError, JaxCluster, ProcessFailure, RemoteError, StartError
 from jaxnb._core import ipp_internals
 from jaxnb._failures import stacks
+from jaxnb._hosts import site
 from jaxnb._lifecycle import startup
 from jaxnb.magics import current_cluster, use_cluster
 
@@ -302,7 +303,7 @@ def test_start_fails_fast_on_a_busy_coordinator_port(monkeypatch):
     blocker.bind(("127.0.0.1", 0))
     blocker.listen()
     busy = f"127.0.0.1:{blocker.getsockname()[1]}"
-    monkeypatch.setattr(startup, "coordinator_address", lambda group, first_engine: busy)
+    monkeypatch.setattr(site.LOCAL, "coordinator_address", lambda group, first_engine: busy)
     cluster = JaxCluster(n=2, init_timeout=20)
     start = time.monotonic()
     try:

@@ -147,6 +147,12 @@ def test_each_site_orders_its_processes():
     assert site.MPI.order(group, [7, 8, 9], [2, None, 1]) is None  # an engine without a rank
 
 
+def test_a_local_clusters_coordinator_listens_on_loopback():
+    address = site.LOCAL.coordinator_address(Group(KINDS["local"]), 0)  # no engine asked
+    host, port = address.rsplit(":", 1)
+    assert host == "127.0.0.1" and int(port) > 0
+
+
 def test_local_and_ssh_sites_keep_spares_batch_launchers_none():
     spares = {kind: site.for_options(o).spares(o) for kind, o in KINDS.items()}
     assert spares == {"local": 2, "ssh": 3, "tpu slice": 2, "mpi": 0, "mpi on hosts": 0, "slurm": 0, "pbs": 0}

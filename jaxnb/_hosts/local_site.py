@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 from typing import Any
 
 import psutil
@@ -57,6 +58,12 @@ class LocalSite(Site):
         return env
 
     order_by = None  # the controller's order: nothing to place
+
+    def coordinator_address(self, group: Group, first_engine: int) -> str:
+        """On loopback: this machine is process 0's host."""
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return f"127.0.0.1:{sock.getsockname()[1]}"
     keeps_spares = True
 
     # ---- stop -----------------------------------------------------------------------------

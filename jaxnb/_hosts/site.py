@@ -3,8 +3,9 @@ placed them on (``mpiexec``, with or without ``--hosts``; Slurm; any other ipypa
 
 Start, stop and failure handling ask ``site.of(group)`` and never branch on where the engines
 run. The site configures ipyparallel's cluster, chooses the engine launcher, checks the hosts,
-starts the engines, orders them (process i on the i-th host, or the launcher's rank i), says
-how many warm spares to keep and how to stop; on a failure it reads logs, dumps stacks, cuts
+starts the engines, orders them (process i on the i-th host, or the launcher's rank i), places
+``jax.distributed``'s coordinator (on loopback here, else on process 0's host), says how many
+warm spares to keep and how to stop; on a failure it reads logs, dumps stacks, cuts
 collectives and sends signals where the engines are. Each job is one method of
 :class:`~jaxnb._hosts.site_jobs.Site`, done there as ipyparallel itself can do it; each kind
 overrides what it can do better:

@@ -27,6 +27,9 @@ from jaxnb._hosts.remote_start import HostCheck
 STOPPED = "was stopped by jaxnb (after a death in the group)"
 #: Asked of each engine to put the processes in order: its rank in the launcher's job.
 LAUNCHER_RANK = EngineCall("jaxnb._engine.rank:launcher_rank")
+#: Asked of process 0's engine: its host's address (the interface that routes here), a free port.
+_HOST_ADDRESS = EngineCall("jaxnb._engine.process:host_address")
+_FREE_PORT = EngineCall("jaxnb._engine.process:free_port")
 
 
 class Site:
@@ -112,6 +115,14 @@ class Site:
         if None in answers:
             return None
         return [eid for _, eid in sorted(zip(answers, engine_ids, strict=True))]
+
+    def coordinator_address(self, group: Group, first_engine: int) -> str:
+        """``host:port`` for ``jax.distributed``'s coordination service, on process 0's host
+        (``first_engine``): its address and a free port there, as its engine finds them."""
+        engine = group.client[first_engine]
+        host0 = engine.apply_sync(_HOST_ADDRESS)
+        port = engine.apply_sync(_FREE_PORT, host0)
+        return f"{host0}:{port}"
 
     def remember_launchers(self, group: Group) -> None:
         """Once joined: keep each process's launcher while ipyparallel still has it."""

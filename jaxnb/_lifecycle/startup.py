@@ -19,7 +19,7 @@ import ipyparallel as ipp
 from jaxnb._core import ipp_internals
 from jaxnb._core.contract import ENV_CLEANUP_FILES, ENV_PARENT_PID, EngineCall
 from jaxnb._core.errors import StartError
-from jaxnb._core.join_plan import coordinator_address, join_params
+from jaxnb._core.join_plan import join_params
 from jaxnb._core.state import Group, ProcessInfo
 from jaxnb._failures import explain
 from jaxnb._hosts import processes, remote_exits, site, ssh
@@ -85,7 +85,7 @@ def join_group(group: Group) -> None:
         engine_ids = ordered
         group.view = view = client[engine_ids]
         view.block = False
-    coordinator = group.coordinator = coordinator_address(group, engine_ids[0])
+    coordinator = group.coordinator = where.coordinator_address(group, engine_ids[0])
     hosts = [host for host, _ in identities]
     params = join_params(group.options, coordinator, hosts)
     pending = {
