@@ -223,14 +223,13 @@ def _running(pid: int) -> bool:
 
 def busy_port_start() -> float:
     """Start with the coordinator's port taken by another program (fault injected)."""
-    from jaxnb._lifecycle import startup
+    from jaxnb._hosts import site
 
     blocker = socket.socket()
     blocker.bind(("127.0.0.1", 0))
     blocker.listen()
     busy = f"127.0.0.1:{blocker.getsockname()[1]}"
-    original = startup.coordinator_address
-    startup.coordinator_address = lambda group, first_engine: busy
+    site.LOCAL.coordinator_address = lambda group, first_engine: busy
     c = JaxCluster(n=2, init_timeout=30)
     t = now()
     try:
@@ -239,7 +238,7 @@ def busy_port_start() -> float:
     except StartError:
         pass
     finally:
-        startup.coordinator_address = original
+        del site.LOCAL.coordinator_address  # the method again
         blocker.close()
     return now() - t
 

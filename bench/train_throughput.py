@@ -246,13 +246,14 @@ def main() -> None:
         return
 
     from jaxnb import JaxCluster
+    from jaxnb._hosts import site
     from jaxnb._lifecycle.launch import engine_environment
 
     config = {k: getattr(args, k) for k in ("steps", "warmup", "din", "hidden", "batch")}
     storage = tempfile.mkdtemp(prefix="jaxnb-bench-")
     booked = Booked()
     with JaxCluster(n=2) as cluster:
-        env = engine_environment(cluster.options, tempfile.gettempdir())
+        env = engine_environment(cluster.options, tempfile.gettempdir(), site.of(cluster.group))
         env.pop("JAXNB_STACKS_DIR", None)
         print(f"MLP {args.din}-{args.hidden}-{args.hidden}-10, global batch {args.batch}, "
               f"{args.repeats} x {args.steps} measured steps (+{args.warmup} warm-up), "

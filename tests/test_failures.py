@@ -28,6 +28,7 @@ from jaxnb import ClusterStateError, JaxCluster, ProcessFailure, RemoteError, St
 from jaxnb._core import ipp_internals
 from jaxnb._core.notebook_cells import remember_cell
 from jaxnb._failures import stacks
+from jaxnb._hosts import site
 from jaxnb._lifecycle import startup
 from jaxnb.magics import current_cluster, use_cluster
 
@@ -303,7 +304,7 @@ def test_start_fails_fast_on_a_busy_coordinator_port(monkeypatch):
     blocker.bind(("127.0.0.1", 0))
     blocker.listen()
     busy = f"127.0.0.1:{blocker.getsockname()[1]}"
-    monkeypatch.setattr(startup, "coordinator_address", lambda group, first_engine: busy)
+    monkeypatch.setattr(site.LOCAL, "coordinator_address", lambda group, first_engine: busy)
     cluster = JaxCluster(n=2, init_timeout=20)
     start = time.monotonic()
     try:

@@ -15,7 +15,9 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 from lab.lab import Lab, missing
+from support.clusters import ipyparallel_processes, started_by_magic, wait_until
 
+from jaxnb._hosts import processes
 from jaxnb.magics import current_cluster, use_cluster
 
 WHY_NOT = missing() or (None if shutil.which("mpiexec") else "no mpiexec (apt-get install openmpi-bin)")
@@ -88,3 +90,42 @@ def test_mpi_without_mpiexec_is_one_line(ip, monkeypatch):
     with pytest.raises(UsageError, match="--engines mpi needs mpiexec on this machine's PATH") as caught:
         ip.run_line_magic("jax_cluster", "start --engines mpi -n 2")
     assert "\n" not in str(caught.value)
+
+
+RANKS = """\
+import os, jax
+print("rank", next(os.environ[v] for v in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")),
+      "is process", jax.process_index())
+"""
+
+
+@pytest.fixture
+def mpi_here(ip):
+    """A cluster started by ``%jax_cluster start --engines mpi``: no ``--hosts``, no lab."""
+    if shutil.which("mpiexec") is None:
+        pytest.skip("no mpiexec (apt-get install openmpi-bin)")
+    yield from started_by_magic(ip, "start --engines mpi")
+
+
+@pytest.mark.engines
+def test_mpi_without_hosts_runs_mpiexec_on_this_machine_and_stop_leaves_nothing(mpi_here, ip, capsys):
+    """``--engines mpi`` alone: ``mpiexec`` starts both ranks here (as root too, as in CI); process
+    i is rank i; a collective spans them; ``stop`` leaves no rank, ``mpiexec`` or engine."""
+    assert mpi_here.running and mpi_here.num_processes == 2
+    launcher = next(iter(mpi_here.group.ipp.engines.values()))
+    assert type(launcher).__name__ == "JaxnbMPIEngineSetLauncher"
+    mpiexec = psutil.Process(launcher.pid)
+    assert mpiexec.name() in ("mpiexec", "orterun", "mpirun")
+    ranks = [psutil.Process(p.pid) for p in mpi_here.processes]
+    assert {r.pid for r in ranks} <= {c.pid for c in mpiexec.children(recursive=True)}
+    capsys.readouterr()
+    ip.run_cell_magic("jax_cluster", "", RANKS + PSUM)
+    out = capsys.readouterr().out
+    assert "rank 0 is process 0" in out and "rank 1 is process 1" in out, out
+    assert "psum 3.0 on 2 processes" in out, out
+    ip.run_line_magic("jax_cluster", "stop")
+
+    def left() -> list:
+        return [p for p in (mpiexec, *ranks) if not processes.has_exited(p)] + ipyparallel_processes()
+
+    wait_until(lambda: not left(), 10, "mpiexec, its ranks and the controller to be gone")

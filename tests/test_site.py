@@ -1,11 +1,12 @@
-"""Failure handling asks the group's site; with a site of our own it runs without engines."""
+"""Failure handling asks the group's site; with a site of our own it runs without engines.
+(What each kind of site plans for start and stop: tests/test_site_plan.py.)"""
 
 from __future__ import annotations
 
 from jaxnb._core.options import ClusterOptions
 from jaxnb._core.state import Group, ProcessInfo
-from jaxnb._failures import explain, free, site, stacks
-from jaxnb._hosts import sockets
+from jaxnb._failures import explain, free, stacks
+from jaxnb._hosts import site, sockets
 
 
 class RecordingSite(site.Site):
@@ -54,12 +55,6 @@ def test_a_site_without_stacks_or_cuts_says_so():
     assert stacks.request(group, [0, 1]) == {}
     assert not free.cut_collectives(group) and not group.group_cut
     assert stacks.section(group, 0, None).endswith(stacks.NO_DUMP)
-
-
-def test_each_kind_of_cluster_has_its_site():
-    assert site.of(Group(ClusterOptions(n=2))) is site.LOCAL
-    assert site.of(Group(ClusterOptions(hosts=("a", "b")))) is site.SSH
-    assert site.of(Group(ClusterOptions(n=2, engines="mpi"))) is site.LAUNCHER
 
 
 def test_the_gloo_plan_keeps_engine_to_engine_connections_but_not_the_coordinators():

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from jaxnb._core.options import ClusterOptions
+from jaxnb._hosts import site
 from jaxnb._hosts.ssh_config import SshHost, parse_dump, resolve
-from jaxnb._lifecycle.launch import controller_ip
 
 CONFIG = """\
 Host gpu1
@@ -31,7 +31,8 @@ def test_an_alias_resolves_to_its_hostname_user_and_port(ssh_config):
 
 def test_hosts_given_as_an_alias_need_no_address(ssh_config):
     # Without resolving, "gpu1" does not resolve on this machine and start asks for --address.
-    assert controller_ip(ClusterOptions(hosts=("gpu1",))) == "127.0.0.1"
+    options = ClusterOptions(hosts=("gpu1",))
+    assert site.for_options(options).controller_ip(options) == "127.0.0.1"
 
 
 def test_the_dump_is_read_as_ssh_prints_it():

@@ -1,18 +1,13 @@
-"""How the processes join one ``jax.distributed`` group: each one's rank, placement and the coordinator.
+"""How the processes join one ``jax.distributed`` group: each one's rank and placement, given
+the coordinator (whose address the site picks: :meth:`jaxnb._hosts.site.Site.coordinator_address`).
 
 Used when a cluster starts and when a broken group is re-joined in place.
 """
 
 from __future__ import annotations
 
-import socket
-
-from jaxnb._core.contract import EngineCall, JoinParams
+from jaxnb._core.contract import JoinParams
 from jaxnb._core.options import ClusterOptions
-from jaxnb._core.state import Group
-
-_HOST_ADDRESS = EngineCall("jaxnb._engine.group.process:host_address")
-_FREE_PORT = EngineCall("jaxnb._engine.group.process:free_port")
 
 
 def join_params(options: ClusterOptions, coordinator: str, hosts: list[str]) -> list[JoinParams]:
@@ -48,14 +43,3 @@ def placements(hosts: list[str]) -> list[tuple[int, int, int]]:
         seen[host] = seen.get(host, 0) + 1
     return result
 
-
-def coordinator_address(group: Group, first_engine: int) -> str:
-    """``host:port`` for the coordination service, on process 0's host."""
-    if group.options.is_local:  # the notebook's host is process 0's host
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            return f"127.0.0.1:{sock.getsockname()[1]}"
-    engine = group.client[first_engine]
-    host0 = engine.apply_sync(_HOST_ADDRESS)
-    port = engine.apply_sync(_FREE_PORT, host0)
-    return f"{host0}:{port}"

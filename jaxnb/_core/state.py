@@ -73,7 +73,7 @@ class Group:
     #: Why the processes may disagree (an error, a timeout, an interrupt); ``None`` when safe.
     #: Written only through :meth:`mark_suspect` and :meth:`clear_suspect`.
     suspect: str | None = None
-    #: Where the engines run (a :class:`jaxnb._failures.site.Site`); ``None``: found from the
+    #: Where the engines run (a :class:`jaxnb._hosts.site.Site`); ``None``: found from the
     #: options (this machine, ssh hosts, or a batch launcher's nodes).
     site: Any = None
     #: The gloo connections were closed: the group must be re-initialised before the next cell.

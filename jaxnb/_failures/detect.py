@@ -1,17 +1,17 @@
 """Is every process alive? The one liveness check of the notebook side.
 
 Local engines are children of the notebook kernel (started by ipyparallel's
-launchers): their exit is read from the process itself (:mod:`.processes`).
+launchers): their exit is read from the process itself (:mod:`jaxnb._hosts.processes`).
 Engines elsewhere are alive while they are registered with the controller
 (which drops one after its heartbeats stop); their site says how a lost one
-ended (:mod:`.site`).
+ended (:mod:`jaxnb._hosts.site`).
 """
 
 from __future__ import annotations
 
 from jaxnb._core import ipp_internals
 from jaxnb._core.state import Group
-from jaxnb._failures import processes, site
+from jaxnb._hosts import processes, site
 
 
 def dead_processes(group: Group) -> dict[int, str]:

@@ -7,7 +7,8 @@ import re
 from jaxnb._core import ipp_internals
 from jaxnb._core.messages import GROUP_BROKEN, label, labels
 from jaxnb._core.state import Group
-from jaxnb._failures import processes, site, stacks
+from jaxnb._failures import stacks
+from jaxnb._hosts import processes, site
 
 STDERR_TAIL_LINES = 12
 NOTHING_WRITTEN = "it wrote nothing to its stderr during this cell"

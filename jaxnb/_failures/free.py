@@ -1,6 +1,6 @@
 """Free processes that are still running after a failure, a timeout or an interrupt.
 
-Signals go where the engines run (:mod:`.site`): to local engines by pid (they
+Signals go where the engines run (:mod:`jaxnb._hosts.site`): to local engines by pid (they
 run without ipyparallel's nanny process, which saves a Python process per
 engine at start), to remote engines through ipyparallel's ``send_signal``,
 which their nanny carries out.
@@ -22,7 +22,7 @@ import signal
 import time
 
 from jaxnb._core.state import Group
-from jaxnb._failures import site
+from jaxnb._hosts import site
 
 #: How long processes get to stop after SIGINT before their collectives are cut.
 INTERRUPT_WAIT_SECONDS = 1.5
@@ -111,7 +111,7 @@ def release(group: Group, processes: list[int]) -> Released:
 
 
 def can_cut(group: Group) -> bool:
-    """Whether jaxnb may close this cluster's gloo connections (see :meth:`.site.Site.can_cut`)."""
+    """Whether jaxnb may close this cluster's gloo connections (see ``site.Site.can_cut``)."""
     return site.of(group).can_cut(group)
 
 

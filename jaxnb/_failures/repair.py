@@ -19,10 +19,11 @@ from typing import Any
 
 from jaxnb._core.contract import EngineCall
 from jaxnb._core.errors import ClusterStateError
-from jaxnb._core.join_plan import coordinator_address, join_params
+from jaxnb._core.join_plan import join_params
 from jaxnb._core.messages import RESTART, first_line, label, labels
 from jaxnb._core.state import Group, Suspect
 from jaxnb._failures import detect, explain, free, stacks
+from jaxnb._hosts import site
 
 _CHECK = EngineCall("jaxnb._engine.group.reset:check")
 _REJOIN = EngineCall("jaxnb._engine.group.reset:reinitialize")
@@ -195,7 +196,7 @@ def _still_busy(group: Group, still: list[int], dumps: dict[int, str] | None = N
 
 def _reinitialize(group: Group) -> float:
     """Every process leaves the group and joins a new one on a new port; seconds taken."""
-    coordinator = coordinator_address(group, group.engine_for(0))
+    coordinator = site.of(group).coordinator_address(group, group.engine_for(0))
     hosts = [info.host for info in group.processes]
     pending = [
         group.engine(p).apply_async(_REJOIN, params)

@@ -16,7 +16,7 @@ import time
 from jaxnb._core.messages import label, plural
 from jaxnb._core.notebook_cells import CELL_FILE, as_compiled, cell_name, remembered
 from jaxnb._core.state import Group
-from jaxnb._failures import site
+from jaxnb._hosts import site
 
 #: How long to wait for the engines to write their dumps.
 DUMP_TIMEOUT_SECONDS = 1.0

@@ -20,7 +20,8 @@ from jaxnb._core.errors import ProcessFailure, traceback_text
 from jaxnb._core.messages import RESET, RESTART, first_line, label, labels
 from jaxnb._core.notebook_cells import remember_cell
 from jaxnb._core.state import Group, Suspect
-from jaxnb._failures import cause, detect, explain, free, site, stacks
+from jaxnb._failures import cause, detect, explain, free, stacks
+from jaxnb._hosts import site
 
 #: After the first process finishes, how long the others may still run before
 #: jaxnb looks at where they are (they may be waiting in a collective).

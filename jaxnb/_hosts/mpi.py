@@ -8,6 +8,7 @@ need is exported to the remote ranks (OpenMPI ``-x``); ``mpiexec`` reaches the
 hosts with jaxnb's ssh settings (``plm_rsh_agent``) and talks to them only on
 the network that routes to them; as root it is allowed to run (OpenMPI refuses
 otherwise). Stopping kills ``mpiexec``'s process group, which ends every rank.
+Without ``--hosts``, ``mpiexec`` starts every rank on this machine.
 """
 
 from __future__ import annotations
@@ -23,8 +24,12 @@ import subprocess
 import psutil
 from ipyparallel.cluster.launcher import MPIEngineSetLauncher
 from traitlets import List, Unicode
+from traitlets.config import Config
 
 from jaxnb._core.host_entries import HostEntry
+from jaxnb._core.options import ClusterOptions
+from jaxnb._hosts import ssh_connections
+from jaxnb._hosts.site_jobs import Site
 
 
 def missing() -> str | None:
@@ -105,3 +110,21 @@ class JaxnbMPIEngineSetLauncher(MPIEngineSetLauncher):
             psutil.Process(self.pid).wait(5)
         with contextlib.suppress(OSError):
             os.killpg(self.pid, signal.SIGKILL)
+
+
+class MpiSite(Site):
+    """``--engines mpi``: ``mpiexec`` starts the engines, on ``--hosts`` or on this machine."""
+
+    name = "mpi"
+
+    def missing(self) -> str | None:
+        return missing()
+
+    def configure(self, config: Config, options: ClusterOptions, engine_cmd: list[str], folder: str) -> None:
+        super().configure(config, options, engine_cmd, folder)  # --hosts: jaxnb's ssh settings
+        ssh_args = ssh_connections.ssh_options(config.FastSSHEngineSetLauncher.get("control_dir") or "/tmp")
+        config.JaxnbMPIEngineSetLauncher.mpi_args = mpi_args(
+            options.host_entries(), ssh_args, self.controller_ip(options))
+
+    def launcher(self, options: ClusterOptions) -> type:
+        return JaxnbMPIEngineSetLauncher

@@ -14,7 +14,7 @@ import pathlib
 from typing import Any
 
 from jaxnb._core.state import Group
-from jaxnb._hosts import remote, sockets, ssh
+from jaxnb._hosts import remote_launchers, sockets, ssh
 
 #: Run on the hosts, sent as text (the same module cuts local engines' connections).
 _SOCKETS_SCRIPT = pathlib.Path(__file__).with_name("sockets.py")
@@ -30,7 +30,7 @@ def cut(group: Group) -> int:
     """Shut down every engine-to-engine gloo connection on every host; how many were shut."""
     hosts: dict[str, tuple[Any, list[int]]] = {}
     for p in group.indices:
-        launcher = remote.launcher_of(group, p)
+        launcher = remote_launchers.launcher_of(group, p)
         if launcher is not None and not ssh.exited(launcher):
             host = ssh.place(launcher)[0]
             hosts.setdefault(host, (launcher, []))[1].append(group.processes[p].pid)

@@ -12,11 +12,18 @@ and Slurm's reason (``squeue``).
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import subprocess
 import time
+from typing import Any
 
 from ipyparallel.cluster.launcher import SlurmEngineSetLauncher
+from traitlets.config import Config
+
+from jaxnb._core.options import ClusterOptions
+from jaxnb._core.state import Group
+from jaxnb._hosts.site_jobs import Site
 
 #: How long ``stop`` waits for Slurm to stop listing the cancelled job.
 CANCEL_WAIT_SECONDS = 30.0
@@ -73,10 +80,6 @@ def job_steps(job_id: str) -> dict[str, str]:
 class JaxnbSlurmEngineSetLauncher(SlurmEngineSetLauncher):
     """ipyparallel's Slurm engine launcher; ``kill_all`` cancels the job and waits it out."""
 
-    def explain_lost(self, task: int, host: str) -> str:
-        """How task ``task`` of this job ended (see :func:`explain_lost`)."""
-        return explain_lost(self, task, host)
-
     def kill_all(self) -> None:
         """``scancel`` the job (every task on every node), then wait until Slurm drops it."""
         job_id = getattr(self, "job_id", None)
@@ -101,8 +104,8 @@ def explain_lost(engine_set: JaxnbSlurmEngineSetLauncher, task: int, host: str) 
         return ""
     step = f"{job}.0"  # srun's step: one task per engine
     where = f"task {task} on {host}"
-    said = _scheduler_lines(getattr(engine_set, "output_file", ""))
-    said = f"; the job's output says: {' | '.join(said)}" if said else ""
+    lines = _scheduler_lines(getattr(engine_set, "output_file", ""))
+    said = f"; the job's output says: {' | '.join(lines)}" if lines else ""
     state = job_state(job)
     if state is None:
         return f"ended with step {step} of Slurm job {job} ({where}; the job has ended{said})"
@@ -138,3 +141,33 @@ def pending_note(engine_sets: list) -> str:
             why = f" ({reason})" if reason not in ("", "None") else ""
             return f"; the Slurm job {job_id} is {what}{why}"
     return ""
+
+
+class SlurmSite(Site):
+    """``--engines slurm``: one Slurm job whose ``srun`` starts the engines on the nodes it picks."""
+
+    name = "slurm"
+
+    def missing(self) -> str | None:
+        return missing()
+
+    def configure(self, config: Config, options: ClusterOptions, engine_cmd: list[str], folder: str) -> None:
+        """The job script (written in the cluster's own folder, not the notebook's)."""
+        given = dict(options.slurm)
+        config.JaxnbSlurmEngineSetLauncher.batch_template = batch_template(
+            tuple(given["sbatch"].split("\n")) if given.get("sbatch") else (),
+            given.get("partition", ""), given.get("time_limit", ""), given.get("account", ""))
+        config.JaxnbSlurmEngineSetLauncher.batch_file_name = os.path.join(folder, "jaxnb-engines.sbatch")
+
+    def launcher(self, options: ClusterOptions) -> type:
+        return JaxnbSlurmEngineSetLauncher
+
+    def pending_note(self, ipp_cluster: Any) -> str:
+        return pending_note(list(ipp_cluster.engines.values()))
+
+    def explain_lost(self, group: Group, lost: list[int]) -> dict[int, str]:
+        """The job step's state, from the queue and what ``srun`` wrote."""
+        for engine_set in group.ipp.engines.values() if group.ipp is not None else ():
+            if isinstance(engine_set, JaxnbSlurmEngineSetLauncher):
+                return {p: explain_lost(engine_set, p, group.processes[p].host) for p in lost}
+        return {}

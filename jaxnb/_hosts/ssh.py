@@ -146,7 +146,7 @@ class FastSSHEngineSetLauncher(SSHEngineSetLauncher):
         shared = set(self.traits(config=True)).intersection(engine_traits)
         inherited = shared.difference({"location", "user", "hostname", "to_send", "to_fetch"})
         inherited = inherited.union({"profile_dir", "cluster_id"})
-        jobs = []
+        jobs: list[tuple[str, Any, str | None, str]] = []  # key, launcher, user, host
         for full_host, count in self.engines.items():
             user, host = full_host.split("@", 1) if "@" in full_host else (None, full_host)
             for i in range(min(count, n - len(jobs))):
@@ -292,7 +292,7 @@ def place(launcher: Any) -> tuple[str, int]:
 
 
 def exited(launcher: Any) -> bool:
-    """True once an ssh launcher's engine is known gone (local engines: see jaxnb._failures.processes)."""
+    """True once an ssh launcher's engine is known gone (local engines: see jaxnb._hosts.processes)."""
     return bool(getattr(launcher, "exited", False))
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from jaxnb._core.errors import StartError
 from jaxnb._core.state import Group
-from jaxnb._failures import site
+from jaxnb._hosts import site
 
 HOSTS_NOT_BACK = (
     "{hosts} did not answer again within --init-timeout {timeout:g} s; bring it back (or leave "

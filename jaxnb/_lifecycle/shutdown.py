@@ -1,10 +1,11 @@
 """Stopping a cluster: every engine and the controller gone, fast, and nothing left behind.
 
-Local processes are SIGKILLed all at once: a JAX engine has nothing to save,
-and one blocked in a collective would ignore anything gentler. Engines on ssh
-hosts are SIGKILLed on their hosts the same way (no goodbyes); engines a batch
-launcher placed (mpi, slurm) first leave ``jax.distributed``, then ipyparallel
-stops them.
+The site (:mod:`jaxnb._hosts.site`) says how its engines stop. Local processes
+are SIGKILLed all at once: a JAX engine has nothing to save, and one blocked in
+a collective would ignore anything gentler. Engines on ssh hosts are SIGKILLed
+on their hosts the same way (no goodbyes); engines a batch launcher placed (mpi,
+with or without ``--hosts``; slurm) first leave ``jax.distributed``, then their
+launcher stops them.
 """
 
 from __future__ import annotations
@@ -13,14 +14,15 @@ import contextlib
 import os
 import shutil
 import signal
+from typing import Any
 
 import psutil
 
 from jaxnb._core import ipp_internals, temp_folders
 from jaxnb._core.contract import EngineCall
 from jaxnb._core.state import Group
-from jaxnb._failures import processes
-from jaxnb._hosts import remote
+from jaxnb._hosts import processes, site
+from jaxnb._hosts.site import Site
 
 #: How long stopped processes get to disappear after SIGKILL.
 KILL_WAIT_SECONDS = 5.0
@@ -31,11 +33,10 @@ _LEAVE_GROUP = EngineCall("jaxnb._engine.group.process:shutdown")
 
 def stop_all(group: Group) -> None:
     """Stop the engines and the controller of ``group``; remove its key files and folder."""
-    ipp_cluster, client, local = group.ipp, group.client, group.options.is_local
+    ipp_cluster, client, where = group.ipp, group.client, site.of(group)
     launched = [ipp_internals.launcher_process(lch) for lch in group.launchers.values()]
     group.clear()
-    over_ssh = bool(remote.ssh_sets(ipp_cluster))  # killed on their hosts below: no goodbyes
-    if client is not None and not local and not over_ssh:
+    if client is not None and where.leaves_group_on_stop:
         with contextlib.suppress(Exception):  # every engine leaves at once: none waits
             client[:].apply_async(_LEAVE_GROUP).wait(REMOTE_SHUTDOWN_SECONDS)
     if client is not None:
@@ -44,17 +45,15 @@ def stop_all(group: Group) -> None:
     if ipp_cluster is not None:
         launchers = ipp_internals.engine_launchers(ipp_cluster)
         launched += [ipp_internals.launcher_process(lch) for lch in launchers]
-        engines = {p.pid: p for p in launched if p is not None} if local else {}
-        _stop_processes(ipp_cluster, list(engines.values()), local)
+        _stop_processes(ipp_cluster, where, launched)
     if group.stacks_dir is not None:
         shutil.rmtree(group.stacks_dir, ignore_errors=True)
         group.stacks_dir = None
     temp_folders.remove_all()  # the cut cells' full outputs (jaxnb-output-*)
 
 
-def _stop_processes(ipp_cluster: object, engines: list[psutil.Process], local: bool) -> None:
-    if not local:  # engines on other hosts: SIGKILL on every host at once; close the ssh connections
-        remote.stop(ipp_cluster)
+def _stop_processes(ipp_cluster: Any, where: Site, launched: list[psutil.Process | None]) -> None:
+    engines = where.stop_engines(ipp_cluster, launched)  # elsewhere: stopped there; here: to SIGKILL
     _kill_all(engines, ipp_cluster)
     with contextlib.suppress(Exception):
         ipp_cluster.stop_engines_sync()
@@ -65,11 +64,7 @@ def _stop_processes(ipp_cluster: object, engines: list[psutil.Process], local: b
     for path in ipp_internals.key_files(ipp_cluster):
         with contextlib.suppress(OSError):
             os.unlink(path)
-    if not local:  # the shared ssh connections' sockets (jaxnb-ssh-*), once nothing uses them
-        with contextlib.suppress(Exception):
-            folder = remote.control_dir(ipp_cluster)
-            if os.path.basename(folder).startswith("jaxnb-ssh-"):
-                shutil.rmtree(folder, ignore_errors=True)
+    where.after_stop(ipp_cluster)  # the shared ssh connections' folder, once nothing uses it
 
 
 def _kill_all(engines: list[psutil.Process], ipp_cluster: object) -> None:

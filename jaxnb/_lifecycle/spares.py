@@ -1,15 +1,15 @@
 """Warm spares: engines started, JAX imported, registered, not joined — a restart only joins.
 
 A cluster on this machine or on ``--hosts`` (over ssh) keeps one spare engine per
-process (``spares``; 0 turns them off): on ssh hosts they are started by the same
-launcher as the group's engines, as many on each host as the group has there. A
-restart that finds a spare registered for every process SIGKILLs the group's old
-engines (through the site: by pid here, over ssh on their hosts), joins the spares
-into a new ``jax.distributed`` group (new processes, empty namespaces: the same as a
-full restart for the user) and starts new spares in the background; the controller
-stays. Without enough spares ready, the restart stops and starts everything as before.
-New spares start a few seconds after a swap (importing JAX would slow the new group's
-first steps). Batch launchers (mpi, slurm) get no spares.
+process (``spares``; 0 turns them off; the site says which keep them): on ssh hosts
+they are started by the same launcher as the group's engines, as many on each host as
+the group has there. A restart that finds a spare registered for every process
+SIGKILLs the group's old engines (through the site: by pid here, over ssh on their
+hosts), joins the spares into a new ``jax.distributed`` group (new processes, empty
+namespaces: the same as a full restart for the user) and starts new spares in the
+background; the controller stays. Without enough spares ready, the restart stops and
+starts everything as before. New spares start a few seconds after a swap (importing
+JAX would slow the new group's first steps). Batch launchers (mpi, slurm) get no spares.
 
 A spare is known by the pid its launcher started: the engine itself here, the shell
 around the engine on an ssh host (the engine's parent).
@@ -26,9 +26,8 @@ from typing import Any
 from jaxnb._core import ipp_internals
 from jaxnb._core.contract import EngineCall
 from jaxnb._core.state import Group
-from jaxnb._failures import processes, site
-from jaxnb._hosts import remote, ssh
-from jaxnb._lifecycle import launch, startup
+from jaxnb._hosts import processes, site, ssh
+from jaxnb._lifecycle import startup
 
 _PIDS = EngineCall("jaxnb._engine.group.process:pids")
 
@@ -40,10 +39,7 @@ _lock = threading.Lock()  # one top-up or swap at a time
 
 def wanted(group: Group) -> int:
     """How many spares ``group`` keeps (on this machine or ssh hosts: one per process)."""
-    if not (group.options.is_local or launch.over_ssh(group.options)):
-        return 0
-    chosen = group.options.spares
-    return group.options.resolved_n() if chosen is None else chosen
+    return site.of(group).spares(group.options)
 
 
 @contextlib.contextmanager
@@ -85,8 +81,7 @@ def _top_up(group: Group, ipp_cluster: Any) -> None:
     ipp_cluster.start_engines_sync(n=missing, environment=dict(group.engine_env))
     group.spare_pids.update(set(_launchers(ipp_cluster)) - before)
     group.launchers.update(ipp_internals.launched_engines(ipp_cluster))
-    if launch.over_ssh(group.options):  # they wait for the connection file on their hosts
-        remote.send_connection_file(ipp_cluster, group.options.init_timeout)
+    site.of(group).deliver_connection_file(ipp_cluster, group.options)  # ssh hosts: they wait for it
 
 
 def ready(group: Group) -> list[int]:
@@ -112,8 +107,10 @@ def _ready(group: Group) -> dict[int, int]:
     found = {}
     for eid, family in zip(candidates, families, strict=True):
         pid = next((pid for pid in family[:2] if pid in alive), None)
+        if pid is None:
+            continue
         target = ssh.place(launchers.get(pid))[0]
-        if pid is not None and need[target] > 0:
+        if need[target] > 0:
             found[eid] = pid
             need[target] -= 1
     return found if sum(need.values()) == 0 else {}

@@ -1,14 +1,14 @@
 """Starting a cluster: launch the engines through ipyparallel, then join them into one group.
 
-Start-up overlaps as much as it can: local engines are launched with the
-controller and import JAX while it starts; every process joins
+Where the engines run decides how they start (:mod:`jaxnb._hosts.site`). Start-up
+overlaps as much as it can: engines on this machine or on ssh hosts are launched
+with the controller and import JAX while it starts; every process joins
 ``jax.distributed`` at once. Any failure names the process and shows its last
 log lines; :meth:`JaxCluster.start` then stops whatever was started.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import tempfile
 import time
@@ -17,55 +17,40 @@ from typing import Any
 import ipyparallel as ipp
 
 from jaxnb._core import ipp_internals
-from jaxnb._core.contract import ENV_CLEANUP_FILES, ENV_CONTROLLER_PID, ENV_PARENT_PID, EngineCall
+from jaxnb._core.contract import ENV_CLEANUP_FILES, ENV_PARENT_PID, EngineCall
 from jaxnb._core.errors import StartError
-from jaxnb._core.join_plan import coordinator_address, join_params
+from jaxnb._core.join_plan import join_params
 from jaxnb._core.state import Group, ProcessInfo
-from jaxnb._failures import explain, processes
-from jaxnb._hosts import remote
+from jaxnb._failures import explain
+from jaxnb._hosts import processes, remote_exits, site, ssh
 from jaxnb._lifecycle import launch
 
 #: The controller, started through jaxnb's wrapper (it adds the kernel-death watchdog).
 CONTROLLER_CMD = launch.python_cmd("jaxnb._engine.boot.controller")
 _IDENTITY = EngineCall("jaxnb._engine.group.process:identity")
 _INITIALIZE = EngineCall("jaxnb._engine.group.process:initialize")
-_PIDS = EngineCall("jaxnb._engine.group.process:pids")
-_RANK = EngineCall("jaxnb._engine.group.rank:launcher_rank")
 
 
 def start_engines(group: Group) -> None:
     """Start the controller and the engines; connect a client; wait until all registered."""
-    options = group.options
+    options, where = group.options, site.of(group)
     n = options.resolved_n()
     group.stacks_dir = tempfile.mkdtemp(prefix="jaxnb-")
-    ipp_cluster = group.ipp = launch.build_cluster(options)
-    if options.engines == "slurm":  # the job script in the cluster's own folder, not the notebook's
-        ipp_cluster.config.JaxnbSlurmEngineSetLauncher.batch_file_name = os.path.join(
-            group.stacks_dir, "jaxnb-engines.sbatch")
+    ipp_cluster = group.ipp = launch.build_cluster(options, where, group.stacks_dir)
     cleanup = os.pathsep.join([*ipp_internals.key_files(ipp_cluster), group.stacks_dir])
     watchdog = {ENV_PARENT_PID: str(os.getpid()), ENV_CLEANUP_FILES: cleanup}
-    env = launch.engine_environment(options, group.stacks_dir)
-    # --hosts: check the hosts, then launch, in the background while the controller starts.
-    ssh = launch.over_ssh(options)
-    launched = remote.start_launch(ipp_cluster, options, env, launch=ssh) if options.hosts else None
+    env = launch.engine_environment(options, group.stacks_dir, where)
+    # --hosts: check the hosts (over ssh: and launch), in the background while the controller starts.
+    checked = where.check_hosts(ipp_cluster, options, env)
     ipp_cluster.start_controller_sync(controller_cmd=CONTROLLER_CMD, environment=watchdog)
-    if launched is not None:
-        entries, notes = launched()  # a StartError naming each host that cannot run an engine
+    if checked is not None:  # a StartError naming each host that cannot run an engine
+        options, notes = checked()
+        group.options, n = options, ipp_cluster.n  # --platform gpu: the hosts' GPUs counted
         for note in notes:
             print(note)
-        if tuple(str(e) for e in entries) != options.hosts:  # --platform gpu: GPUs counted
-            options = group.options = dataclasses.replace(options, hosts=tuple(str(e) for e in entries))
-            n = ipp_cluster.n
-        if ssh:
-            remote.send_connection_file(ipp_cluster, options.init_timeout)  # the engines wait for it
-    if options.is_local:
-        env.update(watchdog)
-        controller = ipp_internals.controller_process(ipp_cluster)
-        if controller is not None:
-            env[ENV_CONTROLLER_PID] = str(controller.pid)
+    env.update(where.kernel_watchdog(ipp_cluster, watchdog))
     group.engine_env = dict(env)
-    if launched is None or not ssh:
-        ipp_cluster.start_engines_sync(environment=env)
+    where.start(ipp_cluster, options, env)
     group.launchers = ipp_internals.launched_engines(ipp_cluster)
     group.client = client = ipp_cluster.connect_client_sync()
     deadline = time.monotonic() + options.init_timeout
@@ -75,20 +60,11 @@ def start_engines(group: Group) -> None:
             raise StartError(
                 f"only {len(client.ids)} of {n} engines registered within "
                 f"{options.init_timeout:g} s; raise --init-timeout or check the engine logs"
-                + _slurm_note(ipp_cluster)
+                + where.pending_note(ipp_cluster)
             )
         time.sleep(0.02)
     group.view = client[sorted(client.ids)[:n]]
     group.view.block = False
-
-
-def _slurm_note(ipp_cluster: Any) -> str:
-    """``--engines slurm``: the job's state and Slurm's reason (a queue that did not start it)."""
-    if not any(type(s).__name__ == "JaxnbSlurmEngineSetLauncher" for s in ipp_cluster.engines.values()):
-        return ""
-    from jaxnb._hosts import slurm
-
-    return slurm.pending_note(list(ipp_cluster.engines.values()))
 
 
 def join_group(group: Group) -> None:
@@ -100,20 +76,16 @@ def join_group(group: Group) -> None:
     except (ipp.error.CompositeError, ipp.error.EngineError, ipp.error.TimeoutError):
         raise_if_engines_exited(group)
         raise
+    where = site.of(group)
     ordered = None
-    if launch.over_ssh(group.options):  # process 0 on the first host, and so on (a TPU slice's order)
-        family = view.apply_async(_PIDS).get(timeout=30)
-        ordered = remote.host_order(group, engine_ids, family)
-    elif not group.options.is_local:  # mpiexec, srun: process i is the launcher's rank i
-        ranks = view.apply_async(_RANK).get(timeout=30)
-        if None not in ranks:
-            ordered = [eid for _, eid in sorted(zip(ranks, engine_ids, strict=True))]
+    if where.order_by is not None:  # process 0 on the first host, or the launcher's rank 0, ...
+        ordered = where.order(group, engine_ids, view.apply_async(where.order_by).get(timeout=30))
     if ordered is not None:
         identities = [identities[engine_ids.index(eid)] for eid in ordered]
         engine_ids = ordered
         group.view = view = client[engine_ids]
         view.block = False
-    coordinator = group.coordinator = coordinator_address(group, engine_ids[0])
+    coordinator = group.coordinator = where.coordinator_address(group, engine_ids[0])
     hosts = [host for host, _ in identities]
     params = join_params(group.options, coordinator, hosts)
     pending = {
@@ -137,9 +109,7 @@ def join_group(group: Group) -> None:
         )
         for index, eid in enumerate(engine_ids)
     ]
-    if group.options.hosts:  # remember each remote engine's launcher while ipyparallel has it
-        for index in range(len(engine_ids)):
-            remote.launcher_of(group, index)
+    where.remember_launchers(group)
     group.clear_suspect()
 
 
@@ -190,17 +160,17 @@ def wait_joined(
 
 def raise_if_engines_exited(group: Group) -> None:
     """A :class:`StartError` with its last log lines if an engine has exited."""
-    for host, pid, log in remote.exited_engines(group.ipp):
-        how = remote.exit_status(log) or "exited"
+    for host, pid, log in remote_exits.exited_engines(group.ipp):
+        ended = ssh.exit_status(log) or "exited"
         raise StartError(
-            f"the engine on {host} (pid {pid}) {how} during start-up; see its last lines "
+            f"the engine on {host} (pid {pid}) {ended} during start-up; see its last lines "
             f"below, fix the cause and start again\n{explain.indented_tail(log)}"
         )
     group.launchers.update(ipp_internals.launched_engines(group.ipp))
     for launcher in group.launchers.values():
         process = ipp_internals.launcher_process(launcher)
         how = processes.exit_of(process) if process is not None else None
-        if how is not None:
+        if process is not None and how is not None:
             raise StartError(
                 f"an engine (pid {process.pid}) {how} during start-up; see its last lines "
                 f"below, fix the cause and start again\n{_tail(launcher)}"

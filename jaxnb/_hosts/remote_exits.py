@@ -1,0 +1,74 @@
+"""How engines on other hosts ended, and what they last wrote: read on their hosts (the shell
+around each engine writes its exit status to its log, see :func:`jaxnb._hosts.ssh.reporting_exit`),
+or, when a host does not answer a fresh ssh connection, that it is lost."""
+
+from __future__ import annotations
+
+import concurrent.futures
+from typing import Any
+
+import ipyparallel as ipp
+
+from jaxnb._core.state import Group
+from jaxnb._hosts import reachability, remote_launchers, ssh, ssh_connections
+
+
+def exited_engines(ipp_cluster: ipp.Cluster | None) -> list[tuple[str, int, str]]:
+    """(host, pid, last log lines) of every remote engine that has exited."""
+    found = []
+    for engine_set in remote_launchers.ssh_sets(ipp_cluster):
+        for launcher in engine_set.launchers.values():
+            if ssh.exited(launcher):
+                found.append((launcher.location, launcher.pid, launcher.remote_tail()))
+    return found
+
+
+def exited_how(launcher: Any) -> str:
+    """``was killed by SIGKILL on host``: read from its log on its host (the shell around it
+    writes the status there)."""
+    reachable = not reachability.unreachable_now(launcher.location)
+    how = ssh.exit_status(launcher.remote_tail(5)) if reachable else None
+    return f"{how or 'exited'} on {launcher.location}"
+
+
+def explain_lost(group: Group, processes: list[int]) -> dict[int, str]:
+    """How each unregistered remote process ended: its engine exited (it says so), or its host
+    cannot be reached over a fresh ssh connection (all hosts checked at once)."""
+    directory = remote_launchers.control_dir(group.ipp)
+    found: dict[int, str] = {}
+    probe: dict[int, Any] = {}  # process → its launcher, whose host is asked
+    for p in processes:
+        launcher = remote_launchers.launcher_of(group, p)
+        if not isinstance(launcher, ssh.FastSSHEngineLauncher):
+            continue  # this machine's engine: jaxnb._hosts.processes sees how it ended
+        if launcher.exited:
+            found[p] = exited_how(launcher)
+        else:
+            probe[p] = launcher
+    if probe:
+        with concurrent.futures.ThreadPoolExecutor(len(probe)) as pool:
+            answers = dict(zip(probe, pool.map(
+                lambda lch: ssh_connections.probe(lch.location, lch.pid, directory), probe.values()
+            ), strict=True))
+        for p, (why, alive) in answers.items():
+            host = probe[p].location
+            if why:
+                reachability.mark_unreachable(host)
+                found[p] = f"is lost: its host {host} is unreachable ({why})"
+            elif not alive:
+                found[p] = exited_how(probe[p])
+            else:
+                found[p] = f"unregistered from the controller (its process still runs on {host})"
+    return found
+
+
+def log_of(group: Group, p: int) -> str:
+    """Process ``p``'s engine log, read on its host ("" when its host is unreachable)."""
+    launcher = remote_launchers.launcher_of(group, p)
+    if launcher is None:
+        return ""
+    if not isinstance(launcher, ssh.FastSSHEngineLauncher):
+        return str(launcher.get_output() or "")
+    if reachability.unreachable_now(launcher.location):
+        return ""
+    return str(launcher.remote_tail())

@@ -1,0 +1,35 @@
+"""Stopping engines that are not this machine's children: SIGKILL those on ssh hosts on their
+hosts (all at once), end a batch launcher's job (``mpiexec``, ``scancel``), then close the
+shared ssh connections and remove their folder."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+
+import ipyparallel as ipp
+
+from jaxnb._hosts import remote_launchers, ssh, ssh_connections
+
+
+def stop(ipp_cluster: ipp.Cluster) -> None:
+    """SIGKILL every remote engine on its host (all at once), then close the ssh connections."""
+    for key, engine_set in list(ipp_cluster.engines.items()):
+        if isinstance(engine_set, ssh.FastSSHEngineSetLauncher):
+            engine_set.kill_all()
+            ipp_cluster.engines.pop(key)  # done: ipyparallel's own stop would ssh again
+        elif hasattr(engine_set, "kill_all"):  # mpiexec: ends its ranks on every host
+            engine_set.kill_all()
+    directory = remote_launchers.control_dir(ipp_cluster)
+    if directory:
+        targets = list(ipp_cluster.config.SSHEngineSetLauncher.get("engines", {}))
+        ssh_connections.close_connections(directory, targets)
+
+
+def remove_connections_folder(ipp_cluster: ipp.Cluster) -> None:
+    """Remove the shared ssh connections' folder (``jaxnb-ssh-*``), once nothing uses them."""
+    with contextlib.suppress(Exception):
+        folder = remote_launchers.control_dir(ipp_cluster)
+        if os.path.basename(folder).startswith("jaxnb-ssh-"):
+            shutil.rmtree(folder, ignore_errors=True)
