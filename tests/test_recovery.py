@@ -175,7 +175,7 @@ def test_without_a_checkpoint_it_starts_again_from_step_0(cluster, tmp_path, cap
 
 def test_max_failures_must_be_a_whole_number(cluster, tmp_path):
     for bad in (-1, 1.5, True):
-        with pytest.raises(ValueError, match="max_failures must be a whole number >= 0"):
+        with pytest.raises(ValueError, match="max_failures= takes a whole number >= 0"):
             cluster.train(raises_at, {"at": 3}, storage=tmp_path, max_failures=bad)
 
 
