@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from jaxnb._core.state import Group
 from jaxnb._failures import repair
+from jaxnb._profile import session, training
 from jaxnb._train import driver
 from jaxnb._train.result import Result
-from jaxnb._tune.options import DEFAULT_METRIC, DEFAULT_TRIALS
+from jaxnb._tune.options import DEFAULT_METRIC, DEFAULT_TRIALS, TuneOptions
 
 if TYPE_CHECKING:
     import os
@@ -57,11 +58,7 @@ class ClusterJobs:
         process, as ``profile`` does (``Result.profile``). ``on_result`` gets the final Result,
         also before an error is raised.
         """
-        window = None
-        if profile_steps is not None:
-            from jaxnb._profile import training
-
-            window = training.window(profile_steps, background)
+        window = None if profile_steps is None else training.window(profile_steps, background)
         self.group.require_running()
         repair.ensure_ready(self.group)
 
@@ -101,12 +98,11 @@ class ClusterJobs:
         its name; see :func:`jaxnb.tune.run`.
         """
         given = {k: v for k, v in locals().items() if k not in ("self", "fn", "space", "on_result")}
-        from jaxnb._tune.options import TuneOptions
-        from jaxnb._tune.runner import tune
-
         options = TuneOptions(**given)
         self.group.require_running()
         repair.ensure_ready(self.group)
+        from jaxnb._tune.runner import tune  # Optuna's side, loaded when a search starts
+
         return tune(self.group, fn, space, options, on_result=on_result, restart=self._recover)
 
     def profile(self, code: str, *, name: str | None = None, storage: str | None = None,
@@ -116,8 +112,6 @@ class ClusterJobs:
         It lives in ``storage/name`` (default ``./jaxnb_runs/profile``); ``on_result`` gets it
         also when the cell raised, before the error is raised.
         """
-        from jaxnb._profile import session
-
         self.group.require_idle()
         repair.ensure_ready(self.group)
         return session.profile(self.group, code, name=name, storage=storage,

@@ -131,6 +131,19 @@ def test_train_takes_profile_steps_like_the_magic():
     assert "--profile-steps" in kit.declared_flags(train.jax_train)
 
 
+@pytest.mark.parametrize(("method", "magic"), [
+    ("jax_cluster_line", cluster.jax_cluster), ("jax_cluster_cell", cluster.jax_cluster_cell),
+    ("jax_train", train.jax_train), ("jax_tune", tune.jax_tune), ("jax_profile", profile.jax_profile),
+])
+def test_each_magics_help_lists_every_flag_it_declares(method, magic):
+    """What ``%jax_train?`` (and the others) show: the method's docstring."""
+    from jaxnb.magics import JaxnbMagics
+
+    shown = getattr(JaxnbMagics, method).__doc__
+    assert all(flag in shown for flag in kit.declared_flags(magic))
+    assert len(kit.declared_flags(magic)) >= 3
+
+
 # ---- one message, two spellings -------------------------------------------------------------
 
 
@@ -139,6 +152,8 @@ def test_train_takes_profile_steps_like_the_magic():
      "--trials takes a positive whole number, got 0; e.g. --trials 20"),
     (lambda: TuneOptions(mode="best"), "mode= takes min or max, got 'best'; e.g. mode='max' for",
      "--mode takes min or max, got 'best'; e.g. --mode max for"),
+    (lambda: TuneOptions(steps=0), "steps= takes a positive whole number, got 0; e.g. steps=1000",
+     "--steps takes a positive whole number, got 0; e.g. --steps 1000"),
     (lambda: JaxCluster(n=0), "n= must be at least 1, got 0; e.g. n=2",
      "-n must be at least 1, got 0; e.g. -n 2"),
     (lambda: JaxCluster(init=False, spares=-1), "spares= must be a whole number >= 0",

@@ -147,7 +147,7 @@ def test_more_failures_than_allowed_fails_listing_every_cause(cluster, tmp_path)
     with pytest.raises(ProcessFailure) as info:
         cluster.train(checkpointed_loop, config, storage=tmp_path, max_failures=1)
     message = info.value.summary
-    assert "gave up after 1 recovery (--max-failures 1)" in message, message
+    assert "gave up after 1 recovery (max_failures=1)" in message, message
     assert "1) at step 7: [p1]" in message and "2) at step 13: [p0]" in message
     assert [f.processes[0] for f in info.value.result.failures] == [1, 0]
     cluster.restart()

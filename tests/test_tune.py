@@ -162,6 +162,7 @@ def test_the_magic_takes_datasets_defined_on_the_engines(shared_magics, cluster,
         ("quadratic --space {'x': tune.uniform(0, 1)} --pruner hyper", "--pruner takes one of"),
         ("quadratic --space {'x': tune.uniform(0, 1)} -o 1x", "-o takes a Python name"),
         ("quadratic --space {'x': tune.uniform(0, 1)} --datasets rows", "--datasets takes NAME=VAR"),
+        ("quadratic --space {'x': tune.uniform(0, 1)} --steps 0", "--steps takes a positive whole"),
     ],
 )
 def test_bad_input_is_one_line_saying_what_to_pass(shared_magics, line, message):

@@ -22,7 +22,7 @@ from jaxnb._core.state import Group, Suspect
 from jaxnb._train import dataset_names, function, handover
 from jaxnb._train.interrupts import InterruptCounter
 from jaxnb._train.monitor import Monitor
-from jaxnb._train.recovery import NO_CHECKPOINT, Recovery, Restart, give_up, not_retried
+from jaxnb._train.recovery import NO_CHECKPOINT, Recovery, Restart, check_max_failures, give_up, not_retried
 from jaxnb._train.result import Result
 from jaxnb._widgets.dashboard import Dashboard
 
@@ -80,9 +80,7 @@ def train(
     ``restart()`` (stop, start, replay the setup) and resume from the latest
     checkpoint, up to that many times (:mod:`jaxnb._train.recovery`).
     """
-    if isinstance(max_failures, bool) or not isinstance(max_failures, int) or max_failures < 0:
-        raise ValueError(f"{option('max_failures')} takes a whole number >= 0, got "
-                         f"{max_failures!r}; e.g. {example('max_failures', 2)}")
+    check_max_failures(max_failures)
     total = expected_steps(config, total_steps)
     handover.wait_if_stopping(group)  # a run asked to stop may take a moment to end
     if group.busy_with:
