@@ -1,10 +1,10 @@
 """jaxnb: multi-host JAX from one notebook.
 
-In a notebook: ``%load_ext jaxnb`` then ``%jax_cluster start``. In Python:
-:class:`JaxCluster`. Inside cells and train functions on the engines:
-:func:`report`, :func:`get_context`, :func:`get_checkpoint`, :func:`get_dataset_shard`,
-:func:`should_stop`,
-:class:`Checkpoint`.
+In a notebook: ``%load_ext jaxnb`` then ``%jax_cluster start`` (:mod:`jaxnb.magics`). In
+Python: :class:`JaxCluster`, and :mod:`jaxnb.tune` for searches. Inside cells and train
+functions on the engines: :func:`report`, :func:`get_context`, :func:`get_checkpoint`,
+:func:`get_dataset_shard`, :func:`should_stop`, :class:`Checkpoint`, :func:`show_mesh`,
+:func:`show_sharding`.
 """
 
 from __future__ import annotations

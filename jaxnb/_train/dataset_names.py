@@ -11,10 +11,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from jaxnb._core.spelling import example as spelled
+from jaxnb._core.spelling import option
 
-#: ``--datasets``'s text for :data:`EXAMPLE`.
-EXAMPLE_TEXT = "train=train_ds,val=val_ds"
 EXAMPLE = {"train": "train_ds", "val": "val_ds"}
+#: :data:`EXAMPLE` as ``--datasets`` takes it.
+EXAMPLE_TEXT = "train=train_ds,val=val_ds"
 
 
 def example() -> str:
@@ -27,7 +28,7 @@ def check(datasets: Mapping[str, Any] | None) -> dict[str, str]:
     if datasets is None:
         return {}
     if not isinstance(datasets, Mapping):
-        raise ValueError(f"datasets must be a dict of name -> engine variable name, got "
+        raise ValueError(f"{option('datasets')} takes a dict of name -> engine variable name, got "
                          f"{type(datasets).__name__}; {example()}")
     out = {}
     for name, var in datasets.items():

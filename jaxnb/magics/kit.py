@@ -153,15 +153,17 @@ def storing(shell: Any, name: str | None) -> Callable[[Any], None]:
 
 
 @contextlib.contextmanager
-def api_call(*also: type[Exception]) -> Iterator[None]:
+def api_call(*also: type[Exception], first_line: bool = False) -> Iterator[None]:
     """Call the Python API as a magic: its messages name the flags (``--trials``, not
-    ``trials=``), and a wrong value or state is a one-line ``UsageError``."""
+    ``trials=``), and a wrong value or state (or one of ``also``) is a ``UsageError`` with its
+    message (``first_line``: only its first line; a start that fails lists its hosts below)."""
     caught: tuple[type[Exception], ...] = (ValueError, FileExistsError, ClusterStateError, *also)
     try:
         with spelling.as_flags():
             yield
     except caught as exc:
-        raise UsageError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+        said = str(exc) or type(exc).__name__
+        raise UsageError(said.splitlines()[0] if first_line else said) from None
 
 
 def given(args: argparse.Namespace, *magic_only: str) -> dict[str, Any]:

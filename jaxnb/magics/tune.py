@@ -71,7 +71,7 @@ def run(front: kit.Front, line: str, local_ns: dict | None) -> Any:
     config = kit.evaluate("--config", exprs.get("--config"), front.shell, local_ns)
     cluster = front.require()
     fn = kit.find_function(args.func, "%jax_tune", kit.namespace(front.shell, local_ns))
-    with kit.api_call():
+    with kit.api_call(first_line=True):
         result = cluster.tune(fn, space, config=config, **options, on_result=store)
     if args.background:
         store(result)  # the live TuneResult: .running, .wait(), .stop()
