@@ -1,10 +1,10 @@
 """jaxnb: multi-host JAX from one notebook.
 
-In a notebook: ``%load_ext jaxnb`` then ``%jax_cluster start``. In Python:
-:class:`JaxCluster`. Inside cells and train functions on the engines:
-:func:`report`, :func:`get_context`, :func:`get_checkpoint`, :func:`get_dataset_shard`,
-:func:`should_stop`,
-:class:`Checkpoint`.
+In a notebook: ``%load_ext jaxnb`` then ``%jax_cluster start`` (:mod:`jaxnb.magics`). In
+Python: :class:`JaxCluster`, and :mod:`jaxnb.tune` for searches. Inside cells and train
+functions on the engines: :func:`report`, :func:`get_context`, :func:`get_checkpoint`,
+:func:`get_dataset_shard`, :func:`should_stop`, :class:`Checkpoint`, :func:`show_mesh`,
+:func:`show_sharding`.
 """
 
 from __future__ import annotations
@@ -31,13 +31,15 @@ from jaxnb._mesh import show_mesh as show_mesh
 from jaxnb._mesh import show_sharding as show_sharding
 
 if TYPE_CHECKING:
+    from jaxnb import tune as tune
     from jaxnb._cluster import JaxCluster as JaxCluster
     from jaxnb._core.replay import ReplayError as ReplayError
     from jaxnb._profile.result import ProfileResult as ProfileResult
     from jaxnb._train.result import Result as Result
 
-#: The notebook side, loaded on first use: name -> "module:attribute".
+#: The notebook side, loaded on first use: name -> "module:attribute" (or a module).
 _LAZY = {
+    "tune": "jaxnb.tune",
     "JaxCluster": "jaxnb._cluster:JaxCluster",
     "Result": "jaxnb._train.result:Result",
     "ProfileResult": "jaxnb._profile.result:ProfileResult",
@@ -46,12 +48,14 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    """Load a notebook-side name (``jaxnb.JaxCluster``, ...) when it is first used."""
+    """Load a notebook-side name (``jaxnb.JaxCluster``, ``jaxnb.tune``, ...) when it is first used."""
     target = _LAZY.get(name)
     if target is None:
         raise AttributeError(f"module 'jaxnb' has no attribute {name!r}")
-    module, attribute = target.split(":")
-    value = getattr(importlib.import_module(module), attribute)
+    module, _, attribute = target.partition(":")
+    value = importlib.import_module(module)
+    if attribute:
+        value = getattr(value, attribute)
     globals()[name] = value
     return value
 

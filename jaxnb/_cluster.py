@@ -1,8 +1,10 @@
 """`JaxCluster`: the public front of one SPMD group of JAX processes on ipyparallel engines.
 
 It holds the group's record (:class:`jaxnb._core.state.Group`) and hands it to the
-module that does each job: start-up, shutdown, cells, values, training,
-failure handling and repair. It keeps no state of its own.
+module that does each job: start-up, shutdown, cells, values, failure handling and repair;
+its jobs with many keywords (``train``, ``tune``, ``profile``) are in ``_cluster_jobs``. It
+keeps no state of its own. Its options are declared once, in
+:class:`jaxnb._core.options.ClusterOptions`.
 """
 
 from __future__ import annotations
@@ -11,17 +13,24 @@ import atexit
 import contextlib
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jaxnb._cells import pull, spmd
-from jaxnb._cluster_options import cluster_options
+from jaxnb._cluster_jobs import ClusterJobs
+from jaxnb._cluster_options import resolve
 from jaxnb._core.errors import ClusterStateError, StartError
 from jaxnb._core.messages import ALREADY_RUNNING, plural
-from jaxnb._core.options import ClusterOptions
+from jaxnb._core.options import (
+    DEFAULT_COLLECTIVE_TIMEOUT,
+    DEFAULT_INIT_TIMEOUT,
+    ClusterOptions,
+    Platform,
+)
+from jaxnb._core.spelling import example, option
 from jaxnb._core.state import Group, ProcessInfo
 from jaxnb._failures import detect, repair, stacks
 from jaxnb._lifecycle import lost_hosts, shutdown, spares, startup
-from jaxnb._train import driver
 
 CPU_MULTI_DEVICE_NOTE = (
     "jaxnb: several CPU devices per process: gloo collectives can deadlock with many steps in "
@@ -34,7 +43,7 @@ DEFAULT_OPERATION_TIMEOUT = 300.0
 __all__ = ["JaxCluster", "ProcessInfo"]
 
 
-class JaxCluster:
+class JaxCluster(ClusterJobs):
     """A set of ipyparallel engines, one per JAX process, with ``jax.distributed`` initialised.
 
     >>> with JaxCluster(n=2) as cluster:          # doctest: +SKIP
@@ -46,48 +55,29 @@ class JaxCluster:
         n: int | None = None,
         *,
         devices_per_process: int | None = None,
-        platform: str = "cpu",
+        platform: Platform = "cpu",
         engines: str = "local",
-        hosts: list[str] | tuple[str, ...] | None = None,
+        hosts: Sequence[str] | None = (),
         hostfile: str | None = None,
         python: str | None = None,
         address: str | None = None,
-        init: bool = True,
-        timeout: float | None = None,
-        init_timeout: float = 60.0,
-        collective_timeout: int | None = None,
-        env: dict[str, str] | None = None,
         workdir: str | None = None,
-        workdir_exclude: list[str] | tuple[str, ...] = (),
+        workdir_exclude: Sequence[str] = (),
         partition: str | None = None,
         time_limit: str | None = None,
         account: str | None = None,
-        sbatch: list[str] | tuple[str, ...] = (),
+        sbatch: Sequence[str] = (),
+        init: bool = True,
+        timeout: float | None = None,
+        init_timeout: float = DEFAULT_INIT_TIMEOUT,
         spares: int | None = None,
+        collective_timeout: int = DEFAULT_COLLECTIVE_TIMEOUT,
+        env: Mapping[str, str] | None = None,
     ) -> None:
-        options = cluster_options(
-            n=n,
-            devices_per_process=devices_per_process,
-            platform=platform,
-            engines=engines,
-            hosts=hosts,
-            hostfile=hostfile,
-            python=python,
-            address=address,
-            init=init,
-            timeout=timeout,
-            init_timeout=init_timeout,
-            collective_timeout=collective_timeout,
-            env=env,
-            workdir=workdir,
-            workdir_exclude=workdir_exclude,
-            partition=partition,
-            time_limit=time_limit,
-            account=account,
-            sbatch=sbatch,
-            spares=spares,
-        )
-        self.group = Group(options)
+        """Each keyword is the :class:`~jaxnb._core.options.ClusterOptions` field of its name (the
+        one declaration of the options, their checks and ``%jax_cluster start``'s flags)."""
+        given = {name: value for name, value in locals().items() if name != "self"}
+        self.group = Group(resolve(ClusterOptions(**given)))
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -248,19 +238,20 @@ class JaxCluster:
         all: bool = False,
         process: int | None = None,
         value: bool = False,
-    ) -> Any:
+    ) -> spmd.CellOutcome:
         """Run ``code`` on every process (SPMD) and show the merged output.
 
-        ``timeout``: seconds (default: the cluster's ``timeout``); ``0``: no timeout.
+        ``timeout``: seconds (default: the cluster's ``timeout``); ``0``: no timeout. ``all``:
+        show every process's output raw; ``process=I``: run on process I only.
 
         ``value``: return the cell's value (process 0's) in the outcome's ``value`` instead
         of showing it (what ``%%jax_cluster`` gives IPython as ``Out[n]``).
         """
+        check_run(timeout=timeout, all=all, process=process)
         self.group.require_idle()
         if process is not None and process not in self.process_indices:
-            raise ValueError(
-                f"--process {process} does not exist; choose 0..{self.num_processes - 1}"
-            )
+            raise ValueError(f"{example('process', process)} does not exist; choose "
+                             f"0..{self.num_processes - 1}")
         repair.ensure_ready(self.group)
         outcome = spmd.run_cell(
             self.group,
@@ -272,16 +263,6 @@ class JaxCluster:
         if process is None:  # succeeded on every process: part of the setup to replay
             self.group.setup.cell(code, timeout)
         return outcome
-
-    def profile(self, code: str, *, name: str | None = None, storage: str | None = None,
-                on_result: Any = None) -> Any:
-        """Run ``code`` like :meth:`run` while every process traces it; a ``ProfileResult``."""
-        from jaxnb._profile import session
-
-        self.group.require_idle()
-        repair.ensure_ready(self.group)
-        return session.profile(self.group, code, name=name, storage=storage,
-                               timeout=self.options.timeout, on_result=on_result)
 
     def push(self, **values: Any) -> None:
         """Set ``values`` as variables on every process."""
@@ -322,29 +303,18 @@ class JaxCluster:
         self.group.require_running()
         return stacks.collect(self.group)
 
-    def train(self, fn: Any, config: Any = None, *, max_failures: int = 0, **options: Any) -> Any:
-        """Run ``fn`` (or ``fn(config)``) on every process with a live dashboard; a ``Result``.
-
-        ``max_failures=N``: when a process dies or a host is lost, restart the
-        cluster, replay the setup and resume from the latest checkpoint, up to N times.
-        """
-        self.group.require_running()
-        repair.ensure_ready(self.group)
-        return driver.train(self.group, fn, config, max_failures=max_failures,
-                            restart=self._recover, **options)
-
-    def tune(self, fn: Any, space: Any, **options: Any) -> Any:
-        """Hyperparameter search: each trial one ``train`` run on every process; a ``TuneResult``.
-
-        See :func:`jaxnb.tune.run` for ``options``.
-        """
-        from jaxnb._tune.runner import tune
-
-        self.group.require_running()
-        repair.ensure_ready(self.group)
-        return tune(self.group, fn, space, restart=self._recover, **options)
-
     def __repr__(self) -> str:
         n = self.num_processes
         state = plural(n, "process", "processes") if self.running else "stopped"
         return f"<JaxCluster {state}, platform={self.options.platform}>"
+
+
+def check_run(*, timeout: float | None = None, all: bool = False, process: int | None = None) -> None:
+    """The checks of :meth:`JaxCluster.run`'s options that need no cluster (a one-line
+    ``ValueError``); ``%%jax_cluster`` makes them before it asks for the cluster."""
+    if all and process is not None:
+        raise ValueError(f"{example('all', True)} and {option('process')} do not go together; "
+                         "pick one")
+    if timeout is not None and not timeout >= 0:
+        raise ValueError(f"{option('timeout')} takes seconds, 0 for none, got {timeout!r}; "
+                         f"e.g. {example('timeout', 30)}")

@@ -13,6 +13,8 @@ in the notebook kernel (never on the engines).
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from jaxnb._tune.domains import Domain as Domain
@@ -21,21 +23,49 @@ from jaxnb._tune.domains import loguniform as loguniform
 from jaxnb._tune.domains import quniform as quniform
 from jaxnb._tune.domains import randint as randint
 from jaxnb._tune.domains import uniform as uniform
+from jaxnb._tune.options import DEFAULT_METRIC, DEFAULT_TRIALS
 
 if TYPE_CHECKING:
+    from jaxnb._cluster import JaxCluster
     from jaxnb._tune.result import TuneResult
 
 __all__ = ["Domain", "choice", "loguniform", "quniform", "randint", "run", "uniform"]
 
 
-def run(cluster: Any, fn: Any, space: Any, **options: Any) -> TuneResult:
+def run(
+    cluster: JaxCluster,
+    fn: Callable[..., Any] | str,
+    space: Any,
+    *,
+    trials: int = DEFAULT_TRIALS,
+    metric: str = DEFAULT_METRIC,
+    mode: str = "min",
+    pruner: str = "median",
+    config: Mapping[str, Any] | None = None,
+    name: str | None = None,
+    storage: str | os.PathLike[str] | None = None,
+    steps: int | None = None,
+    datasets: Mapping[str, str] | None = None,
+    max_failures: int = 0,
+    resume: bool = False,
+    background: bool = False,
+    seed: int | None = None,
+    show: bool = True,
+    on_result: Callable[[TuneResult], None] | None = None,
+) -> TuneResult:
     """Search ``space`` for ``fn`` on ``cluster`` (a ``JaxCluster``); a ``TuneResult``.
 
-    ``options``: ``trials`` (20), ``metric`` ("loss"), ``mode`` ("min"|"max"),
-    ``pruner`` ("median"|"asha"|"none"), ``config`` (base config the sampled
-    values update), ``name`` (study, default fn's name), ``storage`` (folder,
-    default ``./jaxnb_runs``), ``steps``, ``max_failures``, ``datasets``, ``resume``,
-    ``background`` (return the live TuneResult at once), ``seed``, ``show``.
-    See ``%jax_tune?``.
+    ``space``: a dict of the helpers above (or Optuna distributions), or a function
+    ``trial -> dict`` (Optuna's define-by-run). ``trials``: how many; ``metric`` and ``mode``
+    ("min"|"max"): what a trial's last report is judged by; ``pruner`` ("median"|"asha"|"none")
+    stops bad trials early; ``config``: the base config the sampled values update; ``name``:
+    the study (default fn's name), kept in ``storage`` (default ``./jaxnb_runs``), so
+    ``resume`` continues it; ``steps``, ``datasets``, ``max_failures``: each trial's, as for
+    ``JaxCluster.train``; ``background``: return the live TuneResult at once; ``seed``: the
+    sampler's; ``show``: the live view; ``on_result`` gets the TuneResult, also before an
+    error is raised. The same as ``cluster.tune(fn, space, …)`` and ``%jax_tune``.
     """
-    return cluster.tune(fn, space, **options)
+    return cluster.tune(fn, space, trials=trials, metric=metric, mode=mode, pruner=pruner,
+                        config=config, name=name, storage=storage, steps=steps, datasets=datasets,
+                        max_failures=max_failures, resume=resume, background=background, seed=seed,
+                        show=show, on_result=on_result)

@@ -41,7 +41,7 @@ def test_all_and_single_process_views(cluster, capsys):
     assert capsys.readouterr().out == "[p0]\nI am 0\n[p1]\nI am 1\n"
     cluster.run(code, process=1)
     assert capsys.readouterr().out == "[p1]\nI am 1\n"
-    with pytest.raises(ValueError, match="--process 5 does not exist"):
+    with pytest.raises(ValueError, match="process=5 does not exist"):
         cluster.run(code, process=5)
 
 

@@ -63,7 +63,7 @@ def test_a_run_folder_remembers_the_users_own_checkpoint(tmp_path):
     assert check_fresh_run(run, resume=True) is None
     remember_user_checkpoint(run, 7, "/data/ckpt-7")
     assert check_fresh_run(run, resume=True) == Checkpoint(7, "/data/ckpt-7", user_managed=True)
-    with pytest.raises(FileExistsError, match="already has checkpoints \\(steps 7\\); pass --resume"):
+    with pytest.raises(FileExistsError, match="already has checkpoints \\(steps 7\\); pass resume=True"):
         check_fresh_run(run, resume=False)
     with Checkpoint(7, "/data/ckpt-7").as_directory() as path:
         assert path == "/data/ckpt-7"

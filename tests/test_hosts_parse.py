@@ -48,7 +48,7 @@ def test_hosts_and_hostfile(tmp_path):
     path = tmp_path / "hosts"
     path.write_text(text)
     assert read_hostfile(str(path)) == parse_hostfile_text(text)
-    with pytest.raises(HostError, match="cannot read --hostfile"):
+    with pytest.raises(HostError, match="cannot read hostfile="):
         read_hostfile(str(tmp_path / "missing"))
     with pytest.raises(HostError, match="names no host"):
         parse_hostfile_text("# nothing\n")
@@ -81,7 +81,7 @@ def test_default_address_is_an_interface_address():
 def test_check_address():
     assert check_address("10.0.0.5") == "10.0.0.5"
     for bad in ("0.0.0.0", "::", "node1"):
-        with pytest.raises(HostError, match="--address"):
+        with pytest.raises(HostError, match="address="):
             check_address(bad)
 
 

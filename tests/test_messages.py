@@ -13,10 +13,7 @@ import pytest
 import jaxnb
 from jaxnb._core import messages
 from jaxnb._core.errors import RemoteError, remote_error
-from jaxnb._profile import magic as profile_magic
-from jaxnb._train import magic as train_magic
-from jaxnb._tune import magic as tune_magic
-from jaxnb.magics import SUBCOMMANDS, JaxnbMagics
+from jaxnb.magics import SUBCOMMANDS, jax_cluster, jax_profile, jax_train, jax_tune
 
 PACKAGE = pathlib.Path(jaxnb.__file__).parent
 MAGIC = re.compile(r"%%?(jax_\w+)")
@@ -50,8 +47,8 @@ def _texts() -> list[tuple[str, str]]:
 
 
 def _flags() -> set[str]:
-    parsers = [JaxnbMagics.jax_cluster_line.parser, JaxnbMagics.jax_cluster_cell.parser,
-               train_magic.jax_train.parser, tune_magic.jax_tune.parser, profile_magic.jax_profile.parser]
+    parsers = [jax_cluster.jax_cluster.parser, jax_cluster.jax_cluster_cell.parser,
+               jax_train.jax_train.parser, jax_tune.jax_tune.parser, jax_profile.jax_profile.parser]
     return {option for parser in parsers for option in parser._option_string_actions}
 
 

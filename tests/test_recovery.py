@@ -147,7 +147,7 @@ def test_more_failures_than_allowed_fails_listing_every_cause(cluster, tmp_path)
     with pytest.raises(ProcessFailure) as info:
         cluster.train(checkpointed_loop, config, storage=tmp_path, max_failures=1)
     message = info.value.summary
-    assert "gave up after 1 recovery (--max-failures 1)" in message, message
+    assert "gave up after 1 recovery (max_failures=1)" in message, message
     assert "1) at step 7: [p1]" in message and "2) at step 13: [p0]" in message
     assert [f.processes[0] for f in info.value.result.failures] == [1, 0]
     cluster.restart()
@@ -175,7 +175,7 @@ def test_without_a_checkpoint_it_starts_again_from_step_0(cluster, tmp_path, cap
 
 def test_max_failures_must_be_a_whole_number(cluster, tmp_path):
     for bad in (-1, 1.5, True):
-        with pytest.raises(ValueError, match="max_failures must be a whole number >= 0"):
+        with pytest.raises(ValueError, match="max_failures= takes a whole number >= 0"):
             cluster.train(raises_at, {"at": 3}, storage=tmp_path, max_failures=bad)
 
 

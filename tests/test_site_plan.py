@@ -29,7 +29,7 @@ KINDS = {
     "tpu slice": ClusterOptions(hosts=("127.0.0.2", "127.0.0.3"), local_host="127.0.0.2", platform="tpu"),
     "mpi": ClusterOptions(engines="mpi"),
     "mpi on hosts": ClusterOptions(engines="mpi", hosts=("127.0.0.2", "127.0.0.3:2")),
-    "slurm": ClusterOptions(engines="slurm", slurm=(("partition", "gpu"), ("sbatch", "--gres=gpu:8"))),
+    "slurm": ClusterOptions(engines="slurm", partition="gpu", sbatch=("--gres=gpu:8",)),
     "pbs": ClusterOptions(engines="pbs", n=4),
 }
 ENGINE_CMD = ["python", "-c", "engine"]

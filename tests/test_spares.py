@@ -70,7 +70,7 @@ def test_spares_must_be_a_whole_number():
     from jaxnb._core.options import OptionError
 
     for bad in (-1, 1.5, True):
-        with pytest.raises(OptionError, match="--spares must be a whole number >= 0"):
+        with pytest.raises(OptionError, match="spares= must be a whole number >= 0"):
             JaxCluster(n=2, spares=bad)
 
 

@@ -202,7 +202,7 @@ def test_ray_style_directory_checkpoints_resume(cluster, tmp_path):
     first = cluster.train(ray_style_own_checkpoints, config, name="own", storage=tmp_path)
     assert first.checkpoint.step == 4 and first.checkpoint.user_managed
     assert first.checkpoint.path == str(tmp_path / "saved_by_user" / "4")
-    with pytest.raises(FileExistsError, match="--resume"):
+    with pytest.raises(FileExistsError, match="resume=True"):
         cluster.train(ray_style_own_checkpoints, config, name="own", storage=tmp_path)
     again = cluster.train(ray_style_own_checkpoints, {**config, "steps": 3}, name="own",
                           storage=tmp_path, resume=True)
@@ -254,7 +254,7 @@ def test_checkpoint_and_resume_with_sharded_arrays(cluster, tmp_path):
     assert [h["total"] for h in first.history] == [float(n * s) for s in range(1, 7)]
     assert sorted(int(d.name) for d in (tmp_path / "counter" / "checkpoints").iterdir()
                   if d.name.isdigit()) == [2, 4, 6]
-    with pytest.raises(FileExistsError, match="--resume"):
+    with pytest.raises(FileExistsError, match="resume=True"):
         cluster.train(sharded_counter, {"steps": 2}, name="counter", storage=tmp_path)
     again = cluster.train(sharded_counter, {"steps": 4}, name="counter", storage=tmp_path,
                           resume=True)
@@ -366,7 +366,7 @@ def test_expected_steps_from_argument_or_config():
     assert expected_steps({"max_steps": 9}, 3) == 3
     assert expected_steps({"num_steps": True, "steps": 4}, None) is None
     assert expected_steps([1, 2], None) is None
-    with pytest.raises(ValueError, match="total_steps must be a positive int"):
+    with pytest.raises(ValueError, match="steps= takes a positive whole number"):
         expected_steps(None, 0)
 
 

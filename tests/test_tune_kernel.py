@@ -86,3 +86,21 @@ def test_resume_after_the_kernel_died_during_a_trial(tmp_path):
         assert states == ["COMPLETE", "FAIL", "COMPLETE", "COMPLETE"]
         assert k.value("search.trials[2].config['x'] == search.study.trials[1].params['x']")
         assert k.value("len(search.trials[0].history)") == 40  # kept from before the restart
+
+
+def test_datasets_built_on_the_engines_feed_every_trial(tmp_path):
+    """``%jax_tune --datasets NAME=VAR`` takes a dataset built in a ``%%jax_cluster`` cell, as
+    ``%jax_train`` does (it was refused: VAR had to be a notebook variable)."""
+    with Kernel() as k:
+        _start(k)
+        k.ok("%%jax_cluster\nimport numpy as np\nrows = {'x': np.arange(10.0)}")
+        k.ok("def reads_rows(config):\n"
+             "    import jaxnb\n"
+             "    shard = jaxnb.get_dataset_shard('train')\n"
+             "    seen = sum(len(b['x']) for b in shard.iter_batches(batch_size=2))\n"
+             "    jaxnb.report({'loss': config['x'], 'rows': seen, 'step': 1})\n")
+        k.ok(f"%jax_tune reads_rows --space {{'x': tune.uniform(0, 1)}} --trials 2 "
+             f"--datasets train=rows --storage {tmp_path} -o search")
+        assert k.value("[t.state for t in search.trials]") == ["COMPLETE", "COMPLETE"]
+        assert k.value("[t.history[-1]['rows'] for t in search.trials]") == [5, 5]
+

@@ -8,7 +8,6 @@ from IPython.core.error import UsageError
 
 from jaxnb import tune
 from jaxnb._tune import keys, space
-from jaxnb._tune.magic import split_expressions
 from jaxnb._tune.options import TuneOptions
 from jaxnb._tune.view import TuneView
 
@@ -40,8 +39,8 @@ def test_optuna_distributions_and_define_by_run_functions_are_spaces():
 @pytest.mark.parametrize(
     ("bad", "message"),
     [
-        ({}, "--space is empty"),
-        ([1, 2], "--space must be a dict"),
+        ({}, "^space is empty"),
+        ([1, 2], "^space must be a dict"),
         ({"x": 1.0}, "not a distribution"),
         ({1: tune.uniform(0, 1)}, "keys must be config key strings"),
         (lambda t: None, "must return a non-empty dict"),
@@ -72,11 +71,11 @@ def test_helpers_refuse_bad_bounds(call, message):
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"mode": "best"}, "--mode takes min or max"),
-        ({"trials": 0}, "--trials takes a positive whole number"),
-        ({"pruner": "x"}, "--pruner takes one of median, asha, none"),
-        ({"metric": ""}, "--metric takes the name"),
-        ({"config": [1]}, "--config for %jax_tune must be a dict"),
+        ({"mode": "best"}, "mode= takes min or max"),
+        ({"trials": 0}, "trials= takes a positive whole number"),
+        ({"pruner": "x"}, "pruner= takes one of median, asha, none"),
+        ({"metric": ""}, "metric= takes the name"),
+        ({"config": [1]}, "config= of a search must be a dict"),
     ],
 )
 def test_options_refuse_bad_values(options, message):
@@ -99,12 +98,18 @@ def test_keys_a_function_never_reads_are_found_in_its_code():
 
 
 def test_space_and_config_expressions_may_hold_spaces():
-    rest, exprs = split_expressions(
+    from jaxnb.magics import kit
+    from jaxnb.magics.jax_tune import EXPRESSIONS, jax_tune
+
+    def split(line):
+        return kit.split_expressions(line, jax_tune, EXPRESSIONS)
+
+    rest, exprs = split(
         "train --space {'lr': tune.loguniform(1e-4, 1e-1)} --trials 3 --config dict(a = 1) -o r")
     assert exprs == {"--space": "{'lr': tune.loguniform(1e-4, 1e-1)}", "--config": "dict(a = 1)"}
     assert rest.split() == ["train", "--trials", "3", "-o", "r"]
     with pytest.raises(UsageError, match="--space needs a Python expression"):
-        split_expressions("train --space --trials 3")
+        split("train --space --trials 3")
 
 
 def test_view_table_plot_and_best_so_far():

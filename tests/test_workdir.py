@@ -54,7 +54,7 @@ def test_bad_workdir_is_one_line(ip):
 
 
 def test_exclude_patterns_from_the_magic_lose_their_quotes():
-    from jaxnb._magic_args import patterns as _patterns
+    from jaxnb.magics.accept import patterns as _patterns
 
     assert _patterns("'*.bin,data/raw'") == _patterns('"*.bin,data/raw"') == ["*.bin", "data/raw"]
     assert _patterns("*.ckpt") == ["*.ckpt"] and _patterns(None) == []

@@ -13,6 +13,8 @@ import ipaddress
 import socket
 from collections.abc import Callable
 
+from jaxnb._core.spelling import example, option
+
 #: Any port: a UDP ``connect`` only asks the kernel for a route, it sends nothing.
 _PROBE_PORT = 9
 
@@ -104,7 +106,8 @@ def read_hostfile(path: str) -> tuple[HostEntry, ...]:
         with open(path) as f:
             text = f.read()
     except OSError as exc:
-        raise HostError(f"cannot read --hostfile {path}: {exc.strerror}; check the path") from None
+        raise HostError(f"cannot read {example('hostfile', path)}: {exc.strerror}; check the path"
+                        ) from None
     return parse_hostfile_text(text)
 
 
@@ -171,7 +174,9 @@ def check_address(address: str) -> str:
     try:
         ip = ipaddress.ip_address(address)
     except ValueError:
-        raise HostError(f"--address {address!r} is not an IP address; e.g. --address 10.0.0.5") from None
+        raise HostError(f"{example('address', address)} is not an IP address; e.g. "
+                        f"{example('address', '10.0.0.5')}") from None
     if ip.is_unspecified:
-        raise HostError("--address must name one interface, not every interface; e.g. 10.0.0.5")
+        raise HostError(f"{option('address')} must name one interface, not every interface; e.g. "
+                        f"{example('address', '10.0.0.5')}")
     return str(ip)

@@ -1,10 +1,14 @@
-"""Validated options of a jaxnb cluster (what `%jax_cluster start` accepts)."""
+"""The options of a jaxnb cluster, declared once and checked (``JaxCluster``'s keywords,
+``%jax_cluster start``'s flags)."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from jaxnb._core.spelling import bare, example, option
 
 Platform = Literal["cpu", "gpu", "tpu"]
 PLATFORMS: tuple[str, ...] = ("cpu", "gpu", "tpu")
@@ -12,6 +16,10 @@ PLATFORMS: tuple[str, ...] = ("cpu", "gpu", "tpu")
 #: Default simulated devices per CPU process: see README "CPU collectives".
 DEFAULT_CPU_DEVICES_PER_PROCESS = 1
 DEFAULT_CPU_PROCESSES = 2
+#: Seconds the processes may take to join ``jax.distributed``.
+DEFAULT_INIT_TIMEOUT = 60.0
+#: Seconds a CPU collective may wait for the other processes (XLA's gloo timeout).
+DEFAULT_COLLECTIVE_TIMEOUT = 60
 
 
 class OptionError(ValueError):
@@ -19,100 +27,159 @@ class OptionError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
-class ClusterOptions:
-    """Everything needed to start (and restart) the same cluster."""
+class Flag:
+    """How ``%jax_cluster start`` takes an option (its help lists these)."""
 
-    n: int | None = None
-    devices_per_process: int | None = None
-    platform: Platform = "cpu"
-    engines: str = "local"
-    hosts: tuple[str, ...] = ()
-    init: bool = True
-    timeout: float | None = None
-    init_timeout: float = 60.0
-    heartbeat_timeout: int = 10
-    collective_timeout: int = 60
-    env: tuple[tuple[str, str], ...] = ()
+    help: str
+    metavar: str | None = None
+    #: How the flag's text becomes the value (``jaxnb.magics.accept.FLAG_TEXT``): "text",
+    #: "positive", "count", "seconds", "hosts", "patterns", "lines" (the flag repeated),
+    #: "off" (a flag without value that sets the option to False).
+    text: str = "text"
+
+
+def _option(default: Any, flag: Flag | None = None) -> Any:
+    """A field that is a ``JaxCluster`` keyword, and with ``flag`` a ``%jax_cluster start`` flag."""
+    return dataclasses.field(default=default, metadata={"keyword": True, "flag": flag})
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterOptions:
+    """Everything needed to start (and restart) the same cluster: the one declaration of the
+    cluster's options.
+
+    Each field made by ``_option`` is a keyword of :class:`jaxnb.JaxCluster` of the same name
+    (typed there too, for IDEs) and, with a :class:`Flag`, a flag of ``%jax_cluster start``
+    (built from it: ``devices_per_process`` is ``--devices-per-process``, ``init=False`` is
+    ``--no-init``); ``tests/test_api.py`` checks all three agree. Adding an option is one
+    field here (its check in ``__post_init__``) and its typed keyword in
+    ``JaxCluster.__init__``. The other fields are set by jaxnb.
+    """
+
+    n: int | None = _option(None, Flag("JAX processes", "N", "positive"))
+    devices_per_process: int | None = _option(
+        None, Flag("devices per process (simulated on CPU)", "K", "positive"))
+    platform: Platform = _option(  # noqa: RUF009 (a field, as all _option; ruff knows str, not Platform)
+        "cpu", Flag("cpu (default), gpu or tpu", "cpu|gpu|tpu"))
+    engines: str = _option("local", Flag("local (default), ssh, mpi, ...", "LAUNCHER"))
+    hosts: tuple[str, ...] = _option((), Flag("hosts, each [user@]host[:count]", "H1,H2", "hosts"))
+    #: Read into ``hosts`` when the cluster is made (``jaxnb._cluster_options.resolve``).
+    hostfile: str | None = _option(None, Flag("one [user@]host[:count] a line", "PATH"))
     #: Interpreter on the hosts (``None``: this notebook's own interpreter path).
-    python: str | None = None
+    python: str | None = _option(None, Flag("interpreter on the hosts", "PATH"))
     #: This machine's address the hosts connect back to (``None``: the one that routes to them).
-    address: str | None = None
+    address: str | None = _option(None, Flag("this machine's address for hosts", "ADDR"))
+    #: The folder engines start in on every host (copied where not seen).
+    workdir: str | None = _option(None, Flag("engines start in DIR on every host", "DIR"))
+    #: Patterns of files left out of the workdir's copy (data, checkpoints).
+    workdir_exclude: tuple[str, ...] = _option((), Flag(
+        "comma-separated file patterns left out of --workdir's copy, e.g. '*.ckpt,data'",
+        "PATTERNS", "patterns"))
+    partition: str | None = _option(None, Flag("Slurm partition (--engines slurm)", "P"))
+    time_limit: str | None = _option(None, Flag("Slurm time limit, e.g. 1:00:00", "T"))
+    account: str | None = _option(None, Flag("Slurm account to charge", "A"))
+    sbatch: tuple[str, ...] = _option((), Flag(
+        "an extra #SBATCH line, e.g. --sbatch=--gres=gpu:8 (repeat for more)", "OPTION", "lines"))
+    init: bool = _option(True, Flag("leave jax.distributed to you", None, "off"))
+    timeout: float | None = _option(None, Flag("cell timeout", "S", "seconds"))
+    init_timeout: float = _option(DEFAULT_INIT_TIMEOUT, Flag(
+        f"seconds to join jax.distributed (default {DEFAULT_INIT_TIMEOUT:g})", "S", "seconds"))
+    #: Warm spare engines kept for a fast restart (``None``: one per process; 0: none).
+    spares: int | None = _option(None, Flag(
+        "warm spare engines for a fast restart (default: one per process; 0: none)", "K", "count"))
+    collective_timeout: int = _option(DEFAULT_COLLECTIVE_TIMEOUT)
+    #: Extra environment variables of the engines (a dict; kept as sorted pairs).
+    env: tuple[tuple[str, str], ...] = _option(())
+    heartbeat_timeout: int = 10
     #: The ``hosts`` entry that is this machine (a TPU VM worker): its engine runs here, not over ssh.
     local_host: str | None = None
-    #: ``--workdir``: the folder engines start in on every host (copied where not seen).
-    workdir: str | None = None
-    #: ``--workdir-exclude``: patterns of files left out of the copy (data, checkpoints).
-    workdir_exclude: tuple[str, ...] = ()
-    #: ``--engines slurm``: ``--partition``, ``--time-limit``, ``--account``, ``--sbatch`` options.
-    slurm: tuple[tuple[str, str], ...] = ()
-    #: Warm spare engines kept for a fast restart (``None``: one per process; 0: none).
-    spares: int | None = None
 
     def __post_init__(self) -> None:
         from jaxnb._core.host_entries import HostError, check_address, parse_entry
 
+        self._normalise()
         try:  # normalised `[user@]host[:count]` entries
             object.__setattr__(self, "hosts", tuple(str(parse_entry(h)) for h in self.hosts))
             if self.address is not None:
                 object.__setattr__(self, "address", check_address(self.address))
         except HostError as exc:
             raise OptionError(str(exc)) from None
+        self._check_places()
+        self._check_numbers()
+
+    def _normalise(self) -> None:
+        """Sequences as tuples, ``env`` as sorted pairs (the options are frozen and compared)."""
+        for name in ("hosts", "workdir_exclude", "sbatch"):
+            value = getattr(self, name)
+            value = () if value is None else (value,) if isinstance(value, str) else tuple(value)
+            object.__setattr__(self, name, value)
+        env = self.env
+        pairs = env.items() if isinstance(env, Mapping) else (env or ())
+        object.__setattr__(self, "env", tuple(sorted((str(k), str(v)) for k, v in pairs)))
+
+    def _check_places(self) -> None:
         if self.python is not None and not self.python.strip():
-            raise OptionError("--python must be a path to an interpreter, e.g. --python /opt/venv/bin/python")
+            raise OptionError(f"{option('python')} must be a path to an interpreter, e.g. "
+                              f"{example('python', '/opt/venv/bin/python')}")
         if self.workdir is not None:
             if not os.path.isdir(self.workdir):
-                raise OptionError(
-                    f"--workdir {self.workdir} is not a folder on this machine; pass an existing "
-                    "folder, e.g. --workdir ."
-                )
+                raise OptionError(f"{example('workdir', self.workdir)} is not a folder on this "
+                                  f"machine; pass an existing folder, e.g. {example('workdir', '.')}")
             object.__setattr__(self, "workdir", os.path.abspath(self.workdir))
         elif self.workdir_exclude:
-            raise OptionError("--workdir-exclude needs --workdir DIR")
+            raise OptionError(f"{option('workdir_exclude')} needs {example('workdir', 'DIR')}")
         if self.engines == "slurm" and self.hosts:
             raise OptionError(
-                "--hosts does not go with --engines slurm (Slurm picks the nodes); drop --hosts, "
-                "or name nodes with --sbatch=--nodelist=NODES"
+                f"{option('hosts')} does not go with {example('engines', 'slurm')} (Slurm picks "
+                f"the nodes); drop {option('hosts')}, or name nodes with "
+                f"{example('sbatch', ['--nodelist=NODES'], '--nodelist=NODES')}"
             )
         if self.slurm and self.engines != "slurm":
-            flags = ", ".join("--" + k.replace("_", "-") for k, _ in self.slurm)
+            names = ", ".join(option(k) for k, _ in self.slurm)
             one = len(self.slurm) == 1
             raise OptionError(
-                f"{flags} {'is' if one else 'are'} for --engines slurm only; add --engines slurm "
-                f"or drop {'it' if one else 'them'}"
-            )
-        if self.n is not None and (not isinstance(self.n, int) or self.n < 1):
-            raise OptionError(f"-n must be a whole number ≥ 1, got {self.n!r}; e.g. -n 2")
-        k = self.devices_per_process
-        if k is not None and (not isinstance(k, int) or k < 1):
-            raise OptionError(
-                f"--devices-per-process must be a whole number ≥ 1, got {k!r}; e.g. "
-                "--devices-per-process 2"
+                f"{names} {'is' if one else 'are'} for {example('engines', 'slurm')} only; add "
+                f"{example('engines', 'slurm')} or drop {'it' if one else 'them'}"
             )
         if self.platform not in PLATFORMS:
-            raise OptionError(
-                f"unknown --platform {self.platform!r}; use one of {', '.join(PLATFORMS)}"
-            )
-        if k is not None and self.platform == "gpu" and k != 1:
-            raise OptionError("--platform gpu places one engine per GPU; drop --devices-per-process")
+            raise OptionError(f"unknown {bare('platform')} {self.platform!r}; use one of "
+                              f"{', '.join(PLATFORMS)}")
+        if self.devices_per_process not in (None, 1) and self.platform == "gpu":
+            raise OptionError(f"{example('platform', 'gpu')} places one engine per GPU; drop "
+                              f"{option('devices_per_process')}")
         if self.is_local and self.python is not None:
             raise OptionError(
-                "--python is the interpreter on the hosts; local engines run this notebook's own "
-                "interpreter: drop --python, or pass --hosts"
+                f"{option('python')} is the interpreter on the hosts; local engines run this "
+                f"notebook's own interpreter: drop {option('python')}, or pass {option('hosts')}"
             )
         if self.is_local and self.address is not None:
             raise OptionError(
-                "--address is this machine's address for engines on other hosts; local engines "
-                "use loopback: drop --address, or pass --hosts"
+                f"{option('address')} is this machine's address for engines on other hosts; local "
+                f"engines use loopback: drop {option('address')}, or pass {option('hosts')}"
             )
-        if self.spares is not None and (isinstance(self.spares, bool) or not isinstance(self.spares, int)
-                                        or self.spares < 0):
-            raise OptionError(f"--spares must be a whole number >= 0, got {self.spares!r}; "
-                              "e.g. --spares 0 to keep none")
+
+    def _check_numbers(self) -> None:
+        for name in ("n", "devices_per_process"):
+            value = getattr(self, name)
+            if value is not None and (not _whole(value) or value < 1):
+                says = "must be at least 1" if _whole(value) else "takes a whole number"
+                raise OptionError(f"{option(name)} {says}, got {value!r}; e.g. {example(name, 2)}")
+        if self.spares is not None and (not _whole(self.spares) or self.spares < 0):
+            raise OptionError(f"{option('spares')} must be a whole number >= 0, got {self.spares!r}; "
+                              f"e.g. {example('spares', 0)} to keep none")
         for name in ("timeout", "init_timeout"):
             value = getattr(self, name)
-            if value is not None and value <= 0:
-                flag = "--" + name.replace("_", "-")
-                raise OptionError(f"{flag} must be a positive number of seconds, got {value!r}")
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or value <= 0):
+                raise OptionError(f"{option(name)} must be a positive number of seconds, got "
+                                  f"{value!r}; e.g. {example(name, 30)}")
+
+    @property
+    def slurm(self) -> tuple[tuple[str, str], ...]:
+        """The Slurm options given (``partition``, ``time_limit``, ``account``, ``sbatch`` lines)."""
+        given = [("partition", self.partition), ("time_limit", self.time_limit),
+                 ("account", self.account), ("sbatch", "\n".join(self.sbatch))]
+        return tuple((k, v) for k, v in given if v)
 
     @property
     def is_local(self) -> bool:
@@ -166,3 +233,17 @@ def _count_local_gpus() -> int:
     except (OSError, subprocess.SubprocessError):
         return 0
     return len([line for line in out.stdout.splitlines() if line.startswith("GPU")])
+
+
+def keyword_fields() -> tuple[dataclasses.Field, ...]:
+    """The options a user gives (``JaxCluster``'s keywords), in declaration order."""
+    return tuple(f for f in dataclasses.fields(ClusterOptions) if f.metadata.get("keyword"))
+
+
+def start_flags() -> dict[str, Flag]:
+    """``%jax_cluster start``'s flags: keyword -> how the flag takes it."""
+    return {f.name: f.metadata["flag"] for f in keyword_fields() if f.metadata["flag"] is not None}
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from jaxnb._core.contract import EngineCall
+from jaxnb._core.spelling import example
 
 _USER_RECORD = "user_checkpoint.json"  # the last directory checkpoint the user reported
 
@@ -115,6 +116,6 @@ def check_fresh_run(run_dir: str, resume: bool) -> Checkpoint | None:
     shown = ", ".join(str(s) for s in sorted({c.step for c in found}))
     raise FileExistsError(
         f"run '{os.path.basename(run_dir)}' in {os.path.dirname(run_dir)} already has "
-        f"checkpoints (steps {shown}); pass --resume to continue it, or --name NEW / "
-        "delete the folder to start over"
+        f"checkpoints (steps {shown}); pass {example('resume', True)} to continue it, or "
+        f"{example('name', 'NEW')} / delete the folder to start over"
     )

@@ -18,6 +18,7 @@ import re
 from typing import Any
 
 from jaxnb._core.contract import EngineCall
+from jaxnb._core.spelling import example, option
 
 DEFAULT_STORAGE = "jaxnb_runs"
 DEFAULT_NAME = "profile"
@@ -53,13 +54,14 @@ class RunFolder:
         return os.path.join(self.merged_dir, "trace.json.gz")
 
 
-def prepare(storage: str | None, name: str | None) -> RunFolder:
+def prepare(storage: str | os.PathLike[str] | None, name: str | None) -> RunFolder:
     """Make ``DIR/RUN`` and a new session in it; a folder that cannot be written is a
     ``ValueError`` saying so, before any process starts tracing."""
     storage = os.path.abspath(os.path.expanduser(storage or DEFAULT_STORAGE))
     name = name or DEFAULT_NAME
     if not name or os.sep in name or name in (".", ".."):
-        raise ValueError(f"--name takes a folder name, got {name!r}; e.g. --name step_times")
+        raise ValueError(f"{option('name')} takes a folder name, got {name!r}; e.g. "
+                         f"{example('name', 'step_times')}")
     root = os.path.join(storage, name)
     session = datetime.datetime.now().strftime("%Y_%m_%d_%H_%M_%S")
     folder = RunFolder(root, session)
@@ -77,7 +79,7 @@ def prepare(storage: str | None, name: str | None) -> RunFolder:
     except OSError as exc:
         raise ValueError(
             f"cannot write the profile to {root} ({exc.strerror or exc}); "
-            "pass --storage DIR with a folder you can write"
+            f"pass {example('storage', 'DIR')} with a folder you can write"
         ) from None
     return folder
 

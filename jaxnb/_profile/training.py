@@ -1,4 +1,5 @@
-"""``%jax_train … --profile-steps A:B``: trace steps A to B of a training run on every process.
+"""``JaxCluster.train(profile_steps=(A, B))`` (``%jax_train … --profile-steps A:B``): trace steps
+A to B of a training run on every process.
 
 The engines open and close the trace inside ``jaxnb.report()`` (a step is the time
 between two reports), agreed through the coordination service like ``%%jax_profile``;
@@ -8,35 +9,69 @@ run's own folder (``DIR/RUN/plugins/profile/SESSION``).
 
 from __future__ import annotations
 
+import os
 import secrets
+from collections.abc import Callable
 from typing import Any
 
 from jaxnb._core.contract import EngineCall
+from jaxnb._core.spelling import example, option
 from jaxnb._core.state import Group
 from jaxnb._profile import folder as run_folder
 from jaxnb._profile import session
 from jaxnb._profile import show as showing
 from jaxnb._profile.result import ProfileResult
+from jaxnb._train.function import run_name
+from jaxnb._train.result import Result
 
 _ARM = EngineCall("jaxnb._engine.profile.recording:arm_steps")
 _FINISH = EngineCall("jaxnb._engine.profile.recording:finish_steps")
 
 
-def parse_window(text: str) -> tuple[int, int]:
-    """``"A:B"`` → (A, B) with 1 ≤ A ≤ B; a ``ValueError`` (one line, with an example) otherwise."""
-    first, sep, last = text.partition(":")
-    if sep and first.strip().isdigit() and last.strip().isdigit():
-        a, b = int(first), int(last)
-        if 1 <= a <= b:
-            return a, b
-        if a > b:
-            raise ValueError(f"--profile-steps {text}: the first step comes after the last; "
-                             f"e.g. --profile-steps {b}:{a}")
-    raise ValueError(f"--profile-steps takes FIRST:LAST steps (1 ≤ FIRST ≤ LAST), got {text!r}; "
-                     "e.g. --profile-steps 10:20")
+def window(steps: tuple[int, int] | str, background: bool) -> tuple[int, int]:
+    """``(A, B)`` or ``"A:B"`` as (A, B) with 1 ≤ A ≤ B; a one-line ``ValueError`` otherwise."""
+    if background:
+        raise ValueError(f"{option('profile_steps')} does not go with "
+                         f"{example('background', True)}; drop one of them")
+    first, last = steps if isinstance(steps, tuple) else (None, None)
+    if isinstance(steps, str):
+        head, sep, tail = steps.partition(":")
+        if sep and head.strip().isdigit() and tail.strip().isdigit():
+            first, last = int(head), int(tail)
+    if isinstance(first, int) and isinstance(last, int) and first >= 1:
+        if first <= last:
+            return first, last
+        raise ValueError(f"{example('profile_steps', (first, last), f'{first}:{last}')}: the first "
+                         "step comes after the last; e.g. "
+                         f"{example('profile_steps', (last, first), f'{last}:{first}')}")
+    raise ValueError(f"{option('profile_steps')} takes the first and last step to trace "
+                     f"(1 ≤ FIRST ≤ LAST), got {steps!r}; e.g. "
+                     f"{example('profile_steps', (10, 20), '10:20')}")
 
 
-def arm(group: Group, storage: str | None, name: str, window: tuple[int, int]) -> run_folder.RunFolder:
+def traced(group: Group, fn: Any, name: str | None, storage: str | os.PathLike[str] | None,
+           steps: tuple[int, int], train: Callable[[Callable[[Result], None]], Result],
+           on_result: Callable[[Result], None] | None) -> Result:
+    """``train(keep)`` (a training run) with ``steps`` traced on every process; the ``Result``
+    gets ``.profile`` (a ``ProfileResult``), also when the run fails."""
+    seen: list[Result] = []
+
+    def keep(result: Result) -> None:
+        seen.append(result)
+        if on_result is not None:
+            on_result(result)
+
+    where = arm(group, storage, run_name(fn, name), steps)
+    try:
+        return train(keep)
+    finally:
+        profile = collect(group, where)
+        for result in seen:
+            result.profile = profile
+
+
+def arm(group: Group, storage: str | os.PathLike[str] | None, name: str,
+        window: tuple[int, int]) -> run_folder.RunFolder:
     """Prepare the run's profile folder and arm every process to trace the window."""
     where = run_folder.prepare(storage, name)
     key = f"{where.session}-{secrets.token_hex(4)}"

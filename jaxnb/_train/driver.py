@@ -17,11 +17,12 @@ from jaxnb._core.contract import EngineCall
 from jaxnb._core.errors import ClusterStateError, remote_error
 from jaxnb._core.messages import BUSY, RESET, RESTART
 from jaxnb._core.run_folder import check_fresh_run
+from jaxnb._core.spelling import example, option
 from jaxnb._core.state import Group, Suspect
 from jaxnb._train import dataset_names, function, handover
 from jaxnb._train.interrupts import InterruptCounter
 from jaxnb._train.monitor import Monitor
-from jaxnb._train.recovery import NO_CHECKPOINT, Recovery, Restart, give_up, not_retried
+from jaxnb._train.recovery import NO_CHECKPOINT, Recovery, Restart, check_max_failures, give_up, not_retried
 from jaxnb._train.result import Result
 from jaxnb._widgets.dashboard import Dashboard
 
@@ -79,9 +80,8 @@ def train(
     ``restart()`` (stop, start, replay the setup) and resume from the latest
     checkpoint, up to that many times (:mod:`jaxnb._train.recovery`).
     """
-    if isinstance(max_failures, bool) or not isinstance(max_failures, int) or max_failures < 0:
-        raise ValueError(f"max_failures must be a whole number >= 0, got {max_failures!r}; "
-                         "e.g. --max-failures 2")
+    check_max_failures(max_failures)
+    total = expected_steps(config, total_steps)
     handover.wait_if_stopping(group)  # a run asked to stop may take a moment to end
     if group.busy_with:
         raise ClusterStateError(BUSY.format(name=group.busy_with))
@@ -101,7 +101,6 @@ def train(
 
     result = Result(run, run_dir)
     result.checkpoint = resume_from  # until the run saves a newer one (it may have nothing left to do)
-    total = expected_steps(config, total_steps)
     attempts = _Attempts(group, spec, result, Recovery(max_failures, restart, run_dir, run))
     if background:
         monitor = _launch(group, result, total, attempts, view=view)
@@ -122,7 +121,8 @@ def expected_steps(config: Any, total_steps: int | None) -> int | None:
     """How many steps the run will report, if known: ``total_steps``, else from the config."""
     if total_steps is not None:
         if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps <= 0:
-            raise ValueError(f"total_steps must be a positive int, got {total_steps!r}; e.g. 1000")
+            raise ValueError(f"{option('steps')} takes a positive whole number, got "
+                             f"{total_steps!r}; e.g. {example('steps', 1000)}")
         return total_steps
     if isinstance(config, Mapping):
         for key in STEP_COUNT_KEYS:

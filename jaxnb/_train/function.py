@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from jaxnb._core.messages import article
+from jaxnb._core.spelling import example
 from jaxnb._train.sources import cell_sources
 
 _RUN_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
@@ -43,7 +44,7 @@ def run_name(fn: Any, name: str | None) -> str:
     if not _RUN_NAME.match(chosen) or chosen in (".", ".."):
         raise ValueError(
             f"run name {chosen!r} must be a plain folder name (letters, digits, _ . -); "
-            "pass --name NAME"
+            f"pass {example('name', 'NAME')}"
         )
     return chosen
 

@@ -1,4 +1,4 @@
-"""``--max-failures N``: survive a dead process by restarting, replaying and resuming.
+"""``max_failures=N`` (``--max-failures N``): survive a dead process by restarting, replaying and resuming.
 
 When a process dies (signal, exit) or its host is lost — and the collectives
 of the others fail because of it — the run goes on: the group is restarted with
@@ -20,17 +20,18 @@ from typing import Any
 from jaxnb._core.errors import ProcessFailure
 from jaxnb._core.messages import GROUP_BROKEN, plural
 from jaxnb._core.run_folder import Checkpoint, check_fresh_run
+from jaxnb._core.spelling import example, option
 from jaxnb._train.result import Failure
 
 NOT_RETRIED = (
     "not retried: it was raised by the training function on a live process (a bug to fix, "
-    "not a lost process); --max-failures retries only processes that died or hosts that were lost"
+    "not a lost process); {option} retries only processes that died or hosts that were lost"
 )
 REPEATED = (
     "the failure repeats at step {step} after a restore from {start}: jaxnb stops retrying "
     "(the loop itself probably ends the process there)"
 )
-EXHAUSTED = "gave up after {recoveries} (--max-failures {n}); every cause, in order: {causes}"
+EXHAUSTED = "gave up after {recoveries} ({limit}); every cause, in order: {causes}"
 NO_CHECKPOINT = "jaxnb: run {name!r} reported no checkpoint yet; restarting it from step 0"
 _PID = re.compile(r" \(pid \d+ on [^)]*\)")
 
@@ -92,7 +93,8 @@ class Recovery:
                                for i, f in enumerate(self.failures, 1))
             n = self.max_failures
             recoveries = plural(n, "recovery", "recoveries")
-            return failure, EXHAUSTED.format(n=n, recoveries=recoveries, causes=causes)
+            return failure, EXHAUSTED.format(recoveries=recoveries, causes=causes,
+                                             limit=example("max_failures", n))
         if previous is not None and previous.step == failure.step:
             return failure, REPEATED.format(step=failure.step, start=start_text_step(previous.resumed_from))
         return failure, None
@@ -111,6 +113,13 @@ class Recovery:
         return f"recovered {len(self.failures)} of {self.max_failures}"
 
 
+def check_max_failures(max_failures: int) -> None:
+    """``max_failures`` is a whole number >= 0 (a one-line ``ValueError`` otherwise)."""
+    if isinstance(max_failures, bool) or not isinstance(max_failures, int) or max_failures < 0:
+        raise ValueError(f"{option('max_failures')} takes a whole number >= 0, got "
+                         f"{max_failures!r}; e.g. {example('max_failures', 2)}")
+
+
 def give_up(monitor: Any, reason: str) -> None:
     """End the run with the death as its error, saying why it was not recovered."""
     error = monitor.gave_up
@@ -119,9 +128,10 @@ def give_up(monitor: Any, reason: str) -> None:
 
 
 def not_retried(error: BaseException) -> None:
-    """Say in ``error``'s message why ``--max-failures`` did not retry it."""
+    """Say in ``error``'s message why ``max_failures`` did not retry it."""
     summary = getattr(error, "summary", None)
-    if summary is None or NOT_RETRIED in summary:
+    said = NOT_RETRIED.format(option=option("max_failures"))
+    if summary is None or said in summary:
         return
-    error.summary = f"{summary}; {NOT_RETRIED}"  # type: ignore[attr-defined]
-    error.args = (error.summary,)
+    error.summary = f"{summary}; {said}"  # type: ignore[attr-defined]
+    error.args = (f"{summary}; {said}",)

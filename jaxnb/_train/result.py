@@ -40,7 +40,8 @@ class Result(Ongoing):
     ended early because you asked it to; ``reports`` counts the reports received
     from each process. ``failures`` has one :class:`Failure` per recovery
     (``--max-failures``); after one, the reports redone from the checkpoint
-    replace the lost ones in ``history``. A ``--background`` run's Result fills in while it runs:
+    replace the lost ones in ``history``. ``profile``: the trace of ``profile_steps``, or None.
+    A ``--background`` run's Result fills in while it runs:
     ``wait()`` for the end, ``stop()`` to ask every process to stop.
     """
 
@@ -53,6 +54,8 @@ class Result(Ongoing):
     stopped: bool = False
     reports: dict[int, int] = dataclasses.field(default_factory=dict)
     failures: list[Failure] = dataclasses.field(default_factory=list)
+    #: The ``ProfileResult`` of ``profile_steps`` (``--profile-steps``), else ``None``.
+    profile: Any = None
     _steps: list[int] = dataclasses.field(default_factory=list, repr=False)
     _done: threading.Event = dataclasses.field(default_factory=threading.Event, repr=False)
     _stop: Callable[[], None] | None = dataclasses.field(default=None, repr=False)

@@ -1,9 +1,14 @@
-"""What a search was asked to do, checked up front (each problem one line saying what to pass)."""
+"""What a search was asked to do, declared once and checked up front (each problem one line
+saying what to pass)."""
 
 from __future__ import annotations
 
 import dataclasses
+import os
+from collections.abc import Mapping
 from typing import Any
+
+from jaxnb._core.spelling import Code, example, option
 
 MODES = ("min", "max")
 PRUNERS = ("median", "asha", "none")
@@ -16,18 +21,19 @@ MEDIAN_WARMUP_STEPS = 1
 
 @dataclasses.dataclass(frozen=True)
 class TuneOptions:
-    """The search's settings (``%jax_tune`` flags / ``jaxnb.tune.run`` keywords)."""
+    """The search's settings: the one declaration of ``JaxCluster.tune``'s and ``jaxnb.tune.run``'s
+    keywords (``%jax_tune``'s flags of the same names; ``tests/test_api.py`` checks they agree)."""
 
     trials: int = DEFAULT_TRIALS
     metric: str = DEFAULT_METRIC
     mode: str = "min"
     pruner: str = "median"
-    config: Any = None
+    config: Mapping[str, Any] | None = None
     name: str | None = None
-    storage: str | None = None
+    storage: str | os.PathLike[str] | None = None
     steps: int | None = None
-    max_failures: int | None = None
-    datasets: dict[str, Any] | None = None
+    datasets: Mapping[str, str] | None = None
+    max_failures: int = 0
     resume: bool = False
     background: bool = False
     seed: int | None = None
@@ -35,20 +41,27 @@ class TuneOptions:
 
     def __post_init__(self) -> None:
         if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 1:
-            raise ValueError(f"--trials takes a positive whole number, got {self.trials!r}; "
-                             "e.g. --trials 20")
+            raise ValueError(f"{option('trials')} takes a positive whole number, got "
+                             f"{self.trials!r}; e.g. {example('trials', 20)}")
         if self.mode not in MODES:
-            raise ValueError(f"--mode takes min or max, got {self.mode!r}; e.g. --mode max "
-                             "for accuracy, --mode min for a loss")
+            raise ValueError(f"{option('mode')} takes min or max, got {self.mode!r}; e.g. "
+                             f"{example('mode', 'max')} for accuracy, {example('mode', 'min')} "
+                             "for a loss")
         if self.pruner not in PRUNERS:
-            raise ValueError(f"--pruner takes one of {', '.join(PRUNERS)}, got {self.pruner!r}; "
-                             "e.g. --pruner median")
+            raise ValueError(f"{option('pruner')} takes one of {', '.join(PRUNERS)}, got "
+                             f"{self.pruner!r}; e.g. {example('pruner', 'median')}")
         if not isinstance(self.metric, str) or not self.metric:
-            raise ValueError(f"--metric takes the name of a reported metric, got {self.metric!r}; "
-                             "e.g. --metric val_loss")
-        if self.config is not None and not isinstance(self.config, dict):
-            raise ValueError(f"--config for %jax_tune must be a dict (the sampled values update "
-                             f"it), got a {type(self.config).__name__}; e.g. --config dict(steps=100)")
+            raise ValueError(f"{option('metric')} takes the name of a reported metric, got "
+                             f"{self.metric!r}; e.g. {example('metric', 'val_loss')}")
+        from jaxnb._train import dataset_names, driver, recovery  # each trial's run checks them too
+
+        recovery.check_max_failures(self.max_failures)
+        driver.expected_steps(None, self.steps)
+        dataset_names.check(self.datasets)
+        if self.config is not None and not isinstance(self.config, Mapping):
+            raise ValueError(f"{option('config')} of a search must be a dict (the sampled values "
+                             f"update it), got a {type(self.config).__name__}; e.g. "
+                             f"{example('config', Code('dict(steps=100)'))}")
 
     @property
     def direction(self) -> str:

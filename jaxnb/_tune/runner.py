@@ -7,9 +7,11 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from jaxnb._core.errors import ClusterStateError, RemoteError
+from jaxnb._core.spelling import bare, example, option
 from jaxnb._core.state import Group
 from jaxnb._failures import detect
 from jaxnb._train import driver, function
@@ -24,11 +26,11 @@ from jaxnb._tune.result import TrialResult, TuneResult
 from jaxnb._tune.view import TuneView
 
 NO_METRIC = ("no report of trial {n} carries metric {metric!r} (its reports have: {have}); "
-             "pass --metric with one of them")
+             "pass {option} with one of them")
 NO_REPORT = ("trial {n} made no report; call jaxnb.report({{{metric!r}: value}}) in the train "
-             "function, or pass --metric NAME")
+             "function, or pass {example}")
 UNREAD = ("jaxnb: the search samples {keys} but {fn} never reads {them} (no such string in its "
-          "code); check --space against the config keys {fn} uses")
+          "code); check {space} against the config keys {fn} uses")
 CANNOT_GO_ON = "the cluster cannot run more trials: {why}"
 STOPPED = "stopped on request after trial {n}"
 
@@ -38,13 +40,12 @@ def trial_run_name(number: int) -> str:
     return f"trial_{number:04d}"
 
 
-def tune(group: Group, fn: Any, space: Any, *, on_result: Any = None, restart: Restart | None = None,
-         **options: Any) -> TuneResult:
+def tune(group: Group, fn: Any, space: Any, opts: TuneOptions, *, on_result: Any = None,
+         restart: Restart | None = None) -> TuneResult:
     """Run the search (see ``jaxnb.tune.run``); ``on_result`` gets the TuneResult before an error.
 
     ``restart`` restarts the cluster and replays its setup: a trial run with
     ``max_failures`` recovers through it (as ``JaxCluster.train`` does)."""
-    opts = TuneOptions(**options)
     sample = spaces.sampler(space)
     preview = spaces.check(sample)
     import optuna
@@ -54,7 +55,8 @@ def tune(group: Group, fn: Any, space: Any, *, on_result: Any = None, restart: R
     missing = keys.unread(fn, preview)
     if missing:
         print(UNREAD.format(keys=", ".join(map(repr, missing)), fn=function.label_of(fn),
-                            them="it" if len(missing) == 1 else "them"), file=sys.stderr)
+                            space=bare("space"), them="it" if len(missing) == 1 else "them"),
+              file=sys.stderr)
     opened = studies.open_study(folder, name, opts.direction, make_pruner(opts.pruner),
                                 optuna.samplers.TPESampler(seed=opts.seed), opts.resume)
     result = TuneResult(opened.study, folder, opts.metric, opts.mode)
@@ -98,7 +100,7 @@ class _Search:
         self.view = (TuneView(self.study.study_name, opts.metric, opts.mode, opts.trials,
                               on_stop=on_stop) if opts.show else None)
         # Each trial's run: its datasets, and recovery as for %jax_train --max-failures.
-        self.extra = {"datasets": opts.datasets, "max_failures": opts.max_failures or 0,
+        self.extra: dict[str, Any] = {"datasets": opts.datasets, "max_failures": opts.max_failures,
                       "restart": restart}
         self._started = time.monotonic()
 
@@ -187,7 +189,7 @@ class _Search:
             dead = detect.dead_processes(self.group)
             if dead:
                 return CANNOT_GO_ON.format(why=f"processes {sorted(dead)} died; restart the "
-                                           "cluster and continue with --resume")
+                                           f"cluster and continue with {example('resume', True)}")
         return why
 
     def _conclude(self, trial: Any, feed: TrialFeed, run: Result, error: BaseException | None,
@@ -208,8 +210,10 @@ class _Search:
             self.study.tell(trial, state=TrialState.FAIL)
             if first or not feed.reports:
                 have = ", ".join(sorted(feed.keys)) or "nothing"
-                text = (NO_METRIC.format(n=trial.number, metric=self.opts.metric, have=have)
-                        if feed.reports else NO_REPORT.format(n=trial.number, metric=self.opts.metric))
+                text = (NO_METRIC.format(n=trial.number, metric=self.opts.metric, have=have,
+                                         option=option("metric"))
+                        if feed.reports else NO_REPORT.format(n=trial.number, metric=self.opts.metric,
+                                                              example=example("metric", "NAME")))
                 raise ValueError(text)
             return "FAIL", None
         if feed.last != feed.last:  # NaN: Optuna fails the trial
@@ -241,7 +245,7 @@ class _Search:
         self.view.trial_ended(past.number, past.state, past.value, seconds=past.seconds)
 
 
-def _past_trials(study: Any, folder: str, metric: str, base: dict[str, Any] | None
+def _past_trials(study: Any, folder: str, metric: str, base: Mapping[str, Any] | None
                  ) -> list[tuple[TrialResult, dict[str, Any]]]:
     """The finished trials of a resumed study, as TrialResults (history from Optuna's record)."""
     from optuna.trial import TrialState

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from jaxnb._core.spelling import Code, bare, example
 from jaxnb._tune.domains import Domain
 
-EXAMPLE = "e.g. --space dict(lr=jaxnb.tune.loguniform(1e-4, 1e-1), width=jaxnb.tune.choice([32, 64]))"
+EXAMPLE = Code("dict(lr=jaxnb.tune.loguniform(1e-4, 1e-1), width=jaxnb.tune.choice([32, 64]))")
 
 
 class SpaceError(ValueError):
@@ -23,8 +24,8 @@ def sampler(space: Any) -> Sampler:
         return _dict_sampler(space)
     if callable(space):
         return _function_sampler(space)
-    raise SpaceError(f"--space must be a dict of distributions or a function trial -> dict, "
-                     f"got a {type(space).__name__}; {EXAMPLE}")
+    raise SpaceError(f"{bare('space')} must be a dict of distributions or a function trial -> "
+                     f"dict, got a {type(space).__name__}; {_example()}")
 
 
 def distribution(key: str, value: Any) -> Any:
@@ -43,17 +44,19 @@ def distribution(key: str, value: Any) -> Any:
         return d.CategoricalDistribution(value.choices)
     if isinstance(value, list | tuple) and value:
         return d.CategoricalDistribution(tuple(value))  # a plain list: one of its values
-    raise SpaceError(f"--space[{key!r}] is a {type(value).__name__}, not a distribution; use "
-                     "jaxnb.tune.uniform/loguniform/randint/choice or an optuna distribution "
-                     "(fixed values go in --config)")
+    raise SpaceError(f"{bare('space')}[{key!r}] is a {type(value).__name__}, not a distribution; "
+                     "use jaxnb.tune.uniform/loguniform/randint/choice or an optuna distribution "
+                     f"(fixed values go in {bare('config')})")
 
 
 def _dict_sampler(space: Mapping[Any, Any]) -> Sampler:
     if not space:
-        raise SpaceError(f"--space is empty; give at least one parameter to search, {EXAMPLE}")
+        raise SpaceError(f"{bare('space')} is empty; give at least one parameter to search, "
+                         f"{_example()}")
     bad = [k for k in space if not isinstance(k, str) or not k]
     if bad:
-        raise SpaceError(f"--space keys must be config key strings, got {bad[0]!r}; {EXAMPLE}")
+        raise SpaceError(f"{bare('space')} keys must be config key strings, got {bad[0]!r}; "
+                         f"{_example()}")
     dists = {k: distribution(k, v) for k, v in space.items()}
 
     def sample(trial: Any) -> dict[str, Any]:
@@ -73,7 +76,7 @@ def suggest(trial: Any, name: str, dist: Any) -> Any:
         return trial.suggest_int(name, dist.low, dist.high, log=dist.log, step=dist.step)
     if isinstance(dist, d.CategoricalDistribution):
         return trial.suggest_categorical(name, dist.choices)
-    raise SpaceError(f"--space[{name!r}]: {type(dist).__name__} is not supported; use a float, "
+    raise SpaceError(f"{bare('space')}[{name!r}]: {type(dist).__name__} is not supported; use a float, "
                      "int or categorical distribution")
 
 
@@ -81,7 +84,7 @@ def _function_sampler(space: Callable[[Any], Any]) -> Sampler:
     def sample(trial: Any) -> dict[str, Any]:
         values = space(trial)
         if not isinstance(values, Mapping) or not values:
-            raise SpaceError(f"the --space function must return a non-empty dict of config "
+            raise SpaceError(f"the {bare('space')} function must return a non-empty dict of config "
                              f"values (trial.suggest_...), got {values!r}")
         return dict(values)
 
@@ -100,5 +103,9 @@ def check(sample: Sampler) -> dict[str, Any]:
     except SpaceError:
         raise
     except Exception as exc:
-        raise SpaceError(f"--space could not be sampled: {type(exc).__name__}: "
-                         f"{str(exc).splitlines()[0] if str(exc) else ''}; {EXAMPLE}") from None
+        raise SpaceError(f"{bare('space')} could not be sampled: {type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0] if str(exc) else ''}; {_example()}") from None
+
+
+def _example() -> str:
+    return "e.g. " + example("space", EXAMPLE)

@@ -6,16 +6,18 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from jaxnb._core.spelling import example
+
 JOURNAL = "study.journal"
 #: User attribute on a trial the kernel lost while it ran (marked FAIL, re-run on resume).
 INTERRUPTED = "jaxnb_interrupted"
 RERUN_OF = "jaxnb_rerun_of"
 
-EXISTS = ("study {name!r} already exists in {dir}; pass --resume to continue it, or --name NEW "
-          "for a new study")
+EXISTS = ("study {name!r} already exists in {dir}; pass {resume} to continue it, or {new} for a "
+          "new study")
 NO_STUDY_YET = "jaxnb: study {name!r} has no trials yet in {dir}; starting it"
-WRONG_DIRECTION = ("study {name!r} in {dir} was made with --mode {was}; pass --mode {was} to "
-                   "resume it, or --name NEW for a new study")
+WRONG_DIRECTION = ("study {name!r} in {dir} was made with {was}; pass {was} to resume it, or {new} "
+                   "for a new study")
 
 
 @dataclass
@@ -43,7 +45,8 @@ def open_study(folder: str, name: str, direction: str, pruner: Any, sampler: Any
     path = os.path.join(folder, JOURNAL)
     exists = os.path.exists(path) and os.path.getsize(path) > 0
     if exists and not resume:
-        raise FileExistsError(EXISTS.format(name=name, dir=folder))
+        raise FileExistsError(EXISTS.format(name=name, dir=folder, resume=example("resume", True),
+                                            new=example("name", "NEW")))
     if resume and not exists:
         print(NO_STUDY_YET.format(name=name, dir=folder))
     os.makedirs(folder, exist_ok=True)
@@ -52,8 +55,9 @@ def open_study(folder: str, name: str, direction: str, pruner: Any, sampler: Any
                                 pruner=pruner, sampler=sampler, load_if_exists=resume)
     was = study.direction.name.lower()
     if was != direction:
-        raise ValueError(WRONG_DIRECTION.format(name=name, dir=folder,
-                                                was="min" if was == "minimize" else "max"))
+        mode = example("mode", "min" if was == "minimize" else "max")
+        raise ValueError(WRONG_DIRECTION.format(name=name, dir=folder, was=mode,
+                                                new=example("name", "NEW")))
     opened = Opened(study, folder)
     if resume:
         _recover(opened)

@@ -1,14 +1,11 @@
-"""``%%jax_profile [--name RUN] [--storage DIR] [-o VAR]``: parse the line, profile the cell."""
+"""``%%jax_profile [--name RUN] [--storage DIR] [-o VAR]``: parse the line, call
+``JaxCluster.profile`` (each flag is its keyword of the same name)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
-from IPython.core.error import UsageError
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from jaxnb._core.errors import ClusterStateError
+from jaxnb.magics import kit
 
 
 @magic_arguments(name="%jax_profile")
@@ -29,18 +26,10 @@ def jax_profile(line: str) -> None:
 HELP = jax_profile.__doc__
 
 
-def run(cluster_of: Callable[[], Any], shell: Any, line: str, cell: str) -> None:
+def run(front: kit.Front, line: str, cell: str) -> None:
     """Parse the line and call ``JaxCluster.profile``; VAR gets the result even if the cell raised."""
     args = parse_argstring(jax_profile, line)
-    if args.output is not None and not args.output.isidentifier():
-        raise UsageError(f"-o takes a Python name, got {args.output!r}; e.g. -o prof")
-    cluster = cluster_of()
-
-    def store(result: Any) -> None:
-        if args.output:
-            shell.user_ns[args.output] = result
-
-    try:
-        cluster.profile(cell, name=args.name, storage=args.storage, on_result=store)
-    except (ValueError, ClusterStateError) as exc:
-        raise UsageError(str(exc)) from None
+    store = kit.storing(front.shell, args.output)
+    cluster = front.require()
+    with kit.api_call():
+        cluster.profile(cell, **kit.given(args, "output"), on_result=store)

@@ -1,0 +1,118 @@
+"""``JaxCluster``'s jobs, with their keywords: ``train``, ``tune`` and ``profile``.
+
+Each option of ``%jax_train``, ``%jax_tune`` and ``%%jax_profile`` is a keyword of the same name
+(``--max-failures`` is ``max_failures=``); the magics are thin wrappers over these, and
+``tests/test_api.py`` checks that flags and keywords agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from jaxnb._core.state import Group
+from jaxnb._failures import repair
+from jaxnb._profile import session, training
+from jaxnb._train import driver
+from jaxnb._train.result import Result
+from jaxnb._tune.options import DEFAULT_METRIC, DEFAULT_TRIALS, TuneOptions
+
+if TYPE_CHECKING:
+    import os
+
+    from jaxnb._profile.result import ProfileResult
+    from jaxnb._tune.result import TuneResult
+
+
+class ClusterJobs:
+    """The jobs of :class:`jaxnb.JaxCluster` (its base class: the cluster's life is there)."""
+
+    group: Group
+    #: Restart the cluster and replay its setup (a run's recovery); ``JaxCluster`` defines it.
+    _recover: Callable[[], dict[str, float]]
+
+    def train(
+        self,
+        fn: Callable[..., Any] | str,
+        config: Any = None,
+        *,
+        name: str | None = None,
+        storage: str | os.PathLike[str] | None = None,
+        resume: bool = False,
+        background: bool = False,
+        steps: int | None = None,
+        datasets: Mapping[str, str] | None = None,
+        max_failures: int = 0,
+        profile_steps: tuple[int, int] | str | None = None,
+        on_result: Callable[[Result], None] | None = None,
+    ) -> Result:
+        """Run ``fn`` (or ``fn(config)``) on every process with a live dashboard; a ``Result``.
+
+        ``fn``: a function, or the name of one defined on the engines. The run lives in
+        ``storage/name`` (default ``./jaxnb_runs/<fn's name>``); ``resume``: continue it from
+        its latest checkpoint. ``background``: return the live Result at once. ``steps``: how
+        many steps it reports (progress and ETA). ``datasets``: name -> engine variable, for
+        ``jaxnb.get_dataset_shard(name)``. ``max_failures=N``: when a process dies or a host is
+        lost, restart the cluster, replay the setup and resume from the latest checkpoint, up
+        to N times. ``profile_steps=(A, B)`` (or ``"A:B"``): trace steps A to B on every
+        process, as ``profile`` does (``Result.profile``). ``on_result`` gets the final Result,
+        also before an error is raised.
+        """
+        window = None if profile_steps is None else training.window(profile_steps, background)
+        self.group.require_running()
+        repair.ensure_ready(self.group)
+
+        def run(on_result: Callable[[Result], None] | None) -> Result:
+            return driver.train(self.group, fn, config, name=name, storage=storage, resume=resume,
+                                background=background, total_steps=steps, on_result=on_result,
+                                datasets=datasets, max_failures=max_failures, restart=self._recover)
+
+        if window is None:
+            return run(on_result)
+        return training.traced(self.group, fn, name, storage, window, run, on_result)
+
+    def tune(
+        self,
+        fn: Callable[..., Any] | str,
+        space: Any,
+        *,
+        trials: int = DEFAULT_TRIALS,
+        metric: str = DEFAULT_METRIC,
+        mode: str = "min",
+        pruner: str = "median",
+        config: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        storage: str | os.PathLike[str] | None = None,
+        steps: int | None = None,
+        datasets: Mapping[str, str] | None = None,
+        max_failures: int = 0,
+        resume: bool = False,
+        background: bool = False,
+        seed: int | None = None,
+        show: bool = True,
+        on_result: Callable[[TuneResult], None] | None = None,
+    ) -> TuneResult:
+        """Hyperparameter search: each trial one ``train`` run on every process; a ``TuneResult``.
+
+        Each keyword but ``on_result`` is the :class:`~jaxnb._tune.options.TuneOptions` field of
+        its name; see :func:`jaxnb.tune.run`.
+        """
+        given = {k: v for k, v in locals().items() if k not in ("self", "fn", "space", "on_result")}
+        options = TuneOptions(**given)
+        self.group.require_running()
+        repair.ensure_ready(self.group)
+        from jaxnb._tune.runner import tune  # Optuna's side, loaded when a search starts
+
+        return tune(self.group, fn, space, options, on_result=on_result, restart=self._recover)
+
+    def profile(self, code: str, *, name: str | None = None, storage: str | None = None,
+                on_result: Callable[[ProfileResult], None] | None = None) -> ProfileResult:
+        """Run ``code`` like :meth:`run` while every process traces it; a ``ProfileResult``.
+
+        It lives in ``storage/name`` (default ``./jaxnb_runs/profile``); ``on_result`` gets it
+        also when the cell raised, before the error is raised.
+        """
+        self.group.require_idle()
+        repair.ensure_ready(self.group)
+        return session.profile(self.group, code, name=name, storage=storage,
+                               timeout=self.group.options.timeout, on_result=on_result)

@@ -1,0 +1,167 @@
+"""``%jax_cluster start|status|stop|restart|reset|stacks`` and ``%%jax_cluster``: parse the line,
+call :class:`jaxnb.JaxCluster`.
+
+``start``'s flags are made from :class:`jaxnb._core.options.ClusterOptions` (one flag per
+option field that has a ``Flag``; the flag's destination is ``JaxCluster``'s keyword), so an
+option is declared once. Only ``start`` takes them: any other subcommand given one is a
+one-line ``UsageError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from jaxnb._cluster import JaxCluster, check_run
+from jaxnb._core import spelling
+from jaxnb._core.errors import StartError, short_interrupt
+from jaxnb._core.messages import ALREADY_RUNNING
+from jaxnb._core.options import Flag, start_flags
+from jaxnb.magics import accept, kit
+
+SUBCOMMANDS = ("start", "status", "stop", "restart", "reset", "stacks")
+#: ``%jax_cluster start``'s flags: ``JaxCluster`` keyword -> flag.
+START_FLAGS = {keyword: spelling.flag_of(keyword) for keyword in start_flags()}
+
+
+def _start_argument(keyword: str, flag: Flag) -> argument:
+    """The ``@argument`` of one start flag (its destination: the keyword)."""
+    name = spelling.flag_of(keyword)
+    how: dict[str, Any] = {"dest": keyword, "default": None, "help": f"start: {flag.help}"}
+    if flag.text == "off":
+        how.update(action="store_const", const=False)
+    elif flag.text == "lines":
+        how.update(action="append", metavar=flag.metavar)
+    else:
+        how.update(type=accept.FLAG_TEXT[flag.text](name), metavar=flag.metavar)
+    return argument(name, **how)
+
+
+def _with_start_flags(magic: Callable[..., Any]) -> Callable[..., Any]:
+    for keyword, flag in reversed(start_flags().items()):  # the help lists them in order
+        _start_argument(keyword, flag)(magic)
+    return magic
+
+
+@magic_arguments(name="jax_cluster")
+@argument("command", nargs="?", default=None, help=f"one of: {', '.join(SUBCOMMANDS)}")
+@_with_start_flags
+@argument("--replay", action="store_true", default=None,
+          help="restart: then run again the setup that succeeded since start (cells, pushes)")
+def jax_cluster(line: str) -> None:
+    """Start, inspect, repair or stop the cluster of JAX processes.
+
+    ``%jax_cluster start [flags]``; ``status``; ``stop``; ``restart [--replay]`` (same
+    flags as the last start; ``--replay``: then run again, in order, the ``%%jax_cluster``
+    cells and ``%jax_push`` values that succeeded since start); ``reset`` (repair the
+    jax.distributed group in place); ``stacks`` (every process's Python stack). Only
+    ``start`` takes start flags.
+    """
+
+
+@magic_arguments(name="%jax_cluster")
+@argument("--all", action="store_true", default=None, help="show every process's output raw, labelled")
+@argument("--process", type=accept.whole("--process", example=0), default=None, metavar="I",
+          help="show process I only")
+@argument("--timeout", type=accept.seconds("--timeout"), default=None, metavar="S",
+          help="cell timeout (0: none, also when the cluster was started with one)")
+def jax_cluster_cell(line: str) -> None:
+    """Run the cell on every JAX process (SPMD) and show the merged output.
+
+    Identical output is shown once; output that differs is labelled [pI].
+    """
+
+
+def line(front: kit.Front, text: str) -> None:
+    """``%jax_cluster SUBCOMMAND [flags]``."""
+    args = parse_argstring(jax_cluster, text)
+    if args.command is None:
+        raise UsageError(f"%jax_cluster needs a subcommand: {', '.join(SUBCOMMANDS)}")
+    if args.command not in SUBCOMMANDS:
+        raise UsageError(f"unknown subcommand {args.command!r}; use one of: {', '.join(SUBCOMMANDS)}")
+    if args.replay and args.command != "restart":
+        raise UsageError(f"--replay goes with `%jax_cluster restart`, not `{args.command}`")
+    options = kit.given(args, "command", "replay")
+    if args.command != "start" and options:
+        raise UsageError(f"`%jax_cluster {args.command}` takes no flags (got "
+                         f"{', '.join(START_FLAGS[k] for k in options)}); flags go with "
+                         "`%jax_cluster start`")
+    if args.command == "start":
+        _start(front, options)
+    elif args.command == "restart":
+        _restart(front, bool(args.replay))
+    elif args.command == "stop":
+        _stop(front)
+    else:
+        cluster = front.require()
+        with kit.api_call():
+            if args.command == "status":
+                show_status(cluster)
+            elif args.command == "reset":
+                print(f"jaxnb: {cluster.reset()}")
+            else:
+                print(cluster.stacks())
+
+
+def _start(front: kit.Front, options: dict[str, Any]) -> None:
+    if front.cluster is not None and front.cluster.running:
+        raise UsageError(ALREADY_RUNNING)
+    with kit.api_call():
+        cluster = JaxCluster(**options)
+    front.cluster = cluster
+    try:
+        with kit.api_call(StartError):
+            cluster.start()
+    except UsageError:
+        front.cluster = None  # it stopped what it had started
+        raise
+    show_status(cluster)
+
+
+def _stop(front: kit.Front) -> None:
+    if front.cluster is None:
+        print("jaxnb: no cluster to stop")
+        return
+    front.cluster.stop()
+    print("jaxnb: cluster stopped")
+
+
+def _restart(front: kit.Front, replay: bool) -> None:
+    if front.cluster is None:
+        raise UsageError("no cluster to restart; start one with `%jax_cluster start`")
+    with kit.api_call(StartError):
+        front.cluster.restart(replay=replay)
+    show_status(front.cluster)
+    if replay:
+        print(f"jaxnb: replayed {front.cluster.group.setup.summary()}")
+
+
+def cell(front: kit.Front, text: str, code: str) -> Any:
+    """``%%jax_cluster [--all] [--process I] [--timeout S]``: process 0's value (``Out[n]``)."""
+    args = parse_argstring(jax_cluster_cell, text)
+    options = kit.given(args)
+    with kit.api_call():
+        check_run(**options)
+    cluster = front.require()
+    merged = not args.all and args.process is None
+    try:
+        with kit.api_call():
+            outcome = cluster.run(code, **options, value=merged)
+    except KeyboardInterrupt as exc:
+        raise short_interrupt(exc) from None
+    return outcome.value
+
+
+def show_status(cluster: JaxCluster) -> None:
+    """The devices widget for ``cluster``'s processes."""
+    from jaxnb._widgets.devices import show_devices
+
+    show_devices(cluster.status())
+
+
+#: ``%jax_cluster?`` and ``%%jax_cluster?``: the usage and every flag.
+HELP = jax_cluster.__doc__
+CELL_HELP = jax_cluster_cell.__doc__

@@ -1,0 +1,63 @@
+"""``%jax_train FUNC [--config EXPR] [--name RUN] [--storage DIR] [-o VAR] [--resume] [--background]
+[--steps N] [--datasets NAME=VAR,…] [--profile-steps A:B] [--max-failures N]``: parse the line,
+resolve FUNC and the config in the notebook, call ``JaxCluster.train`` (each flag is its keyword
+of the same name)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from jaxnb.magics import accept, kit
+
+
+@magic_arguments(name="jax_train")
+@argument("--config", metavar="EXPR", help="Python expression evaluated in the notebook: FUNC's argument "
+          "(the rest of the line up to the next flag)")
+@argument("func", help="the function: defined in the notebook, or on the engines (%%%%jax_cluster)")
+@argument("--name", default=None, metavar="RUN", help="run name (folder under DIR); default: FUNC's name")
+@argument("--storage", default=None, metavar="DIR", help="folder that holds runs; default: ./jaxnb_runs")
+@argument("-o", "--output", default=None, metavar="VAR", help="store the Result in VAR")
+@argument("--resume", action="store_true", help="continue run RUN from its latest checkpoint")
+@argument("--background", action="store_true", help="return at once; VAR holds the live Result")
+@argument("--steps", type=accept.whole("--steps", least=1, example=1000), default=None, metavar="N",
+          help="steps the run will report (progress and ETA)")
+@argument("--datasets", default=None, metavar="NAME=VAR,…", help="engine-side datasets that "
+          "jaxnb.get_dataset_shard(NAME) shards across the processes")
+@argument("--profile-steps", default=None, metavar="A:B",
+          help="trace steps A to B on every process (as %%%%jax_profile); the result in VAR.profile")
+@argument("--max-failures", type=accept.whole("--max-failures"), default=None, metavar="N",
+          help="when a process dies or a host is lost: restart, replay the setup, resume from the "
+          "latest checkpoint, up to N times (default 0)")
+def jax_train(line: str) -> None:
+    """%jax_train FUNC [--config EXPR] [--name RUN] [--storage DIR] [-o VAR] [--resume]
+    [--background] [--steps N] [--datasets NAME=VAR,…] [--profile-steps A:B] [--max-failures N]
+
+    Run FUNC (no argument, or the config) on every JAX process with a live
+    dashboard. --config EXPR is evaluated in the notebook (the rest of the
+    line up to the next flag).
+    """
+
+
+#: ``%jax_train?``: the usage line and every flag.
+HELP = jax_train.__doc__
+#: The flags whose value is a Python expression, and an example of one.
+EXPRESSIONS = {"--config": "dict(lr=1e-3)"}
+
+
+def run(front: kit.Front, line: str, local_ns: dict | None) -> Any:
+    """Parse, resolve FUNC and the config in the notebook, and call ``JaxCluster.train``."""
+    rest, exprs = kit.split_expressions(line, jax_train, EXPRESSIONS)
+    args = parse_argstring(jax_train, rest)
+    store = kit.storing(front.shell, args.output)
+    options = {**kit.given(args, "func", "output", "config"), "datasets": kit.datasets(args.datasets)}
+    cluster = front.require()
+    fn = kit.find_function(args.func, "%jax_train", kit.namespace(front.shell, local_ns))
+    config = kit.evaluate("--config", exprs.get("--config"), front.shell, local_ns)
+    with kit.api_call():
+        result = cluster.train(fn, config, **options, on_result=store)
+    if args.background:
+        store(result)  # the live Result: .running, .wait(), .stop(); filled in as the run goes
+        return None
+    return result

@@ -1,0 +1,79 @@
+"""``%jax_tune FUNC --space EXPR [flags]``: parse the line, evaluate --space/--config in the
+notebook, call ``JaxCluster.tune`` (each flag is its keyword of the same name), store the
+``TuneResult``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from jaxnb._tune.options import DEFAULT_METRIC, DEFAULT_TRIALS
+from jaxnb.magics import accept, kit
+
+
+@magic_arguments(name="jax_tune")
+@argument("func", help="the train function: defined in the notebook, or on the engines")
+@argument("--space", metavar="EXPR", help="search space, evaluated in the notebook: a dict of "
+          "jaxnb.tune.uniform/loguniform/randint/choice or Optuna distributions, or a function "
+          "trial -> dict (rest of the line up to the next flag)")
+@argument("--trials", type=accept.whole("--trials", least=1, example=DEFAULT_TRIALS), default=None,
+          metavar="N", help=f"trials in the study (default {DEFAULT_TRIALS})")
+@argument("--metric", default=None, metavar="NAME",
+          help=f"reported metric to optimise; a trial's value is its last report (default {DEFAULT_METRIC})")
+@argument("--mode", default=None, metavar="min|max", help="minimise (default) or maximise the metric")
+@argument("--pruner", default=None, metavar="median|asha|none",
+          help="stop bad trials early (default median)")
+@argument("--config", metavar="EXPR", help="base config (a dict, evaluated in the notebook) the "
+          "sampled values update")
+@argument("--name", default=None, metavar="STUDY", help="study name (folder under DIR); default FUNC's name")
+@argument("--storage", default=None, metavar="DIR", help="folder that holds studies; default ./jaxnb_runs")
+@argument("--steps", type=accept.whole("--steps", least=1, example=1000), default=None, metavar="N",
+          help="steps each trial reports (progress)")
+@argument("--datasets", default=None, metavar="NAME=VAR,…", help="engine-side datasets, as for %%jax_train")
+@argument("--max-failures", type=accept.whole("--max-failures"), default=None, metavar="N",
+          help="restarts per trial after a process dies or a host is lost, as for %%jax_train")
+@argument("--resume", action="store_true", help="continue study STUDY (after a kernel restart)")
+@argument("--background", action="store_true", help="return at once; VAR holds the live "
+          "TuneResult; the view's Stop search button ends the search after the current trial")
+@argument("-o", "--output", default=None, metavar="VAR", help="store the TuneResult in VAR")
+def jax_tune(line: str) -> None:
+    """%jax_tune FUNC --space EXPR [--trials N] [--metric NAME] [--mode min|max]
+    [--pruner median|asha|none] [--config EXPR] [--name STUDY] [--storage DIR] [--steps N]
+    [--datasets NAME=VAR,…] [--max-failures N] [--resume] [--background] [-o VAR]
+
+    Hyperparameter search with Optuna: each trial runs FUNC on every JAX process
+    (as %jax_train) with the base config updated by the sampled values; reports of
+    the metric feed the pruner; the study lives in DIR/STUDY, so --resume continues it.
+    """
+
+
+#: ``%jax_tune?``: the usage line and every flag.
+HELP = jax_tune.__doc__
+
+
+#: The flags whose value is a Python expression, and an example of one.
+EXPRESSIONS = {"--space": "dict(lr=jaxnb.tune.loguniform(1e-4, 1e-1))", "--config": "dict(steps=100)"}
+
+
+def run(front: kit.Front, line: str, local_ns: dict | None) -> Any:
+    """Parse, evaluate in the notebook, and call ``JaxCluster.tune``."""
+    rest, exprs = kit.split_expressions(line, jax_tune, EXPRESSIONS)
+    args = parse_argstring(jax_tune, rest)
+    if "--space" not in exprs:
+        raise UsageError("%jax_tune needs --space; e.g. %jax_tune train --space "
+                         "dict(lr=jaxnb.tune.loguniform(1e-4, 1e-1)) --metric loss")
+    store = kit.storing(front.shell, args.output)
+    options = {**kit.given(args, "func", "output", "space", "config"),
+               "datasets": kit.datasets(args.datasets)}
+    space = kit.evaluate("--space", exprs["--space"], front.shell, local_ns)
+    config = kit.evaluate("--config", exprs.get("--config"), front.shell, local_ns)
+    cluster = front.require()
+    fn = kit.find_function(args.func, "%jax_tune", kit.namespace(front.shell, local_ns))
+    with kit.api_call(first_line=True):
+        result = cluster.tune(fn, space, config=config, **options, on_result=store)
+    if args.background:
+        store(result)  # the live TuneResult: .running, .wait(), .stop()
+        return None
+    return result
