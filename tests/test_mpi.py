@@ -14,11 +14,9 @@ import psutil
 import pytest
 from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
-from lab.lab import Lab, missing
 
 from jaxnb.magics import current_cluster, use_cluster
 
-WHY_NOT = missing() or (None if shutil.which("mpiexec") else "no mpiexec (apt-get install openmpi-bin)")
 PSUM = """\
 import jax, jax.numpy as jnp, numpy as np
 from jax.sharding import PartitionSpec as P
@@ -32,12 +30,9 @@ print("psum", float(total.addressable_data(0)[0]), "on", jax.process_count(), "p
 
 
 @pytest.fixture(scope="module")
-def mpi_lab():
-    if WHY_NOT:
-        pytest.skip(f"MPI lab tests skipped: {WHY_NOT}")
+def mpi_lab(make_lab):
     private = tempfile.mkdtemp(prefix="jaxnb-private-")  # the hosts do not see what is in it
-    with Lab(2, private=(private,)).running() as built:
-        yield built
+    return make_lab(2, mpi=True, private=(private,))
 
 
 @pytest.mark.engines
