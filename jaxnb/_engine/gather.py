@@ -27,7 +27,7 @@ class Gatherer:
     def __init__(self, prefix: str, process: int, num_processes: int) -> None:
         self.prefix = f"{KEY_ROOT}{prefix}/"
         self.process, self.num_processes = process, num_processes
-        self.client = stopping.kv_client() if num_processes > 1 else None
+        self.client: Any = stopping.kv_client() if num_processes > 1 else None
         self.calls = 0
 
     def __call__(self, doc: Any) -> list[Any]:

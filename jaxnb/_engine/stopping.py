@@ -70,7 +70,7 @@ class StopAgreement:
 
     def __init__(self, run_id: str, process: int, num_processes: int) -> None:
         self.process = process
-        self.client = kv_client() if num_processes > 1 else None
+        self.client: Any = kv_client() if num_processes > 1 else None
         self.prefix = f"{KEY_ROOT}{run_id}/"
         self.calls = 0
         self.next_check = 0

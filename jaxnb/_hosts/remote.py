@@ -126,7 +126,7 @@ def send_connection_file(ipp_cluster: ipp.Cluster, timeout: float) -> None:
                     "raise --init-timeout or check the controller's log"
                 ) from None
             time.sleep(0.02)
-    first = {}
+    first: dict[Any, Any] = {}
     for engine_set in ssh_sets(ipp_cluster):
         for launcher in engine_set.launchers.values():
             if isinstance(launcher, ssh.FastSSHEngineLauncher):
@@ -194,7 +194,7 @@ def explain_lost(group: Group, processes: list[int]) -> dict[int, str]:
             for p in processes:
                 found[p] = engine_set.explain_lost(p, group.processes[p].host)
             return found
-    probe: dict[int, str] = {}
+    probe: dict[int, ssh.FastSSHEngineLauncher] = {}
     for p in processes:
         launcher = launcher_of(group, p)
         if launcher is None:

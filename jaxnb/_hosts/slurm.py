@@ -101,8 +101,8 @@ def explain_lost(engine_set: JaxnbSlurmEngineSetLauncher, task: int, host: str) 
         return ""
     step = f"{job}.0"  # srun's step: one task per engine
     where = f"task {task} on {host}"
-    said = _scheduler_lines(getattr(engine_set, "output_file", ""))
-    said = f"; the job's output says: {' | '.join(said)}" if said else ""
+    lines = _scheduler_lines(getattr(engine_set, "output_file", ""))
+    said = f"; the job's output says: {' | '.join(lines)}" if lines else ""
     state = job_state(job)
     if state is None:
         return f"ended with step {step} of Slurm job {job} ({where}; the job has ended{said})"

@@ -146,7 +146,7 @@ class FastSSHEngineSetLauncher(SSHEngineSetLauncher):
         shared = set(self.traits(config=True)).intersection(engine_traits)
         inherited = shared.difference({"location", "user", "hostname", "to_send", "to_fetch"})
         inherited = inherited.union({"profile_dir", "cluster_id"})
-        jobs = []
+        jobs: list[Any] = []
         for full_host, count in self.engines.items():
             user, host = full_host.split("@", 1) if "@" in full_host else (None, full_host)
             for i in range(min(count, n - len(jobs))):
@@ -288,7 +288,7 @@ def send_text(launcher: FastSSHEngineLauncher, text: str) -> None:
 
 def place(launcher: Any) -> tuple[str, int]:
     """The ``--hosts`` target a launcher's engine runs on, and its index among that host's."""
-    return tuple(getattr(launcher, "jaxnb_place", ("", 0)))  # type: ignore[return-value]
+    return tuple(getattr(launcher, "jaxnb_place", ("", 0)))
 
 
 def exited(launcher: Any) -> bool:

@@ -13,6 +13,7 @@ import contextlib
 import os
 import shutil
 import signal
+from typing import Any
 
 import psutil
 
@@ -52,7 +53,7 @@ def stop_all(group: Group) -> None:
     temp_folders.remove_all()  # the cut cells' full outputs (jaxnb-output-*)
 
 
-def _stop_processes(ipp_cluster: object, engines: list[psutil.Process], local: bool) -> None:
+def _stop_processes(ipp_cluster: Any, engines: list[psutil.Process], local: bool) -> None:
     if not local:  # engines on other hosts: SIGKILL on every host at once; close the ssh connections
         remote.stop(ipp_cluster)
     _kill_all(engines, ipp_cluster)

@@ -112,7 +112,7 @@ def _ready(group: Group) -> dict[int, int]:
     found = {}
     for eid, family in zip(candidates, families, strict=True):
         pid = next((pid for pid in family[:2] if pid in alive), None)
-        target = ssh.place(launchers.get(pid))[0]
+        target = ssh.place(launchers.get(pid))[0] if pid is not None else ""
         if pid is not None and need[target] > 0:
             found[eid] = pid
             need[target] -= 1

@@ -199,10 +199,10 @@ def raise_if_engines_exited(group: Group) -> None:
     group.launchers.update(ipp_internals.launched_engines(group.ipp))
     for launcher in group.launchers.values():
         process = ipp_internals.launcher_process(launcher)
-        how = processes.exit_of(process) if process is not None else None
-        if how is not None:
+        ended = processes.exit_of(process) if process is not None else None
+        if process is not None and ended is not None:
             raise StartError(
-                f"an engine (pid {process.pid}) {how} during start-up; see its last lines "
+                f"an engine (pid {process.pid}) {ended} during start-up; see its last lines "
                 f"below, fix the cause and start again\n{_tail(launcher)}"
             )
 

@@ -122,5 +122,6 @@ def not_retried(error: BaseException) -> None:
     summary = getattr(error, "summary", None)
     if summary is None or NOT_RETRIED in summary:
         return
-    error.summary = f"{summary}; {NOT_RETRIED}"  # type: ignore[attr-defined]
-    error.args = (error.summary,)
+    said = f"{summary}; {NOT_RETRIED}"
+    error.summary = said  # type: ignore[attr-defined]
+    error.args = (said,)

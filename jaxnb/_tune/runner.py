@@ -98,7 +98,7 @@ class _Search:
         self.view = (TuneView(self.study.study_name, opts.metric, opts.mode, opts.trials,
                               on_stop=on_stop) if opts.show else None)
         # Each trial's run: its datasets, and recovery as for %jax_train --max-failures.
-        self.extra = {"datasets": opts.datasets, "max_failures": opts.max_failures or 0,
+        self.extra: dict[str, Any] = {"datasets": opts.datasets, "max_failures": opts.max_failures or 0,
                       "restart": restart}
         self._started = time.monotonic()
 

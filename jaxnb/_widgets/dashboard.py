@@ -269,8 +269,8 @@ class Dashboard:
         with self._lock:
             self._dirty = self._dirty and not drawing
             procs = [self._procs[i] for i in sorted(self._procs)]
-            main = procs[0].curves() if procs else {}
-            others = [p.curves() for p in procs[1 : 1 + _MAX_FAINT]]
+            main: Curves = procs[0].curves() if procs else {}
+            others: list[Curves] = [p.curves() for p in procs[1 : 1 + _MAX_FAINT]]
         empty = "no metrics were reported" if self.status in TERMINAL and not main else ""
         return main, others, empty
 
