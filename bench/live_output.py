@@ -32,7 +32,7 @@ import time
 
 import psutil
 
-from tests.support.kernel_client import Kernel, Run, kernel
+from tests.support.kernel_client import Kernel, Run
 
 SETUP = """%load_ext jaxnb
 %jax_cluster start -n 2
@@ -111,7 +111,7 @@ def main() -> None:
     parser.add_argument("--flood", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    with kernel() as k:
+    with Kernel() as k:
         k.check(SETUP, timeout=120)
         try:
             print(f"latency, print on an engine -> IOPub message at the client, {args.lines} lines each")

@@ -1,4 +1,5 @@
-"""Shared fixtures: one real 2-process cluster for the tests that leave it healthy."""
+"""Shared fixtures: one real 2-process cluster for the tests that leave it healthy; the factories
+of ``support/factories.py`` (clusters, labs, kernels of a given shape) for every module."""
 
 from __future__ import annotations
 
@@ -6,7 +7,12 @@ import os
 import signal
 
 import pytest
-from support.clusters import real_shell, two_processes
+
+pytest.register_assert_rewrite("support")  # the helpers' asserts explain themselves too
+from support.clusters import real_shell  # noqa: E402
+from support.factories import HEAVY, Clusters  # noqa: E402
+
+pytest_plugins = ["support.factories"]
 
 #: Fixtures that start engines, a Jupyter kernel, the ssh lab or a browser: a test using one
 #: (directly or through another fixture) is in the ``engines`` tier, which ``bash dev test fast``
@@ -14,6 +20,7 @@ from support.clusters import real_shell, two_processes
 HEAVY_FIXTURES = {
     "cluster", "shared_magics", "lab", "server", "browser", "context", "kernel", "k",
     "kernel_env", "with_kernel", "desc", "loaded", "shell", "any_cluster", "two_by_two",
+    *HEAVY,
 }
 
 
@@ -34,16 +41,15 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-
-
 @pytest.fixture(scope="session")
 def cluster():
     """A running 2-process cluster, shared by the tests that leave it healthy.
 
     Modules whose tests break their group on purpose have a cluster of their own
-    (a module-scoped ``cluster`` fixture that also uses :func:`two_processes`).
+    (a module-scoped ``cluster`` fixture made by ``make_cluster``).
     """
-    yield from two_processes()
+    with Clusters() as make:
+        yield make()
 
 
 @pytest.fixture(scope="session")
@@ -52,8 +58,6 @@ def ip():
     shell = real_shell()
     shell.run_line_magic("load_ext", "jaxnb")
     return shell
-
-
 
 
 @pytest.fixture

@@ -8,17 +8,15 @@ README's screenshots under docs/. Skipped (one line) where Chromium is missing.
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator
 
 import pytest
 from support import lab_server
+from support.factories import unavailable
 
-WHY = lab_server.missing()
-if WHY:
-    pytest.skip(f"browser tests: {WHY}", allow_module_level=True)
+unavailable("browser tests", lab_server.missing())
 
-from playwright.sync_api import Browser, BrowserContext, sync_playwright  # noqa: E402
+from playwright.sync_api import Browser, BrowserContext, expect, sync_playwright  # noqa: E402
 from support.browser_page import (  # noqa: E402 - only importable where playwright is installed
     Watched,
     cell,
@@ -65,7 +63,7 @@ BACKGROUND = "%jax_train slow --config dict(steps=100000, dt=0.03) --name bg --b
 AFTER_STOP = "%jax_train slow --config dict(steps=20, dt=0.01) --name after"
 RESULT = "print('stopped', bg.stopped, 'history', len(bg.history), 'reports', sorted(bg.reports.values()))"
 FAILED = "%jax_train broken --name failing"
-HANG = "%%jax_cluster\nimport time\ntime.sleep(120)"
+HANG = "%%jax_cluster\nimport time\nprint('hanging', flush=True)\ntime.sleep(120)"
 AFTER = "print('kernel back', 6 * 7)"
 #: Issue 15's example: every process prints its own loss once a second.
 LIVE = """%%jax_cluster
@@ -239,7 +237,7 @@ def test_ended_dashboards_keep_curves_and_tables_after_reload(lab: Watched) -> N
 def test_interrupt_from_toolbar_gives_the_notebook_back(lab: Watched) -> None:
     page = lab.page
     run_cell(page, C["hang"])
-    time.sleep(3)
+    expect(cell(page, C["hang"]).locator(".jp-OutputArea")).to_contain_text("hanging", timeout=60_000)
     page.locator('[data-command="notebook:interrupt-kernel"]').first.click()
     out = wait_done(page, C["hang"], timeout_s=60)
     assert "jaxnb: interrupted [p0], [p1]" in out.inner_text()

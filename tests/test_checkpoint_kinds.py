@@ -12,15 +12,11 @@ pytestmark = pytest.mark.engines
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(make_cluster):
     """This module's own cluster: 2 processes x 2 CPU devices, so that ``pmap`` outputs and
     host-local arrays span several local devices (``report`` keeps one step in flight there,
     README "CPU collectives"). One of its tests makes every process raise on purpose."""
-    from jaxnb import JaxCluster
-
-    c = JaxCluster(n=2, devices_per_process=2).start()
-    yield c
-    c.stop()
+    return make_cluster(2, devices_per_process=2)
 
 
 # ---- functions that run on the engines --------------------------------------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
+from support.factories import free_port
 
 from jaxnb._core.run_folder import Checkpoint, check_fresh_run
 from jaxnb._engine.checkpoint.store import CheckpointStore
@@ -80,12 +80,6 @@ jax.distributed.shutdown()
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 GATHER_WORKER = r"""
 import json, os, sys
 import jax
@@ -112,7 +106,7 @@ def _run_two_processes(tmp_path: Path, run_dir: Path, timeout: float = 90,
     script = tmp_path / "worker.py"
     script.write_text(worker)
     env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="1", PYTHONPATH=str(REPO))
-    port, procs = _free_port(), []
+    port, procs = free_port(), []
     with contextlib.ExitStack() as files:
         try:
             for i in range(2):

@@ -77,14 +77,32 @@ def test_many_records_fill_progress_and_process_table(loaded: Dashboard) -> None
     assert rows[0]["steps_per_s"] == pytest.approx(100, rel=0.05)
     assert rows[1]["steps_per_s"] == pytest.approx(40, rel=0.05)
     assert rows[1]["flag"] == "slow" and rows[0]["flag"] == ""
-    table = loaded._table.value
-    assert table.count("<tr>") == 3 and "slow" in table
-    assert "steps/s" in loaded._speed.value and "ETA" in loaded._speed.value
-    assert "ckpt_10000" in loaded._ckpt.value
+    assert shown(loaded, "<table").value.count("<tr>") == 3
+    text = loaded.text()
+    rows = [line.split() for line in text.splitlines() if line.startswith(("0 ", "1 "))]
+    assert [row[:2] for row in rows] == [["0", "10000"], ["1", "10000"]]
+    assert rows[1][-1] == "slow" and rows[0][-1] != "slow"
+    assert "steps/s     p0: 100 steps/s · p1: 40 steps/s" in text and "\nETA" in text
+    assert "checkpoint  /runs/demo/ckpt_10000" in text
+
+
+def test_text_says_status_progress_rates_and_checkpoint(loaded: Dashboard) -> None:
+    """What a terminal shows: the summary, then a line per process, then what the plot holds."""
+    lines = loaded.text().splitlines()
+    assert lines[:4] == ["run         demo", "status      running", "steps       10000 / 10000",
+                         lines[3]] and lines[3].startswith("elapsed     ")
+    assert lines[-4].split() == ["process", "last", "step", "steps/s", "last", "report"]
+    assert lines[-1] == "plotted: 10000 reports, steps 1–10000"
+    assert f"loss        {loss(9999):.6g}" in lines
+
+
+def shown(dash: Dashboard, marker: str) -> w.HTML:
+    """The dashboard's HTML widget whose content holds ``marker`` (``<svg``: the plot)."""
+    return next(x for x in find(dash.widget, w.HTML) if marker in x.value)
 
 
 def plot_html(dash: Dashboard) -> str:
-    return dash._plot.value
+    return shown(dash, "<svg").value
 
 
 def test_live_plot_is_svg_and_final_plot_is_png(loaded: Dashboard) -> None:
@@ -157,8 +175,8 @@ def test_unknown_total_hides_bar_and_eta() -> None:
     dash.add(next(batches(200)))
     dash.refresh(force=True)
     (bar,) = find(dash.widget, w.IntProgress)
-    assert bar.layout.display == "none" and "ETA" not in dash._speed.value
-    assert "steps/s" in dash._speed.value and "elapsed" in dash._speed.value
+    assert bar.layout.display == "none" and "ETA" not in dash.text()
+    assert "steps/s" in dash.text() and "elapsed" in dash.text()
 
 
 def test_known_total_shows_progress_and_eta() -> None:
@@ -167,7 +185,7 @@ def test_known_total_shows_progress_and_eta() -> None:
     dash.refresh(force=True)
     (bar,) = find(dash.widget, w.IntProgress)
     assert bar.layout.display is None and (bar.value, bar.max) == (200, 1000)
-    assert "200 / 1000" in dash._speed.value and "ETA" in dash._speed.value
+    assert "steps       200 / 1000" in dash.text() and "\nETA" in dash.text()
 
 
 def test_waiting_process_and_checkpoint() -> None:
@@ -175,7 +193,8 @@ def test_waiting_process_and_checkpoint() -> None:
     dash.add(next(batches(50, processes=1)))
     assert [r["flag"] for r in dash.process_stats()] == ["", "waiting", "waiting"]
     dash.set_checkpoint("/tmp/ckpt <1>")
-    assert "/tmp/ckpt &lt;1&gt;" in dash._ckpt.value
+    assert "checkpoint  /tmp/ckpt <1>" in dash.text()
+    assert "/tmp/ckpt &lt;1&gt;" in shown(dash, "last checkpoint").value  # escaped in the page
 
 
 def test_show_then_finish_leave_static_png_and_html(shell: InteractiveShell) -> None:
@@ -236,7 +255,7 @@ def test_controls_redraw_with_smoothing_and_log_scale() -> None:
     slider.value = 0.9
     after = plot_html(dash)
     assert after.count("<polyline") == 6  # each raw curve drawn faintly under its smoothed one
-    assert "plotted: 400 reports, steps 1–400" in dash._history.value
+    assert "plotted: 400 reports, steps 1–400" in dash.text()
 
 
 def test_plot_is_drawn_by_the_page_at_its_own_size() -> None:
@@ -258,8 +277,9 @@ def test_finish_keeps_the_live_plot_and_table(shell: InteractiveShell) -> None:
         dash.add(batch)
     with capture_output() as cap:
         dash.finish("finished", "stopped on request after 100 reports")
-    assert dash._plot.layout.display is None and "<polyline" in plot_html(dash)
-    assert dash._table.layout.display != "none" and dash._table.value.count("<tr>") == 3
+    assert shown(dash, "<svg").layout.display is None and "<polyline" in plot_html(dash)
+    table = shown(dash, "<table")
+    assert table.layout.display != "none" and table.value.count("<tr>") == 3
     (update,) = cap.outputs  # the static fallback of the one shown output is updated in place
     assert "application/vnd.jupyter.widget-view+json" in update.data
     assert "jaxnb-summary" in update.data["text/html"] and "data:image/png" in update.data["text/html"]
@@ -288,14 +308,18 @@ def test_a_recovery_is_marked_counted_and_its_lost_points_dropped() -> None:
     for batch in batches(30, size=30):
         dash.add(batch)
     dash.set_status("recovering", "[p1] killed by SIGKILL at step 30; resuming from step 20")
-    assert "recovering:</b> [p1] killed by SIGKILL at step 30; resuming from step 20" in dash._title.value
+    said = "recovering:</b> [p1] killed by SIGKILL at step 30; resuming from step 20"
+    assert said in shown(dash, "<b>recovered</b>").value  # the title
+    assert "status      recovering — [p1] killed by SIGKILL at step 30; resuming from step 20" in dash.text()
     assert not find(dash.widget, w.Button)[0].disabled  # Stop ends a recovery too
     dash.rewind(20)
-    steps, _ = dash._procs[0].curves()["loss"]
-    assert steps.max() == 20.0 and dash._procs[1].curves()["loss"][0].max() == 20.0
+    assert f"loss        {loss(19):.6g}" in dash.text().splitlines()  # the points after 20 dropped
+    assert "plotted: 30 reports, steps 1–20" in dash.text()
+    assert [r["step"] for r in dash.process_stats()] == [20, 20]
     dash.set_status("running", "recovered 1 of 2")
-    assert "recovered 1 of 2 (resumed from step 20)" in dash._speed.value
-    svg = dash._render_svg()
+    assert "recoveries  recovered 1 of 2 (resumed from step 20)" in dash.text()
+    assert dash.refresh(force=True)
+    svg = plot_html(dash)
     assert svg.count("class='jaxnb-recovery'") == svg.count("<svg") > 0  # one per panel
     assert "resumed from step 20" in svg
     assert dash.final_png().startswith(PNG)
@@ -308,5 +332,7 @@ def test_an_ended_run_disables_stop_and_says_how_it_ended(status) -> None:
     dash.set_status(status, "on request after 3 reports" if status == "stopped" else "")
     (button,) = find(dash.widget, w.Button)
     assert button.disabled and button.button_style == "" and button.description == status.capitalize()
-    assert f">{status}</b>" in dash._title.value
-    assert "finished stopped" not in dash._title.value
+    title = shown(dash, "<b>ended</b>").value
+    assert f">{status}</b>" in title and "finished stopped" not in title
+    said = status + (" — on request after 3 reports" if status == "stopped" else "")
+    assert dash.text().splitlines()[1] == f"status      {said}"

@@ -21,7 +21,7 @@ import time
 import psutil
 import pytest
 from IPython.utils.capture import capture_output
-from support.clusters import healthy, totals, wait_until
+from support.clusters import healthy, in_cell, totals, wait_until
 from support.fault_cells import ASYNC_LOOP, EXPECTED, SETUP, SYNC_LOOP, VERIFY
 
 from jaxnb import ClusterStateError, JaxCluster, ProcessFailure, RemoteError, StartError
@@ -30,25 +30,18 @@ from jaxnb._core.notebook_cells import remember_cell
 from jaxnb._failures import stacks
 from jaxnb._hosts import site
 from jaxnb._lifecycle import startup
-from jaxnb.magics import current_cluster, use_cluster
 
 #: Starts engines, kernels or a browser: not in `bash dev test fast`.
 pytestmark = pytest.mark.engines
 
 
 @pytest.fixture(scope="module")
-def cluster(ip):
+def cluster(ip, make_cluster):
     """A 2-process cluster started by the magic with a cluster-wide cell timeout."""
-    previous = current_cluster(ip)
-    use_cluster(None, ip)
-    with capture_output():
-        ip.run_line_magic("jax_cluster", "start -n 2 --timeout 30")
-    c = current_cluster(ip)
-    assert c is not None and c.options.timeout == 30
+    c = make_cluster.by_magic(ip, "start -n 2 --timeout 30")
+    assert c.options.timeout == 30
     c.run(SETUP)
-    yield c
-    c.stop()
-    use_cluster(previous, ip)
+    return c
 
 
 
@@ -170,12 +163,17 @@ def test_stack_dumps_are_recognised_once_complete(cluster):
     healthy(cluster, SETUP)
     paths = stacks.request(cluster.group, cluster.process_indices)
     assert sorted(paths) == cluster.process_indices
-    time.sleep(0.5)  # the engines' signal handlers write at once
-    for path in paths.values():
-        with open(path) as f:
-            text = f.read()
-        assert stacks.is_complete(text), text
-        assert stacks.where(text) == "idle"
+
+    def dumped(path: str) -> str:
+        try:
+            with open(path) as f:
+                return f.read()
+        except FileNotFoundError:  # not written yet
+            return ""
+
+    # the engines' signal handlers write at once: each dump is soon complete
+    wait_until(lambda: all(stacks.is_complete(dumped(p)) for p in paths.values()), 10, "complete dumps")
+    assert [stacks.where(dumped(p)) for p in paths.values()] == ["idle", "idle"]
 
 
 def test_the_cluster_wide_timeout_and_stacks_magic(cluster, ip):
@@ -190,7 +188,7 @@ def test_the_cluster_wide_timeout_and_stacks_magic(cluster, ip):
         blocked = "if jax.process_index() == 0:\n    print(float(total(1.0)))"
         remember_cell(blocked)
         cluster.view.execute(blocked, block=False)
-        time.sleep(1.0)
+        wait_until(lambda: in_cell(cluster, [0]) and not in_cell(cluster, [1]), what="p0 blocked, p1 done")
         with capture_output() as captured:
             ip.run_line_magic("jax_cluster", "stacks")
         out = captured.stdout
@@ -243,7 +241,7 @@ def test_interrupt_trials_never_give_a_wrong_value_or_hang(cluster, capsys):
 def test_restart_works_from_a_wedged_cluster(cluster, capsys):
     healthy(cluster, SETUP)
     cluster.view.execute("if jax.process_index() == 0:\n    total(1.0)", block=False)
-    time.sleep(1.0)
+    wait_until(lambda: in_cell(cluster, [0]), what="p0 blocked in the collective")
     old = {p.pid for p in cluster.processes}
     start = time.monotonic()
     cluster.stop()

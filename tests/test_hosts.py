@@ -16,8 +16,8 @@ import time
 import psutil
 import pytest
 from IPython.utils.capture import capture_output
-from lab.lab import SUBNET, Lab, missing
-from support.clusters import healthy, started_by_magic
+from lab.lab import SUBNET, Lab
+from support.clusters import exited, healthy, in_cell, wait_until
 from support.fault_cells import EXPECTED, SETUP, SYNC_LOOP, VERIFY
 
 from jaxnb import JaxCluster, ProcessFailure, StartError
@@ -36,24 +36,19 @@ def fit():
         w = bump(w)
         jaxnb.report({"step": step, "total": jnp.sum(w)}, checkpoint={"w": w, "step": step})
 """
-WHY_NOT = missing()
-pytestmark = [
-    pytest.mark.engines,
-    pytest.mark.skipif(WHY_NOT is not None, reason=f"no lab of ssh hosts: {WHY_NOT}"),
-]
+pytestmark = pytest.mark.engines
 
 
 @pytest.fixture(scope="module")
-def lab():
+def lab(make_lab):
     """Two lab hosts; jaxnb's ssh uses the lab's client config. Torn down even on failure."""
-    with Lab(2).running() as built:
-        yield built
+    return make_lab(2)
 
 
 @pytest.fixture(scope="module")
-def cluster(ip, lab):
+def cluster(ip, lab, make_cluster):
     """A cluster with one engine on each lab host, started by the magic with no other flag."""
-    yield from started_by_magic(ip, f"start --hosts {','.join(lab.addresses)}")
+    return make_cluster.by_magic(ip, f"start --hosts {','.join(lab.addresses)}")
 
 
 
@@ -132,7 +127,7 @@ def test_timeout_stacks_of_a_process_blocked_in_a_collective_and_reset(cluster, 
 
     remember_cell(blocked)
     cluster.view.execute(blocked, block=False)
-    time.sleep(1.0)
+    wait_until(lambda: in_cell(cluster, [0]) and not in_cell(cluster, [1]), what="p0 blocked, p1 done")
     with capture_output() as captured:
         ip.run_line_magic("jax_cluster", "stacks")
     out = captured.stdout
@@ -241,8 +236,9 @@ def test_a_host_whose_link_goes_down_is_named_unreachable(cluster, lab):
 
 def test_stop_after_a_failure_leaves_nothing_on_any_host(cluster, lab):
     healthy(cluster)
-    os.kill(cluster.processes[0].pid, 9)
-    time.sleep(0.5)
+    pid = cluster.processes[0].pid
+    os.kill(pid, 9)
+    wait_until(lambda: exited(pid), what=f"engine {pid} ending")
     started = time.monotonic()
     cluster.stop()
     deadline = started + 10

@@ -14,46 +14,25 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import tempfile
 
 import pytest
-from lab.lab import Lab, missing
-from support.kernel_harness import Kernel
+from lab.lab import Lab
 
-WHY_NOT = missing()
-pytestmark = [
-    pytest.mark.engines,
-    pytest.mark.skipif(WHY_NOT is not None, reason=f"no lab of ssh hosts: {WHY_NOT}"),
-]
+pytestmark = pytest.mark.engines
 PORT = 2222
 ALIAS = "Host gpu{i}\n  HostName {address}\n  User root\n  Port {port}\n"
 WHERE = ("%%jax_cluster\nimport jax, socket\n"
          "print('on', socket.gethostname(), jax.process_index(), jax.process_count())")
 
 
-@contextlib.contextmanager
-def environment(**values: str):
-    previous = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in previous.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+@pytest.fixture(scope="module")
+def lab(make_lab):
+    return make_lab(2, extra_ports=(PORT,))
 
 
 @pytest.fixture(scope="module")
-def lab():
-    with Lab(2, extra_ports=(PORT,)).running() as built:
-        yield built
-
-
-@pytest.fixture(scope="module")
-def kernel(lab):
+def kernel(lab, make_kernel):
     """A kernel whose ssh config names the lab hosts gpu1 and gpu2 (user root, port 2222 only there);
     ``kernel.tmp`` is its own temporary folder (short: ssh's socket paths are limited)."""
     config = os.path.join(lab.directory, "ssh_config_aliases")
@@ -65,16 +44,10 @@ def kernel(lab):
     with open(config, "w") as f:
         f.write("".join(ALIAS.format(i=h.index, address=h.address, port=PORT) for h in lab.hosts))
         f.write("Host *\n" + common)
-    tmp = tempfile.mkdtemp(prefix="jxk")
-    try:
-        with environment(JAXNB_SSH_CONFIG=config, TMPDIR=tmp):
-            k = Kernel()
-        with k:
-            k.ok("%load_ext jaxnb\nimport jaxnb, os")
-            k.tmp = tmp  # type: ignore[attr-defined]
-            yield k
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    tmp = make_kernel.keep(tempfile.TemporaryDirectory(prefix="jxk"))  # removed after the kernel
+    k = make_kernel(None, "import jaxnb, os", env={"JAXNB_SSH_CONFIG": config, "TMPDIR": tmp})
+    k.tmp = tmp
+    return k
 
 
 def jaxnb_folders(tmp: str) -> list[str]:

@@ -15,15 +15,11 @@ import tempfile
 
 import psutil
 import pytest
-from lab.lab import Lab, missing
+from lab.lab import Lab
 
 from jaxnb import JaxCluster, StartError
 
-WHY_NOT = missing()
-pytestmark = [
-    pytest.mark.engines,
-    pytest.mark.skipif(WHY_NOT is not None, reason=f"no lab of ssh hosts: {WHY_NOT}"),
-]
+pytestmark = pytest.mark.engines
 FAKE_SMI = """#!/bin/sh
 # A fake nvidia-smi for the lab: labhost1 has 2 GPUs, the others 1 (for counting only).
 case "$(hostname)" in labhost1) n=2;; *) n=1;; esac
@@ -33,7 +29,7 @@ while [ $i -lt $n ]; do echo "GPU $i: Fake GPU (UUID: GPU-fake-$i)"; i=$((i+1));
 
 
 @pytest.fixture(scope="module")
-def prep_lab():
+def prep_lab(make_lab):
     """Two lab hosts with the fake nvidia-smi and a private folder. Torn down even on failure."""
     tools = tempfile.mkdtemp(prefix="jaxnb-fake-smi-")
     private = tempfile.mkdtemp(prefix="jaxnb-private-")
@@ -41,8 +37,7 @@ def prep_lab():
         f.write(FAKE_SMI)
     os.chmod(os.path.join(tools, "nvidia-smi"), 0o755)
     os.chmod(tools, 0o755)
-    with Lab(2, path=(tools,), private=(private,)).running() as built:
-        yield built
+    return make_lab(2, path=(tools,), private=(private,))
 
 
 def engine_pids(lab: Lab) -> list[int]:

@@ -16,7 +16,8 @@ import time
 
 import psutil
 import pytest
-from support.clusters import wait_until
+from support.clusters import exited, wait_until
+from support.factories import started_kernel
 from support.fault_cells import ASYNC_LOOP, EXPECTED, SETUP, SYNC_LOOP, VERIFY, WEDGED
 from support.kernel_checks import PREPARE, dead, healthy, pids, restart, totals
 from support.kernel_harness import Kernel, Output
@@ -34,6 +35,8 @@ x = jax.pmap(lambda v: jax.lax.psum(v, "i"), axis_name="i")(jnp.ones(jax.local_d
 x.block_until_ready()
 """
 STARTED = "print('started', flush=True)\n"
+#: SYNC_LOOP that says "started" once its collective is compiled and every process is in the loop.
+IN_THE_LOOP = "x = total(1.0)\n" + STARTED + SYNC_LOOP
 TRAIN_FUNCS = """\
 def dies_mid_run(config):
     import os, signal, time
@@ -56,6 +59,8 @@ def stops_when_asked(config):
     for step in range(1, 100_000):
         multihost_utils.process_allgather(jnp.ones(1))
         jaxnb.report({"step": step})
+        if config and step == 3:  # the run is under way: say so to a test that waits for it
+            open(config["flag"], "a").close()
         if jaxnb.should_stop():
             return
         time.sleep(0.02)
@@ -74,20 +79,9 @@ WHAT_TO_DO = re.compile(r"(run|use) `%jax_cluster (restart|reset|status)`\)?\.?$
 
 
 @pytest.fixture(scope="module")
-def kernel():
+def kernel(make_kernel):
     """A real kernel with jaxnb loaded and a 2-process cluster; nothing left running after."""
-    with Kernel() as k:
-        k.ok("%load_ext jaxnb")
-        k.ok("%jax_cluster start -n 2 --devices-per-process 1")
-        k.ok(PREPARE)
-        k.ok("%%jax_cluster\n" + SETUP)
-        k.ok(TRAIN_FUNCS)
-        yield k
-        k.ok("%jax_cluster stop")
-
-
-
-
+    return make_kernel("-n 2 --devices-per-process 1", PREPARE, "%%jax_cluster\n" + SETUP, TRAIN_FUNCS)
 
 
 def failure(out: Output, ename: str = "ProcessFailure") -> str:
@@ -102,12 +96,11 @@ def failure(out: Output, ename: str = "ProcessFailure") -> str:
     return summary
 
 
-def kill_after(k: Kernel, cell: str, victim: int, marker: str = "started", delay: float = 0.5):
-    """Run ``cell``; once it printed ``marker`` (and ``delay`` later) SIGKILL ``victim``."""
+def kill_after(k: Kernel, cell: str, victim: int, marker: str = "started"):
+    """Run ``cell``; once it printed ``marker``, SIGKILL ``victim``."""
     pid = pids(k)[victim]
     msg_id = k.send(cell)
     k.collect(msg_id, timeout=60, until=marker)
-    time.sleep(delay)
     os.kill(pid, signal.SIGKILL)
     killed = time.monotonic()
     out = k.collect(msg_id, timeout=120)
@@ -145,7 +138,7 @@ def test_a_death_at_idle_is_named_by_the_next_cell(kernel):
     healthy(kernel)
     pid = pids(kernel)[1]
     os.kill(pid, signal.SIGKILL)
-    time.sleep(0.5)
+    wait_until(lambda: exited(pid), what=f"engine {pid} ending")
     summary = failure(kernel.run("%%jax_cluster\nprint(1)"))
     assert f"[p1] (pid {pid} on " in summary and "SIGKILL" in summary
 
@@ -153,7 +146,7 @@ def test_a_death_at_idle_is_named_by_the_next_cell(kernel):
 @pytest.mark.parametrize("victim", [0, 1])
 def test_a_death_mid_collective_is_named_first(kernel, victim):
     healthy(kernel)
-    out, pid, _ = kill_after(kernel, "%%jax_cluster\n" + STARTED + SYNC_LOOP, victim)
+    out, pid, _ = kill_after(kernel, "%%jax_cluster\n" + IN_THE_LOOP, victim)
     summary = failure(out)
     assert summary.startswith(f"[p{victim}] (pid {pid} on ") and "SIGKILL" in summary.split(";")[0]
 
@@ -249,7 +242,8 @@ def test_a_cell_past_its_timeout_then_stacks(kernel):
     blocked = "if jax.process_index() == 0:\n    print(float(total(1.0)))"
     kernel.ok(f"from jaxnb._core.notebook_cells import remember_cell\nremember_cell({blocked!r})\n"
               f"jaxnb.current_cluster().view.execute({blocked!r}, block=False)")
-    time.sleep(1.0)
+    wait_until(lambda: kernel.value("in_cell(jaxnb.current_cluster(), [0]) and "
+                                    "not in_cell(jaxnb.current_cluster(), [1])"), what="p0 blocked, p1 done")
     out = kernel.ok("%jax_cluster stacks")
     assert "[p0] pid" in out.stdout and "print(float(total(1.0)))" in out.stdout, out.shown
     assert "[p1] pid" in out.stdout and "idle" in out.stdout, out.shown
@@ -289,8 +283,10 @@ def test_interrupt_trials_through_the_kernel_manager(kernel):
 
 def test_the_stop_button_stops_a_training_run_at_the_same_step(kernel, tmp_path):
     healthy(kernel)
-    msg_id = kernel.send(f"%jax_train stops_when_asked --storage {tmp_path} -o run")
-    time.sleep(4.0)  # the run is under way (starting it takes about a second)
+    flag = tmp_path / "under_way"
+    msg_id = kernel.send(f"%jax_train stops_when_asked --config dict(flag={str(flag)!r}) "
+                         f"--storage {tmp_path} -o run")
+    wait_until(flag.exists, what="the run reaching step 3")
     kernel.interrupt()
     out = kernel.collect(msg_id, timeout=60)
     assert out.error is None, out.shown
@@ -313,7 +309,7 @@ def test_restart_from_each_state(kernel, state):
     if state == "wedged":
         kernel.ok("jaxnb.current_cluster().view.execute('if jax.process_index() == 0:\\n    total(1.0)', "
                   "block=False)")
-        time.sleep(1.0)
+        wait_until(lambda: kernel.value("in_cell(jaxnb.current_cluster(), [0])"), what="p0 blocked")
     elif state == "dead":
         os.kill(old[0], signal.SIGKILL)
     restart(kernel)
@@ -324,17 +320,11 @@ def test_restart_from_each_state(kernel, state):
 
 @pytest.mark.timeout(120)
 def test_every_process_exits_when_the_kernel_is_killed():
-    k = Kernel()
-    try:
-        k.ok("%load_ext jaxnb")
-        k.ok("%jax_cluster start -n 2")
-        k.ok("%%jax_cluster\n" + SETUP)
-        k.ok(f"import jaxnb\njaxnb.current_cluster().view.execute({WEDGED!r}, block=False)")
-        time.sleep(1.0)
+    with started_kernel("-n 2", PREPARE, "%%jax_cluster\n" + SETUP) as k:
+        k.ok(f"jaxnb.current_cluster().view.execute({WEDGED!r}, block=False)")
+        wait_until(lambda: k.value("in_cell(jaxnb.current_cluster(), [0, 1])"), what="both busy")
         k.note_family()
         assert len(k.family) >= 5  # controller and its schedulers, 2 engines
         k.kill()
         left = k.left_running(wait=30)
         assert not left, f"still running 30 s after the kernel was killed: {left}"
-    finally:
-        assert not k.shutdown()

@@ -22,15 +22,9 @@ CONFIG = "dict(steps=40, say_at=12, pause=0.1, flag={flag!r})"
 
 
 @pytest.fixture(scope="module")
-def kernel():
+def kernel(make_kernel):
     """A real kernel with jaxnb loaded, a 2-process cluster and the loop defined on it."""
-    with Kernel() as k:
-        k.ok("%load_ext jaxnb")
-        k.ok("%jax_cluster start -n 2 --devices-per-process 1")
-        k.ok("import jaxnb")
-        k.ok("%%jax_cluster\n" + COUNTING_LOOP)
-        yield k
-        k.ok("%jax_cluster stop")
+    return make_kernel("-n 2 --devices-per-process 1", "import jaxnb", "%%jax_cluster\n" + COUNTING_LOOP)
 
 
 def pids(k: Kernel) -> list[int]:

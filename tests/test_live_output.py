@@ -13,7 +13,7 @@ import re
 import shutil
 
 import pytest
-from support.kernel_client import Kernel, kernel, kernelspec
+from support.kernel_client import Kernel, kernelspec
 
 #: Starts engines, kernels or a browser: not in `bash dev test fast`.
 pytestmark = pytest.mark.engines
@@ -29,13 +29,8 @@ for i in range(6):
 
 
 @pytest.fixture(scope="module")
-def k():
-    with kernel() as k:
-        k.check("%load_ext jaxnb\n%jax_cluster start -n 2", timeout=120)
-        try:
-            yield k
-        finally:
-            k.timed("%jax_cluster stop", timeout=60)
+def k(make_kernel):
+    return make_kernel("-n 2")
 
 
 def per_process(run_text: str) -> dict[int, str]:

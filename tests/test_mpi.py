@@ -14,13 +14,12 @@ import psutil
 import pytest
 from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
-from lab.lab import Lab, missing
-from support.clusters import ipyparallel_processes, started_by_magic, wait_until
+from support.clusters import ipyparallel_processes, wait_until
+from support.factories import started_by_magic, unavailable
 
 from jaxnb._hosts import processes
 from jaxnb.magics import current_cluster, use_cluster
 
-WHY_NOT = missing() or (None if shutil.which("mpiexec") else "no mpiexec (apt-get install openmpi-bin)")
 PSUM = """\
 import jax, jax.numpy as jnp, numpy as np
 from jax.sharding import PartitionSpec as P
@@ -34,12 +33,9 @@ print("psum", float(total.addressable_data(0)[0]), "on", jax.process_count(), "p
 
 
 @pytest.fixture(scope="module")
-def mpi_lab():
-    if WHY_NOT:
-        pytest.skip(f"MPI lab tests skipped: {WHY_NOT}")
+def mpi_lab(make_lab):
     private = tempfile.mkdtemp(prefix="jaxnb-private-")  # the hosts do not see what is in it
-    with Lab(2, private=(private,)).running() as built:
-        yield built
+    return make_lab(2, mpi=True, private=(private,))
 
 
 @pytest.mark.engines
@@ -103,8 +99,9 @@ print("rank", next(os.environ[v] for v in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "
 def mpi_here(ip):
     """A cluster started by ``%jax_cluster start --engines mpi``: no ``--hosts``, no lab."""
     if shutil.which("mpiexec") is None:
-        pytest.skip("no mpiexec (apt-get install openmpi-bin)")
-    yield from started_by_magic(ip, "start --engines mpi")
+        unavailable("the mpi test", "no mpiexec (apt-get install openmpi-bin)")
+    with started_by_magic(ip, "start --engines mpi") as cluster:
+        yield cluster
 
 
 @pytest.mark.engines

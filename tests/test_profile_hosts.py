@@ -11,23 +11,15 @@ import json
 import os
 
 import pytest
-from lab.lab import Lab, missing
 from profile_cells import STEPS_CELL
 
-from jaxnb import JaxCluster
-
-WHY_NOT = missing()
-pytestmark = [
-    pytest.mark.engines,
-    pytest.mark.skipif(WHY_NOT is not None, reason=f"no lab of ssh hosts: {WHY_NOT}"),
-]
+pytestmark = pytest.mark.engines
 
 
 @pytest.fixture(scope="module")
-def hosts_cluster():
+def hosts_cluster(make_lab, make_cluster):
     """One engine on each of two lab hosts; lab and cluster torn down even on failure."""
-    with Lab(2).running() as lab, JaxCluster(hosts=lab.addresses) as cluster:
-        yield cluster
+    return make_cluster(hosts=make_lab(2).addresses)
 
 
 def test_profile_on_two_hosts_names_the_straggler(hosts_cluster, tmp_path):

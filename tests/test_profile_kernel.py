@@ -7,16 +7,11 @@ import json
 
 import pytest
 from profile_cells import RAISES_CELL, STEPS_CELL
-from support.kernel_harness import Kernel
 
 
 @pytest.fixture(scope="module")
-def kernel():
-    with Kernel() as k:
-        k.ok("%load_ext jaxnb")
-        k.ok("%jax_cluster start -n 2 --devices-per-process 2")
-        yield k
-        k.ok("%jax_cluster stop")
+def kernel(make_kernel):
+    return make_kernel("-n 2 --devices-per-process 2")
 
 
 def test_the_table_names_the_injected_straggler_and_its_host_time(kernel, tmp_path):
@@ -96,14 +91,12 @@ def test_train_profile_steps_records_the_window(kernel, tmp_path):
 
 
 def test_interrupt_keeps_the_trace_so_far(kernel, tmp_path):
-    import time
-
-    loop = ("print('started', flush=True)\n"
-            + STEPS_CELL.format(steps=100_000, slow=-1).replace(
-                "_f(_x).block_until_ready()", "_f(_x).block_until_ready(); time.sleep(0.01)"))
+    loop = STEPS_CELL.format(steps=100_000, slow=-1).replace(
+        "_f(_x).block_until_ready()",
+        "_f(_x).block_until_ready(); time.sleep(0.01)\n"
+        "        if _i == 5: print('traced 5 steps', flush=True)")
     msg_id = kernel.send(f"%%jax_profile --storage {tmp_path} -o stopped\n" + loop)
-    kernel.collect(msg_id, timeout=120, until="started")
-    time.sleep(1.0)
+    kernel.collect(msg_id, timeout=120, until="traced 5 steps")
     kernel.interrupt()
     out = kernel.collect(msg_id, timeout=120)
     assert out.error is not None and out.error["ename"] == "KeyboardInterrupt", out.shown

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from support.clusters import two_processes
 
 from jaxnb import JaxCluster, ProcessFailure, RemoteError, ReplayError
 
@@ -17,9 +16,9 @@ pytestmark = pytest.mark.engines
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(make_cluster):
     """This module's own cluster: its tests kill processes and restart it."""
-    yield from two_processes()
+    return make_cluster()
 
 
 # ---- functions that run on the engines --------------------------------------------------

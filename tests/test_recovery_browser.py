@@ -21,10 +21,9 @@ from pathlib import Path
 import psutil
 import pytest
 from support import lab_server
+from support.factories import unavailable
 
-WHY = lab_server.missing()
-if WHY:
-    pytest.skip(f"browser tests: {WHY}", allow_module_level=True)
+unavailable("browser tests", lab_server.missing())
 
 from playwright.sync_api import Browser, BrowserContext, sync_playwright  # noqa: E402
 from support.browser_page import (  # noqa: E402 - only importable where playwright is installed

@@ -14,49 +14,27 @@ import signal
 import threading
 import time
 
-import psutil
 import pytest
 from IPython.utils.capture import capture_output
-from lab.lab import Lab, missing
-from support.clusters import healthy, started_by_magic
+from support.clusters import exited, healthy, on_flag, wait_until
 from support.fault_cells import COUNTING_LOOP
 from test_hosts import engine_processes
 
 from jaxnb import ProcessFailure
 
-WHY_NOT = missing()
-pytestmark = [
-    pytest.mark.engines,
-    pytest.mark.skipif(WHY_NOT is not None, reason=f"no lab of ssh hosts: {WHY_NOT}"),
-]
+pytestmark = pytest.mark.engines
 
 
 @pytest.fixture(scope="module")
-def lab():
+def lab(make_lab):
     """Two lab hosts of this module's own."""
-    with Lab(2).running() as built:
-        yield built
+    return make_lab(2)
 
 
 @pytest.fixture(scope="module")
-def cluster(ip, lab):
+def cluster(ip, lab, make_cluster):
     """One engine on each lab host, started by the magic with no other flag but a timeout."""
-    yield from started_by_magic(ip, f"start --hosts {','.join(lab.addresses)} --init-timeout 30")
-
-
-def _on_flag(path, action, seconds: float = 120) -> threading.Thread:
-    """Run ``action`` once ``path`` exists (the loop writes it at a step)."""
-
-    def wait() -> None:
-        deadline = time.monotonic() + seconds
-        while not os.path.exists(path) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        if os.path.exists(path):
-            action()
-
-    thread = threading.Thread(target=wait, daemon=True)
-    thread.start()
-    return thread
+    return make_cluster.by_magic(ip, f"start --hosts {','.join(lab.addresses)} --init-timeout 30")
 
 
 def _train(ip, tmp_path, name: str) -> object:
@@ -94,7 +72,7 @@ def test_a_remote_engine_killed_during_a_run_is_recovered(cluster, ip, lab, tmp_
     spares = _spares_registered(cluster)  # the restart is only a join
     victim = cluster.processes[1]
     hosts = [p.host for p in cluster.processes]
-    killer = _on_flag(tmp_path / "killed.flag", lambda: os.kill(victim.pid, signal.SIGKILL))
+    killer = on_flag(tmp_path / "killed.flag", lambda: os.kill(victim.pid, signal.SIGKILL))
     result = _train(ip, tmp_path, "killed")
     killer.join(1)
     assert result.error is None, result.error
@@ -111,18 +89,6 @@ def test_a_remote_engine_killed_during_a_run_is_recovered(cluster, ip, lab, tmp_
     assert cluster.busy_with is None and cluster.suspect is None
 
 
-def _gone(pid: int, seconds: float = 15) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.1)
-    return False
-
-
 def _cut_at_flag(host, path, seconds: float | None) -> threading.Thread:
     """Take ``host``'s link down once the loop writes ``path``; up again after ``seconds``."""
 
@@ -131,7 +97,7 @@ def _cut_at_flag(host, path, seconds: float | None) -> threading.Thread:
         if seconds is not None:
             threading.Timer(seconds, host.link, (True,)).start()
 
-    return _on_flag(path, cut)
+    return on_flag(path, cut)
 
 
 @pytest.mark.timeout(300)
@@ -155,7 +121,7 @@ def test_a_host_whose_link_is_cut_for_seconds_is_recovered_once_it_answers(clust
     assert f"its host {host.address} is unreachable" in failure.cause, failure.cause
     assert _steps(result) == list(range(1, 31))
     assert [p.host for p in cluster.processes] == ["labhost1", "labhost2"]
-    assert _gone(old.pid), "the old engine on the cut host was left running"
+    wait_until(lambda: exited(old.pid), 15, "the old engine on the cut host ending")
 
 
 @pytest.mark.timeout(300)
@@ -195,7 +161,7 @@ def test_a_restart_on_the_hosts_joins_the_warm_spares(cluster, lab):
     # in the order of --hosts.
     assert {p.parent_pid for p in cluster.processes} == spares
     assert [p.host for p in cluster.processes] == ["labhost1", "labhost2"]
-    assert all(_gone(pid) for pid in old), "an old engine was left running"
+    wait_until(lambda: all(exited(pid) for pid in old), 15, "every old engine ending")
     cluster.run("import numpy as np, jax\nfrom jax.experimental import multihost_utils\n"
                 "total = float(multihost_utils.process_allgather(np.ones(1)).sum())")
     assert cluster.pull("total") == 2.0

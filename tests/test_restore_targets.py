@@ -13,12 +13,8 @@ import pytest
 
 
 @pytest.fixture(scope="module")
-def two_by_two():
-    from jaxnb import JaxCluster
-
-    c = JaxCluster(n=2, devices_per_process=2).start()
-    yield c
-    c.stop()
+def two_by_two(make_cluster):
+    return make_cluster(2, devices_per_process=2)
 
 
 @pytest.fixture(params=["1_device", "2_devices"])

@@ -14,13 +14,11 @@ import time
 import pytest
 from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
-from lab import slurm as lab_slurm
-from lab.lab import Lab, missing
+from lab.lab import Lab
 
 from jaxnb import ProcessFailure
 from jaxnb.magics import current_cluster, use_cluster
 
-WHY_NOT = missing() or lab_slurm.missing()
 TRAIN = """\
 import jax, jax.numpy as jnp, jaxnb
 
@@ -42,11 +40,8 @@ DAEMONS = ("sshd", "slurmd")
 
 
 @pytest.fixture(scope="module")
-def slurm_lab():
-    if WHY_NOT:
-        pytest.skip(f"Slurm lab tests skipped: {WHY_NOT}")
-    with Lab(2, with_slurm=True).running() as built:
-        yield built
+def slurm_lab(make_lab):
+    return make_lab(2, slurm=True)
 
 
 @pytest.fixture

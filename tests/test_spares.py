@@ -6,6 +6,7 @@ import time
 
 import psutil
 import pytest
+from support.clusters import exited, wait_until
 
 from jaxnb import JaxCluster
 
@@ -52,8 +53,8 @@ def test_a_restart_joins_the_warm_spares_then_starts_new_ones():
         with pytest.raises(Exception, match="name 'x' is not defined"):
             cluster.run("x")  # new processes: an empty namespace, as after any restart
         family = [p for p in psutil.Process().children(recursive=True) if p.pid not in others]
-    time.sleep(0.5)
-    assert not [p.pid for p in family if p.is_running() and p.status() != "zombie"]
+    wait_until(lambda: not [p for p in family if p.is_running() and not exited(p.pid)], 10,
+               "every process of the stopped cluster ending")
 
 
 @pytest.mark.timeout(120)

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import _thread
-import threading
 import time
 
 import pytest
 from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
-from support.clusters import two_processes
+from support.clusters import on_flag, wait_until
 
-from jaxnb import ClusterStateError, JaxCluster, RemoteError, Result
+from jaxnb import ClusterStateError, RemoteError, Result
 from jaxnb.magics import use_cluster
 
 #: Starts engines, kernels or a browser: not in `bash dev test fast`.
@@ -19,9 +18,9 @@ pytestmark = pytest.mark.engines
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(make_cluster):
     """This module's own cluster: its tests interrupt, fail and restart it."""
-    yield from two_processes()
+    return make_cluster()
 
 
 @pytest.fixture(scope="module")
@@ -36,21 +35,6 @@ def ip(cluster):
     yield shell
     shell.display_formatter.active_types = types
     use_cluster(None, shell)  # the module's cluster fixture stops it
-
-
-def _after_start(cluster: JaxCluster, delay: float, action) -> threading.Thread:
-    """Run ``action`` ``delay`` s after the cluster got busy with a run."""
-
-    def wait_then_act() -> None:
-        deadline = time.monotonic() + 60
-        while not cluster.busy_with and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(delay)
-        action()
-
-    thread = threading.Thread(target=wait_then_act, daemon=True)
-    thread.start()
-    return thread
 
 
 # ---- functions that run on the engines --------------------------------------------------
@@ -117,7 +101,9 @@ def ray_train_func(config):
         train.report({"loss": float(loss), "epoch": epoch})
 
 
-def until_stopped():
+def until_stopped(config=None):
+    """Report a step at a time until asked to stop; with ``config["flag"]``, write that file at
+    step 5 (the run is under way)."""
     import time
 
     import jaxnb
@@ -127,6 +113,8 @@ def until_stopped():
     while not jaxnb.should_stop():
         step += 1
         jaxnb.report({"step": step})
+        if config and step == 5 and rank == 0:
+            open(config["flag"], "a").close()
         time.sleep(0.002 if rank == 0 else 0.006)  # processes out of step on purpose
         if step > 20_000:
             raise RuntimeError("never asked to stop")
@@ -265,8 +253,9 @@ def test_checkpoint_and_resume_with_sharded_arrays(cluster, tmp_path):
 
 
 def test_interrupt_stops_every_process_at_the_same_step(cluster, tmp_path):
-    _after_start(cluster, 1.0, _thread.interrupt_main)
-    result = cluster.train(until_stopped, storage=tmp_path)
+    flag = tmp_path / "under_way"
+    on_flag(flag, _thread.interrupt_main)
+    result = cluster.train(until_stopped, {"flag": str(flag)}, storage=tmp_path)
     assert result.error is None and result.stopped
     assert result.reports[0] == result.reports[1] > 0
     assert [h["step"] for h in result.history] == list(range(1, result.reports[0] + 1))
@@ -295,7 +284,7 @@ def test_background_run_holds_the_engines_until_stopped(ip, cluster, tmp_path):
         cluster.run("x = 1")
     with pytest.raises(UsageError, match="busy with the background training run"):
         ip.run_cell_magic("jax_cluster", "", "x = 1")
-    time.sleep(0.5)
+    wait_until(lambda: result.history, what="the first report")
     result.stop()
     assert result.wait(30) is result
     assert result.stopped and result.error is None and not result.running
@@ -372,7 +361,7 @@ def test_expected_steps_from_argument_or_config():
 
 def test_a_run_started_right_after_stop_waits_for_the_stopping_one(cluster, tmp_path):
     first = cluster.train(until_stopped, storage=tmp_path, name="first", background=True)
-    time.sleep(0.5)
+    wait_until(lambda: first.history, what="the first report")
     first.stop()
     assert cluster.busy_with == "first"  # still stopping: the old code refused here as busy
     second = cluster.train(until_stopped, storage=tmp_path, name="second", background=True)

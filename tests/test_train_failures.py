@@ -6,7 +6,6 @@ These tests break their cluster's group on purpose, so they have a cluster of th
 from __future__ import annotations
 
 import pytest
-from support.clusters import two_processes
 
 from jaxnb import JaxCluster, ProcessFailure
 
@@ -15,9 +14,9 @@ pytestmark = pytest.mark.engines
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(make_cluster):
     """This module's own cluster: its tests interrupt, fail and restart it."""
-    yield from two_processes()
+    return make_cluster()
 
 
 def collective_total(cluster: JaxCluster) -> float:

@@ -7,10 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 from support import lab_server
+from support.factories import unavailable
 
-WHY = lab_server.missing()
-if WHY:
-    pytest.skip(f"browser tests: {WHY}", allow_module_level=True)
+unavailable("browser tests", lab_server.missing())
 
 from playwright.sync_api import Browser, BrowserContext, sync_playwright  # noqa: E402
 from support.browser_page import Watched, cell, open_notebook, run_and_wait, run_cell, wait_done, wait_for  # noqa: E402

@@ -5,14 +5,13 @@ from __future__ import annotations
 import os
 
 import pytest
-from support.clusters import two_processes
 
 from jaxnb import tune
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    yield from two_processes()
+def cluster(make_cluster):
+    return make_cluster()
 
 
 def dies_on_far_x(config):

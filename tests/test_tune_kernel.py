@@ -7,7 +7,7 @@ import time
 
 import optuna
 import pytest
-from support.kernel_harness import Kernel
+from support.factories import started_kernel
 
 #: Starts kernels and engines: not in `bash dev test fast`.
 pytestmark = pytest.mark.engines
@@ -32,15 +32,12 @@ def good_then_bad(trial):
 '''
 
 
-def _start(k: Kernel) -> None:
-    k.ok("%load_ext jaxnb")
-    k.ok("%jax_cluster start -n 2 --devices-per-process 1")
-    k.ok(FUNCS)
+#: The kernel every test here starts: a 2-process cluster and the train functions.
+KERNEL = ("-n 2 --devices-per-process 1", FUNCS)
 
 
 def test_pruning_stops_bad_trials_early_in_a_notebook(tmp_path):
-    with Kernel() as k:
-        _start(k)
+    with started_kernel(*KERNEL) as k:
         out = k.ok(f"%jax_tune slow_quadratic --space good_then_bad --trials 4 --metric loss "
                    f"--config dict(steps=25, sleep=0.02) --storage {tmp_path} -o search")
         states = k.value("[t.state for t in search.trials]")
@@ -58,8 +55,7 @@ def test_resume_after_the_kernel_died_during_a_trial(tmp_path):
     journal = tmp_path / "s" / "study.journal"
     line = (f"%jax_tune slow_quadratic --space {{'x': tune.uniform(1, 3)}} --trials 3 "
             f"--config dict(steps=40, sleep=0.05) --storage {tmp_path} --name s --pruner none")
-    with Kernel() as k:
-        _start(k)
+    with started_kernel(*KERNEL) as k:
         k.send(line)
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:  # wait for trial 1 to be under way, then kill the kernel
@@ -77,8 +73,7 @@ def test_resume_after_the_kernel_died_during_a_trial(tmp_path):
         else:
             raise AssertionError("trial 1 never started")
         k.kill()
-    with Kernel() as k:
-        _start(k)
+    with started_kernel(*KERNEL) as k:
         k.ok(line.replace("steps=40", "steps=4") + " --resume -o search")
         states = k.value("[t.state for t in search.trials]")
         numbers = k.value("[t.number for t in search.trials]")
@@ -91,8 +86,7 @@ def test_resume_after_the_kernel_died_during_a_trial(tmp_path):
 def test_datasets_built_on_the_engines_feed_every_trial(tmp_path):
     """``%jax_tune --datasets NAME=VAR`` takes a dataset built in a ``%%jax_cluster`` cell, as
     ``%jax_train`` does (it was refused: VAR had to be a notebook variable)."""
-    with Kernel() as k:
-        _start(k)
+    with started_kernel(*KERNEL) as k:
         k.ok("%%jax_cluster\nimport numpy as np\nrows = {'x': np.arange(10.0)}")
         k.ok("def reads_rows(config):\n"
              "    import jaxnb\n"

@@ -11,8 +11,10 @@ import re
 import time
 
 import pytest
-from support.kernel_harness import Kernel
+from support.factories import started_kernel
 
+#: Starts kernels and engines: not in `bash dev test fast`.
+pytestmark = pytest.mark.engines
 NOT_OURS = ("do_apply", "_contract.py", "reporting.py", "Could not get source", "_spmd.py",
             "threading.py", "ipyparallel/")
 
@@ -26,12 +28,8 @@ def usage_error(out) -> str:
 
 
 @pytest.fixture(scope="module")
-def kernel():
-    with Kernel() as k:
-        k.ok("%load_ext jaxnb")
-        k.ok("%jax_cluster start -n 2")
-        yield k
-        k.ok("%jax_cluster stop")
+def kernel(make_kernel):
+    return make_kernel("-n 2")
 
 
 def test_a_train_error_shows_the_users_frames_with_their_source(kernel, tmp_path):
@@ -61,8 +59,7 @@ def test_a_cell_error_shows_the_cell_and_the_cause_first(kernel):
 
 def test_an_interrupted_cell_is_one_line_not_jaxnbs_frames(kernel):
     msg_id = kernel.send("%%jax_cluster\nimport time\nprint('started', flush=True)\ntime.sleep(60)")
-    kernel.collect(msg_id, timeout=60, until="started")
-    time.sleep(0.5)
+    kernel.collect(msg_id, timeout=60, until="started")  # the cell runs on the engines
     kernel.interrupt()
     out = kernel.collect(msg_id, timeout=60)
     assert out.error is not None and out.error["ename"] == "KeyboardInterrupt", out.shown
@@ -229,8 +226,7 @@ def test_platforms_and_flags_that_cannot_apply_are_one_line_before_anything_star
     from jaxnb._hosts.platforms import cuda_jax_installed, local_tpu
 
     assert not cuda_jax_installed() and not local_tpu(), "run this test on a CPU-only machine"
-    with Kernel() as k:
-        k.ok("%load_ext jaxnb")
+    with started_kernel(None) as k:
         for flags, words in [
             ("--platform gpu", "--platform gpu: this notebook's JAX has no CUDA support"),
             ("--platform tpu", "--platform tpu: this machine is not a TPU VM"),
@@ -272,8 +268,7 @@ def test_train_in_a_plain_script_prints_text_not_mimebundles(tmp_path):
 
 
 def test_small_things_timeout_0_resume_checkpoint_grammar_and_temp_folders(tmp_path):
-    with Kernel() as k:
-        k.ok("%load_ext jaxnb")
+    with started_kernel(None) as k:
         out = k.ok("%jax_cluster start -n 1 --timeout 3")
         assert "1 process, 1 global device" in out.shown, out.shown
         assert k.value("repr(__import__('jaxnb').current_cluster())").startswith("<JaxCluster 1 process,")

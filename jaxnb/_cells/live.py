@@ -62,7 +62,7 @@ class LiveMerger:
     def __init__(
         self,
         processes: Sequence[int],
-        write: Callable[[str], None],
+        write: Callable[[str], object],
         *,
         save_log: Callable[[dict[int, str]], str] | None = None,
         flush: Callable[[], None] | None = None,
@@ -134,8 +134,8 @@ class LiveMerger:
         if live_noise.is_noise(line):
             key = live_noise.noise_key(line)
             self._warning[process] = key if live_noise.is_warning(line) else None
-        elif self._warning[process] is not None and live_noise.is_warning_source(line):
-            key = self._warning[process] + "\n" + live_noise.noise_key(line)
+        elif (warned := self._warning[process]) is not None and live_noise.is_warning_source(line):
+            key = warned + "\n" + live_noise.noise_key(line)
             self._warning[process] = None
         else:
             self._warning[process] = None

@@ -95,7 +95,7 @@ class LivePanel:
         elif self._since is None:
             self._since = now
         if not self.shown:
-            if text and now - self._since >= self.grace:
+            if text and self._since is not None and now - self._since >= self.grace:
                 self.screen.show(text)
                 self.shown, self._drawn, self._drawn_at = True, text, now
             return

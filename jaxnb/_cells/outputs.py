@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from jaxnb._core.messages import label
 
 
-def write_raw(processes: Sequence[int], texts: dict[int, str], write: Callable[[str], None]) -> None:
+def write_raw(processes: Sequence[int], texts: dict[int, str], write: Callable[[str], object]) -> None:
     """``--all``: every process's output in full, each under its label."""
     for p in processes:
         if texts.get(p):

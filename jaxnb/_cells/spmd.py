@@ -59,6 +59,7 @@ def check_syntax(code: str) -> bool:
     Returns whether the cell ends in an expression, whose value IPython shows.
     """
     tree = compile(as_compiled(code), "<jaxnb cell>", "exec", ast.PyCF_ONLY_AST)
+    assert isinstance(tree, ast.Module)
     compile(tree, "<jaxnb cell>", "exec")  # the errors only the compiler finds
     return bool(tree.body) and isinstance(tree.body[-1], ast.Expr)
 
@@ -87,7 +88,7 @@ def run_cell(
     merged = show.process is None and not show.all and not show.quiet
     out = LiveMerger(processes, sys.stdout.write, **live_options("stdout")) if merged else None
     err = LiveMerger(processes, sys.stderr.write, **live_options("stderr")) if merged else None
-    live = LivePanel([out.view, err.view], NotebookScreen()) if merged and in_kernel() else None
+    live = LivePanel([out.view, err.view], NotebookScreen()) if out and err and in_kernel() else None
     shown_displays = 0
     watch = Watch(group, code, timeout, list(ar.msg_ids))
     try:
@@ -129,9 +130,12 @@ def run_cell(
 
 
 def _feed(
-    out: LiveMerger, err: LiveMerger, live: LivePanel | None, by_process: dict, final: bool = False
+    out: LiveMerger | None, err: LiveMerger | None, live: LivePanel | None, by_process: dict,
+    final: bool = False,
 ) -> None:
     """Give the merged streams what arrived; at the end, empty the live view and write the rest."""
+    if out is None or err is None:  # not merged: each process's output is shown as it is
+        return
     for p, md in by_process.items():
         out.feed(p, md["stdout"] or "")
         err.feed(p, md["stderr"] or "")
@@ -202,7 +206,7 @@ def _publish(data: dict, metadata: dict) -> None:
         from IPython import get_ipython
         from IPython.display import publish_display_data
     except ImportError:
-        get_ipython = None  # type: ignore[assignment]
+        get_ipython = None
     if get_ipython is not None and get_ipython() is not None:
         publish_display_data(data=data, metadata=metadata)
     else:

@@ -32,7 +32,7 @@ def engine_launchers(ipp_cluster: Any) -> list[Any]:
     """The launcher of every engine started by ``ipp_cluster`` (local sets: one per engine)."""
     if ipp_cluster is None:
         return []
-    found = []
+    found: list[Any] = []
     for engine_set in ipp_cluster.engines.values():
         found.extend(getattr(engine_set, "launchers", {}).values())
     return found

@@ -288,7 +288,7 @@ def send_text(launcher: FastSSHEngineLauncher, text: str) -> None:
 
 def place(launcher: Any) -> tuple[str, int]:
     """The ``--hosts`` target a launcher's engine runs on, and its index among that host's."""
-    return tuple(getattr(launcher, "jaxnb_place", ("", 0)))  # type: ignore[return-value]
+    return tuple(getattr(launcher, "jaxnb_place", ("", 0)))
 
 
 def exited(launcher: Any) -> bool:

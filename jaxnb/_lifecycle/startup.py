@@ -172,7 +172,7 @@ def raise_if_engines_exited(group: Group) -> None:
         how = processes.exit_of(process) if process is not None else None
         if process is not None and how is not None:
             raise StartError(
-                f"an engine (pid {process.pid}) {how} during start-up; see its last lines "
+                f"an engine (pid {process.pid}) {ended} during start-up; see its last lines "
                 f"below, fix the cause and start again\n{_tail(launcher)}"
             )
 

@@ -91,7 +91,7 @@ def show(result: ProfileResult, timeline_png: bytes | None) -> None:
         from IPython import get_ipython
         from IPython.display import publish_display_data
     except ImportError:  # pragma: no cover - IPython is a dependency
-        get_ipython = None  # type: ignore[assignment]
+        get_ipython = None
     text = table_text(result)
     if get_ipython is None or get_ipython() is None:
         print(text)

@@ -41,7 +41,8 @@ def picture(parts: dict[int, dict[str, Any]], hosts: dict[int, str],
                 ax.broken_barh([((a - lo) / 1000, (b - a) / 1000)], (y + 1.1, 0.8),
                                facecolors="#d9d9d9", edgecolors="#555555")
                 ax.text((a - lo) / 1000, y + 1.5, f" step {s}", va="center", fontsize=7)
-        compute, collective = [], []
+        compute: list[tuple[float, float]] = []
+        collective: list[tuple[float, float]] = []
         for a, b, is_collective in parts[p]["ops"]:
             if b >= lo and a <= hi:
                 bar = ((a - lo) / 1000, max((b - a) / 1000, 1e-3))

@@ -171,7 +171,8 @@ class _Attempts:
         if latest is None:
             print(NO_CHECKPOINT.format(name=result.name), file=sys.stderr)
         if self.stopping():
-            return self._ended(monitor, "stopped before the restart")
+            self._ended(monitor, "stopped before the restart")
+            return None
         try:
             assert recovery.restart is not None
             failure.seconds.update(recovery.restart())
@@ -182,7 +183,8 @@ class _Attempts:
                 raise
             return None
         if self.stopping():
-            return self._ended(monitor, "stopped during the recovery (the cluster was restarted)")
+            self._ended(monitor, "stopped during the recovery (the cluster was restarted)")
+            return None
         failure.resumed_from = None if latest is None else latest.step
         monitor.fill_lost(failure.resumed_from)
         result.rewind(failure.resumed_from)
@@ -206,7 +208,6 @@ class _Attempts:
 
     def _ended(self, monitor: Monitor, how: str) -> None:
         self.ended_in_recovery = how
-        return None
 
 
 def _launch(group: Group, result: Result, total: int | None, attempts: _Attempts,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from jaxnb._core.ongoing import Ongoing
 from jaxnb._train.result import Result
@@ -41,7 +41,7 @@ class TuneResult(Ongoing):
         if not done:
             return None
         pick = min if self.mode == "min" else max
-        return pick(done, key=lambda t: t.value)
+        return pick(done, key=lambda t: cast(float, t.value))
 
     @property
     def best_config(self) -> dict[str, Any] | None:

@@ -51,7 +51,8 @@ def open_study(folder: str, name: str, direction: str, pruner: Any, sampler: Any
         print(NO_STUDY_YET.format(name=name, dir=folder))
     os.makedirs(folder, exist_ok=True)
     storage = JournalStorage(JournalFileBackend(path))
-    study = optuna.create_study(study_name=name, storage=storage, direction=direction,
+    study = optuna.create_study(study_name=name, storage=storage,
+                                direction=optuna.study.StudyDirection[direction.upper()],
                                 pruner=pruner, sampler=sampler, load_if_exists=resume)
     was = study.direction.name.lower()
     if was != direction:

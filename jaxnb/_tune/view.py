@@ -14,7 +14,7 @@ import time
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import ipywidgets as w
 import numpy as np
@@ -157,7 +157,7 @@ class TuneView:
         done = [r for r in list(self.rows.values()) if r.state == "COMPLETE" and r.value is not None]
         if not done:
             return None
-        return (min if self.mode == "min" else max)(done, key=lambda r: r.value)
+        return (min if self.mode == "min" else max)(done, key=lambda r: cast(float, r.value))
 
     def table_html(self) -> str:
         """Trials table: number, parameters, metric, state, steps, time."""

@@ -1,4 +1,5 @@
-"""Live training dashboard: status, progress, metric curves, per-process rates, Stop."""
+"""Live training dashboard: status, progress, metric curves, per-process rates, Stop; and the same
+as text (:meth:`Dashboard.text`) for terminals and text viewers."""
 
 from __future__ import annotations
 
@@ -10,12 +11,21 @@ from collections.abc import Callable
 from typing import Any
 
 import ipywidgets as w
-from IPython.display import HTML, Image, display
+from IPython.display import Image, display
 
-from ._display import display_widget, html_to_text, in_ipython, png_img, widget_bundle
+from ._display import display_widget, in_ipython, png_img, widget_bundle
 from .plots import Curves, MetricsFigure, build_panels
 from .run_stats import ProcessReports, process_stats
-from .run_text import duration_text, mean_rates_text, process_table, rate_text, steps_text, summary_table
+from .run_text import (
+    duration_text,
+    mean_rates_text,
+    process_table,
+    process_table_text,
+    rate_text,
+    steps_text,
+    summary_table,
+    text_columns,
+)
 from .svg_plot import MAX_POINTS as SVG_POINTS
 from .svg_plot import render_svg
 
@@ -174,16 +184,36 @@ class Dashboard:
 
     def summary_html(self) -> str:
         """Static HTML table: run, status, steps, elapsed, final metrics, checkpoint, rates."""
+        return summary_table(self._summary_items())
+
+    def text(self) -> str:
+        """The dashboard as plain text: what a terminal or a text viewer shows of it.
+
+        The summary (run, status, steps, elapsed, ETA while running, recoveries with the steps
+        they resumed from, the last value of each metric, checkpoint, mean steps/s), then the
+        process table (last step, recent steps/s, last report, flag) and what the plot holds.
+        """
+        lead = self._lead()
+        parts = [text_columns([list(item) for item in self._summary_items()]),
+                 process_table_text(self.process_stats())]
+        if lead:
+            parts.append(history_text(lead))
+        return "\n".join(parts)
+
+    def _summary_items(self) -> list[tuple[str, str]]:
         lead = self._lead()
         items = [("run", self.run_name),
                  ("status", self.status + (f" — {self.message}" if self.message else "")),
                  ("steps", self._steps_text(lead)), ("elapsed", duration_text(self.elapsed))]
+        eta = self._eta(lead)
+        if eta:
+            items.append(("ETA", eta))
         if self.max_failures:
             items.append(("recoveries", self._recovered_text()))
         items += [(k, f"{ys[-1]:.6g}") for k, (_, ys) in (lead.metrics if lead else {}).items()]
         items += [("checkpoint", self.checkpoint or "—"),
                   ("steps/s", mean_rates_text(self.process_stats()))]
-        return summary_table(items)
+        return items
 
     def show(self) -> None:
         """Display the live dashboard (with a one-line static fallback)."""
@@ -203,11 +233,11 @@ class Dashboard:
         png, summary = self.final_png(), self.summary_html()
         if self._handle is not None:
             static = summary + png_img(png, self._figure.css_size[0])
-            self._handle.update(widget_bundle(self.widget, static, png), raw=True)
+            self._handle.update(widget_bundle(self.widget, static, png, self.text()), raw=True)
         elif not in_ipython():  # a plain script: the summary as text
-            print(html_to_text(summary))
+            print(self.text())
         else:
-            display(HTML(summary))
+            display({"text/html": summary, "text/plain": self.text()}, raw=True)
             display(Image(data=png, format="png", width=self._figure.css_size[0]))
 
     def _clicked(self, _button: w.Button) -> None:
@@ -239,8 +269,8 @@ class Dashboard:
         with self._lock:
             self._dirty = self._dirty and not drawing
             procs = [self._procs[i] for i in sorted(self._procs)]
-            main = procs[0].curves() if procs else {}
-            others = [p.curves() for p in procs[1 : 1 + _MAX_FAINT]]
+            main: Curves = procs[0].curves() if procs else {}
+            others: list[Curves] = [p.curves() for p in procs[1 : 1 + _MAX_FAINT]]
         empty = "no metrics were reported" if self.status in TERMINAL and not main else ""
         return main, others, empty
 
@@ -263,6 +293,13 @@ class Dashboard:
     def _steps_text(self, lead: ProcessReports | None) -> str:
         return steps_text(lead.step if lead else 0, self.total_steps)
 
+    def _eta(self, lead: ProcessReports | None) -> str:
+        """Time left at the recent rate, while running towards a known total ('' otherwise)."""
+        if lead is None or not self.total_steps or self.status != "running":
+            return ""
+        rate = lead.rate(time.time())
+        return duration_text(max(self.total_steps - lead.step, 0) / rate) if rate > 0 else ""
+
     def _update(self) -> None:
         lead, now = self._lead(), self._end_wall or time.time()
         step, rate = (lead.step, lead.rate(now)) if lead else (0, 0.0)
@@ -276,8 +313,9 @@ class Dashboard:
         parts = [self._steps_text(lead), rate_text(rate), f"elapsed {duration_text(self.elapsed)}"]
         if self.max_failures:
             parts.append(self._recovered_text())
-        if total and rate > 0 and self.status == "running":
-            parts.append(f"ETA {duration_text(max(total - step, 0) / rate)}")
+        eta = self._eta(lead)
+        if eta:
+            parts.append(f"ETA {eta}")
         self._speed.value = " · ".join(parts)
         self._table.value = process_table(self.process_stats())
         self._history.value = ("<small class='jaxnb-history'>" + history_text(lead) + "</small>"

@@ -95,7 +95,7 @@ def process_stats(
     rows = []
     for i in sorted(set(range(num_processes)) | set(procs)):
         p = procs.get(i)
-        row = {"process": i, "step": p and p.step, "steps_per_s": p and p.rate(now),
+        row: dict[str, Any] = {"process": i, "step": p and p.step, "steps_per_s": p and p.rate(now),
                "mean_steps_per_s": p and p.mean_rate(), "age_s": p and p.age(now),
                "reports": p.count if p else 0, "flag": "" if p else "waiting"}
         if p and running:

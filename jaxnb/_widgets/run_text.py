@@ -1,4 +1,5 @@
-"""Static text and HTML for the training dashboard: process table, summary table, durations, rates."""
+"""Static text and HTML for the training dashboard: process table, summary table, durations, rates
+(as HTML for the page, as text columns for a terminal)."""
 
 from __future__ import annotations
 
@@ -12,19 +13,41 @@ CELL = ("<{t} style='padding:3px 12px;text-align:{a};border-bottom:1px solid #e0
         "white-space:nowrap'>{v}</{t}>")
 
 
-def process_table(rows: list[dict[str, Any]]) -> str:
-    """HTML table of ``process_stats`` rows; with many processes, the stragglers only."""
+PROCESS_HEAD = ["process", "last step", "steps/s", "last report", ""]
+
+
+def process_cells(rows: list[dict[str, Any]]) -> tuple[list[list[str]], str]:
+    """The process table's cells, as text, from ``process_stats`` rows (with many processes,
+    the stragglers only); and a note on the processes left out (empty when none)."""
     more = ""
     if len(rows) > MAX_ROWS:
-        more = f"<p>… {len(rows) - MAX_ROWS} more processes, all further ahead</p>"
+        more = f"… {len(rows) - MAX_ROWS} more processes, all further ahead"
         rows = sorted(rows, key=lambda r: (r["step"] is not None, r["step"] or 0))[:MAX_ROWS]
-    head = row_html(["process", "last step", "steps/s", "last report", ""], head=True)
-    body = "".join(row_html([
-        str(r["process"]), "—" if r["step"] is None else str(r["step"]),
-        rate_text(r["steps_per_s"]),
-        "—" if r["age_s"] is None else f"{duration_text(r['age_s'], 1)} ago",
-        f"<b style='color:#d62728'>{r['flag']}</b>" if r["flag"] else ""]) for r in rows)
-    return TABLE.format(head + body) + more
+    cells = [[str(r["process"]), "—" if r["step"] is None else str(r["step"]), rate_text(r["steps_per_s"]),
+              "—" if r["age_s"] is None else f"{duration_text(r['age_s'], 1)} ago", r["flag"]]
+             for r in rows]
+    return cells, more
+
+
+def process_table(rows: list[dict[str, Any]]) -> str:
+    """HTML table of ``process_stats`` rows; with many processes, the stragglers only."""
+    cells, more = process_cells(rows)
+    body = "".join(row_html([*c[:-1], f"<b style='color:#d62728'>{c[-1]}</b>" if c[-1] else ""])
+                   for c in cells)
+    return TABLE.format(row_html(PROCESS_HEAD, head=True) + body) + (f"<p>{more}</p>" if more else "")
+
+
+def process_table_text(rows: list[dict[str, Any]]) -> str:
+    """The process table as text columns (what a terminal shows)."""
+    cells, more = process_cells(rows)
+    return text_columns([PROCESS_HEAD, *cells]) + (f"\n{more}" if more else "")
+
+
+def text_columns(rows: list[list[str]]) -> str:
+    """Rows of cells as text, each column as wide as its widest cell."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+                     for row in rows)
 
 
 def summary_table(items: list[tuple[str, str]]) -> str:

@@ -92,13 +92,14 @@ def _panel_svg(panel: Panel, markers: Sequence[float] = ()) -> str:
             grid.append(f"<line class='jaxnb-recovery' x1='{X:.1f}' x2='{X:.1f}' y1='{_TOP}' "
                         f"y2='{_TOP + ph}' stroke='#d62728' stroke-dasharray='4 3'>"
                         f"<title>recovered: resumed from step {m:g}</title></line>")
-    lines, legend = [], []
+    lines: list[str] = []
+    legend: list[str] = []
     for s in panel.series:
         keep = np.isfinite(s.y) & ((s.y > 0) if log else True)
         if not keep.any():
             continue
-        X, Y = px(s.x[keep]), py(fy(s.y[keep]))
-        points = " ".join(f"{a:.1f},{b:.1f}" for a, b in zip(X.tolist(), Y.tolist(), strict=True))
+        sx, sy = px(s.x[keep]), py(fy(s.y[keep]))
+        points = " ".join(f"{a:.1f},{b:.1f}" for a, b in zip(sx.tolist(), sy.tolist(), strict=True))
         c = colour(s.color)
         faint = s.label is None
         tip = "" if faint else (f"<title>{html.escape(s.label or '')}: {last_text(s.last)} "
@@ -108,7 +109,7 @@ def _panel_svg(panel: Panel, markers: Sequence[float] = ()) -> str:
                      f"{tip}</polyline>")
         if s.marker and not faint:
             lines.append("".join(f"<circle cx='{a:.1f}' cy='{b:.1f}' r='2' fill='{c}'/>"
-                                 for a, b in zip(X.tolist(), Y.tolist(), strict=True)))
+                                 for a, b in zip(sx.tolist(), sy.tolist(), strict=True)))
         if not faint:
             row = len(legend)
             legend.append(f"<g><rect x='{_LEFT + pw - 118}' y='{_TOP + 6 + 13 * row}' width='10' height='3' "

@@ -30,11 +30,11 @@ class JaxnbMagics(Magics):
             raise UsageError(NOT_STARTED)
         return self.cluster
 
-    @line_magic("jax_cluster")  # type: ignore[arg-type]  # IPython types a named marker as a union
+    @line_magic("jax_cluster")
     def jax_cluster_line(self, line: str = "") -> None:
         return jax_cluster.line(self, line)
 
-    @cell_magic("jax_cluster")  # type: ignore[arg-type]  # IPython types a named marker as a union
+    @cell_magic("jax_cluster")
     def jax_cluster_cell(self, line: str, cell: str) -> Any:
         return jax_cluster.cell(self, line, cell)
 

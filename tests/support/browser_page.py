@@ -113,9 +113,10 @@ def run_and_wait(page: Page, index: int, timeout_s: float = 120) -> Locator:
 
 
 def save(page: Page) -> None:
-    """Ctrl+S, then wait for the document to be clean."""
-    page.keyboard.press("Control+s")
-    time.sleep(0.5)
+    """Ctrl+S, then wait until the server has stored the notebook (its PUT answered)."""
+    with page.expect_response(lambda r: r.request.method == "PUT" and "/api/contents/" in r.url,
+                              timeout=30_000):
+        page.keyboard.press("Control+s")
 
 
 def dashboard(output: Locator) -> Locator:

@@ -12,6 +12,7 @@ import json
 import time
 
 import psutil
+from clusters import in_cell, wait_until  # this script's folder is first on sys.path
 
 from jaxnb import JaxCluster
 from jaxnb._core import ipp_internals
@@ -27,7 +28,7 @@ cluster.view.execute(
     "        sum(range(1000))\n",
     block=False,
 )
-time.sleep(1.0)
+wait_until(lambda: in_cell(cluster, [0, 1]), what="both processes running the cell")
 family = [p.pid for p in psutil.Process().children(recursive=True)]
 files = [*ipp_internals.key_files(cluster.group.ipp), cluster.group.stacks_dir]
 print(json.dumps({"pids": family, "files": files}), flush=True)

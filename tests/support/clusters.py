@@ -5,19 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import io
-import socket
+import os
+import threading
+import time
 from typing import Any
 
 import psutil
-
-
-def two_processes():
-    """Start a 2-process cluster (1 CPU device each), yield it, stop it."""
-    from jaxnb import JaxCluster
-
-    c = JaxCluster(n=2, spares=0).start()  # no warm spares: half the engines on a 2-core machine
-    yield c
-    c.stop()
 
 
 def real_shell():
@@ -49,13 +42,6 @@ def ipyparallel_processes() -> list[psutil.Process]:
     return found
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def healthy(cluster: Any, setup: str | None = None) -> Any:
     """Restart ``cluster`` if a test left a process dead; run ``setup`` on the new processes."""
     from jaxnb._failures import detect
@@ -80,34 +66,43 @@ def totals(cluster: Any, verify: str) -> list[float]:
     return parse_totals(out.getvalue())
 
 
+def in_cell(cluster: Any, processes: list[int]) -> bool:
+    """True when each of ``processes`` runs a cell now (the stack it dumps on request is not
+    idle): a test that acts on a running cell waits for this, not for a guessed time."""
+    from jaxnb._failures import stacks
+
+    dumps = stacks.read(stacks.request(cluster.group, processes))
+    return all(dumps.get(p) and stacks.where(dumps[p]) != "idle" for p in processes)
+
+
+def exited(pid: int) -> bool:
+    """True once process ``pid`` has ended (a zombie waiting for its parent counts)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def on_flag(path: Any, action: Any, seconds: float = 120) -> threading.Thread:
+    """Run ``action`` (on a thread) once the file ``path`` exists: a training loop writes it at
+    the step a test acts on; nothing happens if it never appears within ``seconds``."""
+
+    def wait() -> None:
+        deadline = time.monotonic() + seconds
+        while not os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if os.path.exists(path):
+            action()
+
+    thread = threading.Thread(target=wait, daemon=True)
+    thread.start()
+    return thread
+
+
 def wait_until(condition: Any, timeout: float = 60.0, what: str = "the condition") -> None:
     """Poll ``condition()`` until it is true; fail the test after ``timeout`` seconds."""
-    import time
-
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} did not happen within {timeout:g} s")
         time.sleep(0.1)
-
-
-def started_by_magic(ip: Any, line: str):
-    """Start a cluster with ``%jax_cluster LINE`` in the shell ``ip``, yield it (``.shown``:
-    what the start printed), stop it and put back the notebook's previous cluster."""
-    from IPython.utils.capture import capture_output
-
-    from jaxnb.magics import current_cluster, use_cluster
-
-    previous = current_cluster(ip)
-    use_cluster(None, ip)
-    try:
-        with capture_output() as shown:
-            ip.run_line_magic("jax_cluster", line)
-        c = current_cluster(ip)
-        assert c is not None, shown.stdout + shown.stderr
-        c.shown = shown  # type: ignore[attr-defined]
-        yield c
-    finally:
-        if current_cluster(ip) is not None:
-            current_cluster(ip).stop()
-        use_cluster(previous, ip)

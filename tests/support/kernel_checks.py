@@ -3,13 +3,16 @@ is it broken, restart it with the fault cells' setup, read every process's total
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
-from .clusters import parse_totals
+from .clusters import in_cell, parse_totals
 from .fault_cells import SETUP, VERIFY
 
-#: Run once in the kernel before the checks below.
-PREPARE = "from jaxnb._failures import detect as _detect\nimport jaxnb"
+#: Run once in the kernel before the checks below; it also defines ``in_cell(cluster, processes)``
+#: there (``clusters.in_cell``: those processes run a cell now).
+PREPARE = ("from typing import Any\nfrom jaxnb._failures import detect as _detect\nimport jaxnb\n"
+           + inspect.getsource(in_cell))
 
 
 def pids(k: Any) -> list[int]:

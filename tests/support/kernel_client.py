@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import time
 from collections.abc import Iterator
 
 from . import kernel_harness
+from .factories import environment
 
 
 @dataclasses.dataclass
@@ -83,25 +83,7 @@ def kernelspec() -> Iterator[str]:
     import pathlib
     import tempfile
 
-    previous = os.environ.get("JUPYTER_PATH")
-    with tempfile.TemporaryDirectory(prefix="jaxnb-kernel-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="jaxnb-kernel-") as tmp, environment(JUPYTER_PATH=tmp):
         kernel_harness.write_kernelspec(pathlib.Path(tmp))
-        os.environ["JUPYTER_PATH"] = tmp
-        try:
-            yield kernel_harness.KERNEL_NAME
-        finally:
-            if previous is None:
-                os.environ.pop("JUPYTER_PATH", None)
-            else:
-                os.environ["JUPYTER_PATH"] = previous
+        yield kernel_harness.KERNEL_NAME
 
-
-@contextlib.contextmanager
-def kernel() -> Iterator[Kernel]:
-    """A real kernel for the duration; shut down, and nothing it started left running."""
-    k = Kernel()
-    try:
-        yield k
-    finally:
-        left = k.shutdown()
-        assert not left, f"processes left after the kernel stopped: {left}"

@@ -196,9 +196,13 @@ class Kernel:
             time.sleep(0.1)
 
     def kill(self) -> None:
-        """SIGKILL the kernel (as when it is killed by the OOM killer or a crash)."""
+        """SIGKILL the kernel (as when it is killed by the OOM killer or a crash); return once
+        it is dead (what it started may still run)."""
         self.note_family()
         os.kill(self.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while self.manager.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     def shutdown(self) -> list[str]:
         """Stop the kernel (always); processes it left running (should be none)."""

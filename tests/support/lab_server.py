@@ -14,7 +14,6 @@ import os
 import pathlib
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,8 @@ import psutil
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tutorials"))
 import refresh_outputs
+
+from .factories import free_port
 
 KERNEL_NAME = "jaxnb-browser-tests"
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -97,12 +98,6 @@ class LabServer:
             self.api(f"kernels/{kernel['id']}", method="DELETE")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _write_setup(tmp: pathlib.Path) -> dict[str, str]:
     """Kernelspec and Lab settings under ``tmp``; the environment that points Jupyter at them."""
     data = tmp / "data"
@@ -133,7 +128,7 @@ def start(tmp: pathlib.Path, timeout: float = 90.0) -> LabServer:
     root = tmp / "notebooks"
     root.mkdir()
     env = _write_setup(tmp)
-    port, token = _free_port(), secrets.token_hex(16)
+    port, token = free_port(), secrets.token_hex(16)
     log = open(tmp / "server.log", "wb")  # noqa: SIM115 - lives as long as the server
     process = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",

@@ -7,6 +7,7 @@ import importlib.machinery
 import importlib.util
 import pathlib
 import sys
+from typing import Any
 
 _SUBSTITUTE = pathlib.Path(__file__).with_name("tqdm_notebook.py")
 
@@ -14,7 +15,7 @@ _SUBSTITUTE = pathlib.Path(__file__).with_name("tqdm_notebook.py")
 class _TextBars(importlib.abc.MetaPathFinder):
     """Finds ``tqdm.notebook`` in jaxnb's substitute file; nothing else."""
 
-    def find_spec(self, name, path, target=None):  # type: ignore[no-untyped-def]
+    def find_spec(self, name: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
         if name != "tqdm.notebook":
             return None
         return importlib.util.spec_from_file_location(name, _SUBSTITUTE)

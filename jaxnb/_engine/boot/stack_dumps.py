@@ -42,6 +42,8 @@ def arm() -> None:
     # where jaxnb shows it as the dead process's last lines. The log is the stderr this
     # process starts with; ipykernel later points fd 2 at a pipe, so keep a copy of it.
     global _crash_file
+    if sys.__stderr__ is None:  # started without a stderr: nowhere to write a crash
+        return
     _crash_file = os.fdopen(os.dup(sys.__stderr__.fileno()), "w")
     faulthandler.enable(file=_crash_file, all_threads=True)
 

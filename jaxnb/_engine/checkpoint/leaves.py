@@ -64,7 +64,7 @@ class Leaf:
         """The bytes that identify (and, when saved per process, store) the value."""
         if isinstance(self.data, bytes):
             return self.data
-        return memoryview(np.ascontiguousarray(self.data).reshape(-1).view(np.uint8))
+        return np.ascontiguousarray(self.data).reshape(-1).view(np.uint8).data
 
 
 def dtype_name(dtype: Any) -> str:
@@ -114,7 +114,7 @@ def prepare(path: str, x: Any, num_processes: int) -> Leaf:
         arr = np.asarray(x)
         if arr.dtype.hasobject:
             raise _refuse(path, "a NumPy array of Python objects")
-        record = {"kind": NUMPY, "dtype": dtype_name(arr.dtype), "shape": list(arr.shape),
+        record: dict[str, Any] = {"kind": NUMPY, "dtype": dtype_name(arr.dtype), "shape": list(arr.shape),
                   "scalar": isinstance(x, np.generic)}
         if arr.dtype.kind in "USV" and dtype_of(record["dtype"]).kind in "USV":
             record["inline"] = True  # strings: kept in the manifest (Orbax has no such dtype)
@@ -195,7 +195,8 @@ def layout(x: jax.Array) -> dict[str, Any]:
         if types is not None:
             out["axis_types"] = [t.name for t in types]
         return out
-    first = min(sharding.device_set, key=lambda d: d.id)  # SingleDeviceSharding (or fallback)
+    devices: list[Any] = list(sharding.device_set)
+    first = min(devices, key=lambda d: d.id)  # SingleDeviceSharding (or fallback)
     return {"type": "single", "device": local[first.id]}
 
 

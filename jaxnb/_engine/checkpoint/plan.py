@@ -34,7 +34,7 @@ def fingerprint(leaf: Leaf, pool: Any = None) -> list[int]:
     pieces = [raw[i:i + CHUNK_BYTES] for i in range(0, len(raw), CHUNK_BYTES)] or [raw]
     sums = list(pool.map(_chunk_sums, pieces)) if pool is not None and len(pieces) > 1 \
         else [_chunk_sums(p) for p in pieces]
-    crc = sums[0][0] if len(sums) == 1 else zlib.crc32(np.array([c for c, _ in sums], np.uint32))
+    crc = sums[0][0] if len(sums) == 1 else zlib.crc32(np.array([c for c, _ in sums], np.uint32).tobytes())
     total = sum(t for _, t in sums) & 0xFFFFFFFFFFFFFFFF
     meta = json.dumps([leaf.kind, leaf.record.get("dtype"), leaf.record.get("shape"),
                        leaf.record.get("scalar"), leaf.record.get("key_impl"), len(raw)])

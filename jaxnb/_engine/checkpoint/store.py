@@ -103,7 +103,8 @@ def _restore_jaxnb(path: str, target: Any) -> Any:
                 f"the structure of checkpoint {path} cannot be rebuilt here ({type(exc).__name__}: "
                 f"{exc}); pass restore(target) with a pytree of the saved structure") from None
     restored = _restore_arrays(os.path.join(path, _ITEM), records, targets, saved_n)
-    own_records, values = None, {}
+    own_records = None
+    values: dict[int, bytes] = {}
     if plan.width:
         if me >= saved_n:
             saved = plural(saved_n, "process", "processes")

@@ -17,7 +17,7 @@ class DataclassNode:
         self.cls, self.names, self.values = cls, names, values
 
     def build(self) -> Any:
-        obj = object.__new__(self.cls)
+        obj: Any = object.__new__(self.cls)
         for name, value in zip(self.names, self.values, strict=True):
             object.__setattr__(obj, name, collapse(value))
         return obj

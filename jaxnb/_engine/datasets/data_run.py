@@ -193,7 +193,7 @@ def saved_positions(run_dir: str, process: int, num_processes: int, step: int
     if not mine:
         return {}
     chosen = ([e for e in mine if e.get("checkpoint")] or mine)[-1]
-    saved_n = chosen.get("num_processes")
+    saved_n = chosen.get("num_processes", 0)
     if saved_n != num_processes:
         raise ValueError(
             f"the datasets' positions at step {step} were saved by "

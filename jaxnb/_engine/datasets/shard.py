@@ -16,7 +16,7 @@ that goes with every checkpoint.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import grain
 import numpy as np
@@ -152,7 +152,7 @@ class DatasetShard:
             raise DatasetError(f"dataset {self.name!r}: prefetch_batches must be an int >= 0, "
                                f"got {prefetch!r}")
         if shuffle is not None and seed is None:
-            seed = int(np.random.SeedSequence().entropy % (1 << 32))
+            seed = cast(int, np.random.SeedSequence().entropy) % (1 << 32)
         return {"batch_size": batch_size, "drop_last": bool(drop_last),
                 "shuffle_seed": None if shuffle is None else int(seed), "prefetch": prefetch}
 

@@ -65,7 +65,7 @@ def describe_array(x: jax.Array) -> dict[str, Any]:
         blocks.setdefault(key, []).append(dev)
 
     block_list = []
-    device_list = []
+    device_list: list[Any] = []
     for b, key in enumerate(sorted(blocks)):
         devs = sorted(blocks[key], key=lambda d: d.id)
         block_list.append(

@@ -197,7 +197,7 @@ def _function(spec: dict[str, Any]) -> tuple[Callable[..., Any], tuple[Any, ...]
         cell_sources.restore(fn, spec.get("sources"))
     else:
         fn = _lookup(spec["name"])
-    label = spec.get("label") or getattr(fn, "__name__", "FUNC")
+    label = str(spec.get("label") or getattr(fn, "__name__", "FUNC"))
     if not callable(fn):
         raise TypeError(f"{label} is {article(type(fn).__name__)}, not a function")
     takes = _takes_config(fn, label)
