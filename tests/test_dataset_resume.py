@@ -130,4 +130,4 @@ def test_a_resume_on_another_number_of_processes_is_refused_before_it_starts(eng
     assert str(info.value) == (
         "the datasets' positions at step 10 were saved by 2 processes and this cluster has 1: "
         "they cannot be carried over exactly; resume on 2 processes, or start a new run "
-        "(--name NEW)")
+        "(name='new')")  # the Python API's spelling, also in a message made on the engines

@@ -3,6 +3,7 @@ tests/test_hosts_prep.py)."""
 
 from __future__ import annotations
 
+from jaxnb._core import spelling
 from jaxnb._core.host_entries import parse_hosts
 from jaxnb._hosts import preflight
 
@@ -18,16 +19,18 @@ def test_same_versions_no_line_python_compared_by_minor():
 
 
 def test_one_line_per_odd_host_naming_what_differs_and_the_fix():
-    lines = preflight.mismatch_lines(
-        HERE, {"h1": report(), "h2": report(jaxlib="0.4.30"), "h3": report(python="3.10.1", jaxnb=None)},
-        "/opt/venv/bin/python",
-    )
+    """The fix names ``--python`` to a magic's user and ``python=`` to a ``JaxCluster`` caller."""
+    reports = {"h1": report(), "h2": report(jaxlib="0.4.30"), "h3": report(python="3.10.1", jaxnb=None)}
+    with spelling.as_flags():
+        lines = preflight.mismatch_lines(HERE, reports, "/opt/venv/bin/python")
     assert lines == [
         "h2: jaxlib 0.4.30 (here 0.4.31); run `/opt/venv/bin/python -m pip install "
         "'jaxlib==0.4.31'` there",
         "h3: Python 3.10.1 (here 3.11.7), jaxnb not installed (here 0.1.0); use Python 3.11 there "
         "(--python PATH); install jaxnb 0.1.0 there (the notebook's)",
     ]
+    python_api = preflight.mismatch_lines(HERE, reports, "/opt/venv/bin/python")
+    assert python_api[1] == lines[1].replace("(--python PATH)", "(python=PATH)")
 
 
 def test_gpu_hosts_counted_unless_the_entry_gives_a_count():

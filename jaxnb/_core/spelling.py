@@ -59,6 +59,21 @@ def example(keyword: str, value: object, text: str | None = None) -> str:
     return f"{flag_of(keyword)}{'=' if shown.startswith('-') else ' '}{shown}"
 
 
+def active() -> bool:
+    """Whether messages made now name the magics' flags (a magic is calling)."""
+    return _AS_FLAGS.get()
+
+
+@contextlib.contextmanager
+def spelled(flags: bool) -> Iterator[None]:
+    """Messages made inside name flags when ``flags`` (an engine told how its caller spells)."""
+    token = _AS_FLAGS.set(flags)
+    try:
+        yield
+    finally:
+        _AS_FLAGS.reset(token)
+
+
 @contextlib.contextmanager
 def as_flags() -> Iterator[None]:
     """Messages made inside name the magics' flags (a magic calls the Python API in this)."""

@@ -28,6 +28,7 @@ from traitlets.config import Config
 
 from jaxnb._core.host_entries import HostEntry
 from jaxnb._core.options import ClusterOptions
+from jaxnb._core.spelling import example
 from jaxnb._hosts import ssh_connections
 from jaxnb._hosts.site_jobs import Site
 
@@ -35,8 +36,8 @@ from jaxnb._hosts.site_jobs import Site
 def missing() -> str | None:
     """Why ``--engines mpi`` cannot start here (no ``mpiexec``), or ``None``."""
     if shutil.which("mpiexec") is None:
-        return ("--engines mpi needs mpiexec on this machine's PATH; install MPI (e.g. apt-get "
-                "install openmpi-bin) or load its module")
+        return (f"{example('engines', 'mpi')} needs mpiexec on this machine's PATH; install MPI "
+                "(e.g. apt-get install openmpi-bin) or load its module")
     return None
 
 

@@ -12,16 +12,18 @@ import glob
 import importlib.metadata
 import os
 
+from jaxnb._core.spelling import example
+
 #: Distributions that give JAX its CUDA backend (the ``jax[cuda12]`` / ``jax[cuda13]`` extras).
 CUDA_PLUGINS = ("jax-cuda12-plugin", "jax-cuda13-plugin", "jax-cuda12-pjrt", "jax-cuda13-pjrt")
 NO_CUDA_JAX = (
-    "--platform gpu: this notebook's JAX has no CUDA support (no jax-cuda12-plugin installed); "
-    'install it with `pip install -U "jax[cuda12]"`, or use --platform cpu'
+    "{asked}: this notebook's JAX has no CUDA support (no jax-cuda12-plugin installed); "
+    'install it with `pip install -U "jax[cuda12]"`, or use {cpu}'
 )
-NO_GPU = "--platform gpu: no NVIDIA GPU found on this machine (nvidia-smi lists none); use --platform cpu"
+NO_GPU = "{asked}: no NVIDIA GPU found on this machine (nvidia-smi lists none); use {cpu}"
 NO_TPU = (
-    "--platform tpu: this machine is not a TPU VM (no TPU_WORKER_HOSTNAMES, no TPU under /dev); "
-    "run the notebook on a TPU VM worker, or use --platform cpu"
+    "{asked}: this machine is not a TPU VM (no TPU_WORKER_HOSTNAMES, no TPU under /dev); "
+    "run the notebook on a TPU VM worker, or use {cpu}"
 )
 
 
@@ -47,9 +49,14 @@ def check_local(platform: str, gpu_count: int | None = None) -> str | None:
     """The one-line reason local engines cannot run on ``platform`` here, or ``None``."""
     if platform == "gpu":
         if not cuda_jax_installed():
-            return NO_CUDA_JAX
+            return _say(NO_CUDA_JAX, platform)
         if gpu_count == 0:
-            return NO_GPU
+            return _say(NO_GPU, platform)
     if platform == "tpu" and not local_tpu():
-        return NO_TPU
+        return _say(NO_TPU, platform)
     return None
+
+
+def _say(message: str, platform: str) -> str:
+    """``message`` naming the option as the caller spells it (``platform='gpu'``, ``--platform gpu``)."""
+    return message.format(asked=example("platform", platform), cpu=example("platform", "cpu"))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 
 from jaxnb._core.host_entries import HostEntry
+from jaxnb._core.spelling import Code, example
 
 #: The packages whose versions must match the notebook's (a mismatch fails late otherwise:
 #: inside ``jax.distributed.initialize`` or in the first collective).
@@ -94,7 +95,7 @@ def mismatch_lines(here: dict, reports: dict[str, dict], python: str) -> list[st
         )
         fix = []
         if any(d.startswith("Python") for d in diffs):
-            fix.append(f"use Python {_minor(here['python'])} there (--python PATH)")
+            fix.append(f"use Python {_minor(here['python'])} there ({example('python', Code('PATH'))})")
         if pins:
             fix.append(f"run `{python} -m pip install {pins}` there")
         if any(d.startswith("jaxnb") for d in diffs):

@@ -22,6 +22,7 @@ from ipyparallel.cluster.launcher import SlurmEngineSetLauncher
 from traitlets.config import Config
 
 from jaxnb._core.options import ClusterOptions
+from jaxnb._core.spelling import example
 from jaxnb._core.state import Group
 from jaxnb._hosts.site_jobs import Site
 
@@ -32,8 +33,8 @@ CANCEL_WAIT_SECONDS = 30.0
 def missing() -> str | None:
     """Why ``--engines slurm`` cannot start here (no ``sbatch``), or ``None``."""
     if shutil.which("sbatch") is None:
-        return ("--engines slurm needs sbatch on this machine's PATH; run the notebook on a "
-                "Slurm login node (or load the Slurm module) first")
+        return (f"{example('engines', 'slurm')} needs sbatch on this machine's PATH; run the "
+                "notebook on a Slurm login node (or load the Slurm module) first")
     return None
 
 

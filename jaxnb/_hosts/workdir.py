@@ -23,6 +23,7 @@ import time
 
 from jaxnb._core.errors import StartError
 from jaxnb._core.messages import plural
+from jaxnb._core.spelling import bare
 
 #: Left out unless the user's patterns say otherwise (never needed on the hosts).
 DEFAULT_EXCLUDES = (".git", "__pycache__", ".ipynb_checkpoints")
@@ -116,7 +117,7 @@ def place(
                       if line.startswith(MARKER)), None)
         if out.returncode != 0 or found is None:
             said = (out.stderr.strip() or out.stdout.strip()).splitlines()[-3:]
-            raise StartError(f"--workdir: cannot check {folder} on {target}: {' | '.join(said)}")
+            raise StartError(f"{bare('workdir')}: cannot check {folder} on {target}: {' | '.join(said)}")
         name = found["hostname"]
         if found["at_path"] == here:
             return Placed(target, folder, name)
@@ -147,7 +148,7 @@ def _rsync(target: str, folder: str, copy: str, excludes: tuple[str, ...],
     )
     if out.returncode != 0:
         said = out.stderr.strip().splitlines()[-3:]
-        raise StartError(f"--workdir: rsync to {target}:{copy} failed: {' | '.join(said)}")
+        raise StartError(f"{bare('workdir')}: rsync to {target}:{copy} failed: {' | '.join(said)}")
     sent = _stat(out.stdout, "Total transferred file size")
     count = _stat(out.stdout, "Number of regular files transferred")
     return sent, count
@@ -168,7 +169,7 @@ def _tar(target: str, folder: str, copy: str, excludes: tuple[str, ...], ssh_arg
                          text=True, timeout=3600)
     tar.wait()
     if out.returncode != 0 or tar.returncode != 0:
-        raise StartError(f"--workdir: copying to {target}:{copy} failed: {out.stderr.strip()[-300:]}")
+        raise StartError(f"{bare('workdir')}: copying to {target}:{copy} failed: {out.stderr.strip()[-300:]}")
     return tree(folder, excludes)[2]
 
 

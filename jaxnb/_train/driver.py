@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from jaxnb._cells.pull import note_size
-from jaxnb._core import ipp_internals
+from jaxnb._core import ipp_internals, spelling
 from jaxnb._core.contract import EngineCall
 from jaxnb._core.errors import ClusterStateError, remote_error
 from jaxnb._core.messages import BUSY, RESET, RESTART
@@ -96,7 +96,8 @@ def train(
     if resume and resume_from is None:
         print(NO_CHECKPOINT_YET.format(name=run))
     os.makedirs(run_dir, exist_ok=True)
-    spec.update(run_dir=run_dir, run_id=uuid.uuid4().hex, resume=resume_from)
+    spec.update(run_dir=run_dir, run_id=uuid.uuid4().hex, resume=resume_from,
+                as_flags=spelling.active())
     _prepare(group, spec)
 
     result = Result(run, run_dir)

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from jaxnb._core.messages import plural
+from jaxnb._core.spelling import example
 
 #: The positions file is rewritten with its last ``KEEP_LINES`` lines when it grows past
 #: ``MAX_LINES`` (a resume looks only at the step it resumes from).
@@ -199,5 +200,5 @@ def saved_positions(run_dir: str, process: int, num_processes: int, step: int
             f"the datasets' positions at step {step} were saved by "
             f"{plural(saved_n, 'process', 'processes')} and this "
             f"cluster has {num_processes}: they cannot be carried over exactly; resume on "
-            f"{saved_n} processes, or start a new run (--name NEW)")
+            f"{saved_n} processes, or start a new run ({example('name', 'new')})")
     return chosen["positions"]

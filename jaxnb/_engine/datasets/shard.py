@@ -22,6 +22,7 @@ import grain
 import numpy as np
 
 from jaxnb._core.messages import plural
+from jaxnb._core.spelling import example
 from jaxnb._engine.datasets.source import DatasetError, Source
 
 
@@ -179,13 +180,14 @@ class DatasetShard:
                 f"dataset {self.name!r} was saved with {saved.get('rows')} rows over "
                 f"{saved.get('num_processes')} processes and now has {self.source.length} over "
                 f"{self.num_processes}: its position cannot be carried over exactly; resume with the "
-                "same dataset and number of processes, or start a new run (--name NEW)")
+                "same dataset and number of processes, or start a new run "
+                f"({example('name', 'new')})")
         for key in ("batch_size", "drop_last"):
             if saved[key] != settings[key]:
                 raise DatasetError(
                     f"dataset {self.name!r} was saved in batches of {key}={saved[key]!r}, this run asks "
                     f"for {settings[key]!r}; pass the saved value to continue it exactly, or start a "
-                    "new run (--name NEW)")
+                    f"new run ({example('name', 'new')})")
         if (saved["shuffle_seed"] is None) != (settings["shuffle_seed"] is None):
             raise DatasetError(
                 f"dataset {self.name!r} was saved {'un' if saved['shuffle_seed'] is None else ''}"

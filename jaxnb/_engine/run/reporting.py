@@ -20,6 +20,7 @@ from typing import Any
 
 from jaxnb._core.messages import article
 from jaxnb._core.run_folder import Checkpoint
+from jaxnb._core.spelling import Code, bare, example, spelled
 from jaxnb._engine.datasets import data_run
 from jaxnb._engine.profile import recording
 from jaxnb._engine.run import cell_sources, stopping
@@ -58,6 +59,8 @@ class _Run:
     store: Any = None  # CheckpointStore, made at the first pytree checkpoint
     max_in_flight: int | None = None  # decided at the first JAX value reported
     in_flight: deque = dataclasses.field(default_factory=deque)
+    #: Messages name the magics' flags (the run was started by ``%jax_train``), else keywords.
+    as_flags: bool = False
 
 
 _run: _Run | None = None
@@ -127,6 +130,11 @@ def should_stop() -> bool:
 
 def prepare(spec: dict[str, Any]) -> dict[str, Any]:
     """Set up a run on this process; ``{"error": message}`` when the function does not fit."""
+    with spelled(bool(spec.get("as_flags"))):
+        return _prepare(spec)
+
+
+def _prepare(spec: dict[str, Any]) -> dict[str, Any]:
     global _run
     from jaxnb._engine.group import context
 
@@ -157,6 +165,7 @@ def prepare(spec: dict[str, Any]) -> dict[str, Any]:
         stop=stopping.StopAgreement(spec["run_id"], process, n),
         run_id=str(spec["run_id"]),
         base_step=resume.step if resume is not None else 0,
+        as_flags=bool(spec.get("as_flags")),
     )
     return {"error": None, "process": process}
 
@@ -170,7 +179,8 @@ def execute() -> dict[str, Any]:
     run.publisher = BatchPublisher(datapub_sender())
     ok = False
     try:
-        run.fn(*run.args)
+        with spelled(run.as_flags):
+            run.fn(*run.args)
         ok = True
     finally:
         _run = None
@@ -204,7 +214,7 @@ def _function(spec: dict[str, Any]) -> tuple[Callable[..., Any], tuple[Any, ...]
     if takes is None and config is not None:
         raise TypeError(
             f"{label}() takes no arguments but a config was given; give it a parameter "
-            f"(`def {label}(config): ...`) or drop --config"
+            f"(`def {label}(config): ...`) or drop {bare('config')}"
         )
     if takes is None or (takes == "optional" and config is None):
         return fn, ()
@@ -235,8 +245,9 @@ def _check_config(fn: Callable[..., Any], config: Any, label: str) -> None:
         if not isinstance(note, (type, str)):  # a Union, Any, ...: trust it
             return
     raise TypeError(
-        f"--config {config!r:.40} is {article(kind)}, but {label}() takes a config dict: "
-        f"pass e.g. --config dict(lr=0.1) (or annotate its parameter, `{param.name}: {kind}`)"
+        f"{bare('config')} {config!r:.40} is {article(kind)}, but {label}() takes a config "
+        f"dict: pass e.g. {example('config', Code('dict(lr=0.1)'))} (or annotate "
+        f"its parameter, `{param.name}: {kind}`)"
     )
 
 
