@@ -17,6 +17,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 from support.factories import free_port
 
+from jaxnb._core import spelling
 from jaxnb._core.run_folder import Checkpoint, check_fresh_run
 from jaxnb._engine.checkpoint.store import CheckpointStore
 
@@ -192,7 +193,10 @@ def test_check_fresh_run(tmp_path: Path) -> None:
     msg = str(err.value)
     assert "\n" not in msg
     assert msg.startswith(f"run 'mnist' in {tmp_path} already has checkpoints (steps 1, 2);")
-    assert "--resume" in msg and "--name NEW" in msg
+    assert "resume=True" in msg and "name='NEW'" in msg  # the Python API's spelling
+    with spelling.as_flags(), pytest.raises(FileExistsError) as err:  # %jax_train's
+        check_fresh_run(str(run_dir), resume=False)
+    assert "--resume" in str(err.value) and "--name NEW" in str(err.value)
     ck = check_fresh_run(str(run_dir), resume=True)
     assert isinstance(ck, Checkpoint) and ck.step == 2
     np.testing.assert_array_equal(ck.restore()["x"], np.ones(2))
