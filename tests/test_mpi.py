@@ -14,9 +14,10 @@ import psutil
 import pytest
 from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
-from support.clusters import ipyparallel_processes, wait_until
+from support.clusters import wait_until
 from support.factories import started_by_magic, unavailable
 
+from jaxnb._core import ipp_internals
 from jaxnb._hosts import processes
 from jaxnb.magics import current_cluster, use_cluster
 
@@ -120,9 +121,11 @@ def test_mpi_without_hosts_runs_mpiexec_on_this_machine_and_stop_leaves_nothing(
     out = capsys.readouterr().out
     assert "rank 0 is process 0" in out and "rank 1 is process 1" in out, out
     assert "psum 3.0 on 2 processes" in out, out
+    controller = ipp_internals.controller_process(mpi_here.group.ipp)
+    assert controller is not None
     ip.run_line_magic("jax_cluster", "stop")
 
-    def left() -> list:
-        return [p for p in (mpiexec, *ranks) if not processes.has_exited(p)] + ipyparallel_processes()
+    def left() -> list:  # this cluster's processes (other tests' clusters may be running)
+        return [p for p in (mpiexec, *ranks, controller) if not processes.has_exited(p)]
 
     wait_until(lambda: not left(), 10, "mpiexec, its ranks and the controller to be gone")
