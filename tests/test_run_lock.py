@@ -31,6 +31,7 @@ def test_a_second_hold_in_this_kernel_is_refused_in_one_line_until_released(tmp_
     run_folder.hold(run_dir).release()
 
 
+@pytest.mark.engines  # starts a Python process
 def test_a_lock_held_by_another_process_names_it_and_goes_with_it(tmp_path):
     run_dir = tmp_path / "fit"
     other = subprocess.Popen([sys.executable, "-c", HOLDS, str(run_dir / run_folder.LOCK_FILE)],
