@@ -8,7 +8,6 @@ import dataclasses
 import json
 import pickle
 import sys
-import typing
 
 import flax.struct
 import jax
@@ -17,20 +16,10 @@ import numpy as np
 import optax
 import pytest
 from flax import nnx
+from support.state_classes import Loader, Moments
 
 from jaxnb._engine.checkpoint import structure as st
 from jaxnb._engine.checkpoint import typed_json
-
-
-class Moments(typing.NamedTuple):
-    mu: object
-    count: object
-
-
-@dataclasses.dataclass
-class Loader:
-    position: int
-    seed: object
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,11 +175,11 @@ def test_a_tampered_structure_is_refused_in_one_line_without_running_anything(do
 
 
 def test_a_namedtuple_of_other_fields_is_refused():
-    doc = {"type": "namedtuple", "class": f"{__name__}:Moments", "fields": ["a", "b"],
+    doc = {"type": "namedtuple", "class": f"{Moments.__module__}:Moments", "fields": ["a", "b"],
            "children": [st.LEAF, st.LEAF]}
     with pytest.raises(st.StructureError) as info:
         st.rebuild(doc, [1, 2])
-    assert str(info.value) == (f"class {__name__}.Moments here is not the NamedTuple saved "
+    assert str(info.value) == (f"class {Moments.__module__}.Moments here is not the NamedTuple saved "
                                "(fields a, b)")
 
 

@@ -38,29 +38,23 @@ def ssh_log(tmp_path, monkeypatch):
     return log
 
 
-@pytest.fixture
-def magics(ip):
-    previous = current_cluster(ip)
-    use_cluster(None, ip)
-    try:
-        yield ip
-    finally:
-        if current_cluster(ip) is not None:
-            current_cluster(ip).stop()
-        use_cluster(previous, ip)
-
-
-def test_a_hostile_hostfile_line_is_refused_before_any_ssh_runs(lab, magics, ssh_log, tmp_path):
+def test_a_hostile_hostfile_line_is_refused_before_any_ssh_runs(lab, ip, ssh_log, tmp_path):
     marker = tmp_path / "proxy-command-ran"
     hostfile = tmp_path / "hosts"
     hostfile.write_text(f"{lab.addresses[0]}\n-oProxyCommand=touch${{IFS}}{marker}\n")
-    with pytest.raises(UsageError) as err:
-        magics.run_line_magic("jax_cluster", f"start --hostfile {hostfile} --address {lab.bridge_address}")
+    previous = current_cluster(ip)
+    try:
+        with pytest.raises(UsageError) as err:
+            ip.run_line_magic("jax_cluster", f"start --hostfile {hostfile} --address {lab.bridge_address}")
+        assert current_cluster(ip) is previous  # nothing half started
+    finally:
+        if current_cluster(ip) is not previous:
+            current_cluster(ip).stop()
+            use_cluster(previous, ip)
     said = str(err.value)
     assert said.startswith(f"bad host in entry '-oProxyCommand=touch${{IFS}}{marker}': a host is a "
                            "name") and "\n" not in said
     assert not marker.exists() and not ssh_log.exists()  # no ssh ran at all
-    assert current_cluster(magics) is None
 
 
 def test_a_host_named_like_an_ssh_option_never_runs_its_command(lab, ssh_log, tmp_path):

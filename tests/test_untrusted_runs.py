@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import inspect
 import json
 import os
 import pickle
@@ -15,24 +16,14 @@ from pathlib import Path
 
 import pytest
 from IPython.utils.capture import capture_output
+from support import state_classes
 
 #: Starts engines, kernels or a browser: not in `bash dev test fast`.
 pytestmark = pytest.mark.engines
 
 #: Run on the engines first, as a notebook's %%jax_cluster cell would: the state's classes.
-SETUP_CELL = """
-import dataclasses, typing
+SETUP_CELL = inspect.getsource(state_classes) + """
 import numpy as np
-
-class Moments(typing.NamedTuple):
-    mu: object
-    count: object
-
-@dataclasses.dataclass
-class Loader:
-    position: int
-    seed: object
-
 untrusted_rows = np.arange(40, dtype=np.float32)
 """
 
