@@ -27,6 +27,8 @@ class OptionError(ValueError):
     """A wrong option value; the message says what to pass instead."""
 
 
+#: An environment variable's name (it goes on launchers' command lines: ``mpiexec -x``, sbatch).
+VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 #: What each Slurm option may hold, so that it stays one option of one ``#SBATCH`` line: (the
 #: pattern, what it says, an example). ``sbatch`` lines are options themselves (any printable
 #: text that starts with ``-``); none may hold a line break or another control character.
@@ -132,8 +134,8 @@ class ClusterOptions:
         env = self.env
         pairs = env.items() if isinstance(env, Mapping) else (env or ())
         object.__setattr__(self, "env", tuple(sorted((str(k), str(v)) for k, v in pairs)))
-        bad = next((k for k, _ in self.env if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)), None)
-        if bad is not None:  # it names a variable in launchers' command lines (mpiexec -x, sbatch)
+        bad = next((k for k, _ in self.env if not VARIABLE_NAME.match(k)), None)
+        if bad is not None:
             raise OptionError(f"env= names {bad!r}, which is not an environment variable name "
                               "(letters, digits and '_', not starting with a digit); e.g. "
                               "env={'WANDB_API_KEY': key}")

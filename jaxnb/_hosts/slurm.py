@@ -5,17 +5,16 @@ jaxnb keeps ipyparallel's :class:`SlurmEngineSetLauncher` (``sbatch`` a script w
 (``jaxnb-CLUSTER``), ``--ntasks``, the user's partition, time limit, account and extra
 ``#SBATCH`` lines (checked in :class:`~jaxnb._core.options.ClusterOptions`: each stays one
 option of one line), and the variables the job gets (``--export``: the engines' own and a
-login's basics, never the kernel's whole environment). Process ``i`` is the job's task ``i``
-(``SLURM_PROCID``), so the coordinator runs on task 0's node. Stopping cancels the job and waits until
-Slurm no longer lists it; a job that does not start in time is named with its state
-and Slurm's reason (``squeue``).
+login's basics, never the kernel's whole environment). Process ``i`` is the job's task
+``i`` (``SLURM_PROCID``), so the coordinator runs on task 0's node. Stopping cancels the
+job and waits until Slurm no longer lists it; a job that does not start in time is named
+with its state and Slurm's reason (``squeue``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import subprocess
 import time
@@ -24,7 +23,7 @@ from typing import Any
 from ipyparallel.cluster.launcher import SlurmEngineSetLauncher
 from traitlets.config import Config
 
-from jaxnb._core.options import ClusterOptions
+from jaxnb._core.options import VARIABLE_NAME, ClusterOptions
 from jaxnb._core.spelling import example
 from jaxnb._core.state import Group
 from jaxnb._hosts.site_jobs import Site
@@ -35,7 +34,6 @@ CANCEL_WAIT_SECONDS = 30.0
 #: there), besides the engines' own variables: a login's basics, never keys or tokens.
 BASICS = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR",
           "LD_LIBRARY_PATH", "PYTHONHOME", "VIRTUAL_ENV", "CONDA_PREFIX")
-_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def missing() -> str | None:
@@ -51,7 +49,7 @@ def exported(engine_env: dict[str, str], kernel_env: dict[str, str]) -> list[str
     own (jaxnb's, ipyparallel's and ``env=``) and the :data:`BASICS` the kernel has (``LC_*``
     too); the values come from ``sbatch``'s environment."""
     basics = [k for k in kernel_env if k in BASICS or k.startswith("LC_")]
-    return sorted(k for k in {*engine_env, *basics} if _VARIABLE.match(k))
+    return sorted(k for k in {*engine_env, *basics} if VARIABLE_NAME.match(k))
 
 
 def batch_template(
