@@ -133,3 +133,25 @@ def test_slurm_flags_need_engines_slurm(ip):
     says = "--partition is for --engines slurm only; add --engines slurm or drop it"
     with pytest.raises(UsageError, match=says):
         ip.run_line_magic("jax_cluster", "start --partition gpu")
+
+
+@pytest.mark.engines
+def test_the_job_gets_only_the_environment_the_engines_need(slurm_lab, magics, monkeypatch, capsys):
+    """``--export`` names the variables (never ALL): a token in the kernel's environment stays
+    there; the engines get their own variables and a login's basics."""
+    monkeypatch.setenv("JAXNB_LAB_SECRET_TOKEN", "s3cret")
+    with capture_output() as shown:
+        magics.run_line_magic("jax_cluster", f"start --engines slurm -n 2 --address "
+                              f"{slurm_lab.bridge_address} --partition lab --time-limit 10")
+    cluster = current_cluster(magics)
+    assert cluster is not None and cluster.running, shown.stdout
+    engine_set = next(iter(cluster.group.ipp.engines.values()))
+    with open(engine_set.batch_file) as f:
+        export = [line for line in f.read().splitlines() if line.startswith("#SBATCH --export=")]
+    names = export[0].removeprefix("#SBATCH --export=").split(",")
+    assert len(export) == 1 and "ALL" not in names and "JAXNB_LAB_SECRET_TOKEN" not in names
+    assert {"PATH", "HOME", "IPP_CONNECTION_INFO", "JAX_PLATFORMS"} <= set(names), names
+    capsys.readouterr()
+    magics.run_cell_magic("jax_cluster", "", "import os\nprint('seen', os.environ.get("
+                          "'JAXNB_LAB_SECRET_TOKEN'), 'HOME' in os.environ, os.environ['JAX_PLATFORMS'])")
+    assert "seen None True cpu" in capsys.readouterr().out

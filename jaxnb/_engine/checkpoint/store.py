@@ -34,7 +34,9 @@ _ITEM = "default"  # the arrays (the name a single-item CheckpointManager used)
 _MANIFEST = "jaxnb"  # the JSON manifest beside them
 _PER_PROCESS = "per_process"
 _POSITIONS = "positions"  # every process's data positions at this step
-_FORMAT = "jaxnb-checkpoint/1"
+_FORMAT = "jaxnb-checkpoint/2"
+#: The first format kept the structure as a pickle, which is never read (a target is needed).
+_PICKLED_STRUCTURE = "jaxnb-checkpoint/1"
 
 
 class _PositionsHandler(ocp.JsonCheckpointHandler):
@@ -106,9 +108,10 @@ def _saved_sharding(meta: Any) -> Any:
 def _restore_jaxnb(path: str, target: Any) -> Any:
     """Restore a checkpoint written by :class:`CheckpointStore` (see the module docstring)."""
     manifest = ocp.JsonCheckpointHandler().restore(pathlib.Path(path, _MANIFEST))
-    if manifest.get("format") != _FORMAT:
+    written = manifest.get("format") if isinstance(manifest, dict) else None
+    if written not in (_FORMAT, _PICKLED_STRUCTURE):
         raise ValueError(f"checkpoint {path} was written by another jaxnb version "
-                         f"({manifest.get('format')}); restore it with that version")
+                         f"({str(written)[:40]}); restore it with that version")
     paths, records = manifest["paths"], manifest["records"]
     plan = plan_.Plan(**manifest["plan"])
     saved_n, me = int(manifest["num_processes"]), jax.process_index()
@@ -120,13 +123,10 @@ def _restore_jaxnb(path: str, target: Any) -> Any:
                         f"{len(paths)} leaves vs {len(tpaths)}")
             raise ValueError(f"restore target does not match checkpoint {path} (saved vs target: "
                              f"{diff}); pass a target with the saved structure, or none")
-    else:
-        try:
-            treedef = structure_.load_treedef(manifest["treedef"])
-        except Exception as exc:
-            raise ValueError(
-                f"the structure of checkpoint {path} cannot be rebuilt here ({type(exc).__name__}: "
-                f"{exc}); pass restore(target) with a pytree of the saved structure") from None
+    elif written == _PICKLED_STRUCTURE:
+        raise structure_.StructureError(
+            f"checkpoint {path} keeps its structure as a pickle (an earlier jaxnb), which is never "
+            f"read; {structure_.WITH_TARGET}")
     restored = _restore_arrays(os.path.join(path, _ITEM), records, targets, saved_n)
     own_records = None
     values: dict[int, bytes] = {}
@@ -153,7 +153,12 @@ def _restore_jaxnb(path: str, target: Any) -> Any:
             value = restored[f"leaf_{i}"]
         out.append(restore_.as_saved(record, value) if target is None
                    else restore_.like(record, value, target_leaf))
-    return structure_.unflatten(treedef, out)
+    if target is not None:
+        return structure_.unflatten(treedef, out)
+    try:
+        return structure_.rebuild(manifest["structure"], out)
+    except structure_.StructureError as exc:
+        raise structure_.StructureError(f"checkpoint {path}: {exc}; {structure_.WITH_TARGET}") from None
 
 
 def _restore_arrays(item_dir: str, records: list[dict[str, Any]], targets: list[Any],
@@ -301,12 +306,12 @@ class CheckpointStore:
         n, me = jax.process_count(), jax.process_index()
         paths: list[str] = []
         leaves: list[leaves_.Leaf] = []
-        treedef_text, failure, error = None, None, None
+        described, failure, error = None, None, None
         try:
-            paths, xs, treedef = structure_.flatten(pytree)
+            paths, xs, _ = structure_.flatten(pytree)
             leaves = [leaves_.prepare(p, x, n) for p, x in zip(paths, xs, strict=True)]
             if me == 0:
-                treedef_text = structure_.dump_treedef(treedef)
+                described = structure_.describe(pytree)
         except Exception as exc:  # told to the others first, so that none waits for us
             failure, error = exc, f"{type(exc).__name__}: {exc}"
         summaries = self._gather(plan_.summary(leaves, paths, error))
@@ -338,7 +343,7 @@ class CheckpointStore:
         manifest = {
             "format": _FORMAT,
             "num_processes": n,
-            "treedef": treedef_text,
+            "structure": described,
             "paths": paths,
             "records": [leaf.record for leaf in leaves],
             "values": values,
