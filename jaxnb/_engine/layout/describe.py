@@ -183,24 +183,9 @@ def _axis_types(mesh: Mesh) -> list[str] | None:
 def describe_named(name: str) -> dict[str, Any]:
     """Describe the mesh or array called ``name`` in the engine's namespace (``%jax_mesh``)."""
     from jaxnb._engine.layout.tree import describe_tree, is_tree_of_arrays
-    from jaxnb._engine.run.values import user_namespace
+    from jaxnb._engine.run.values import lookup
 
-    namespace = user_namespace()
-    if name.isidentifier():
-        if name not in namespace:
-            raise NameError(
-                f"name {name!r} is not defined on the engines; define it in a %%jax_cluster cell"
-            )
-        value = namespace[name]
-    else:  # an expression, e.g. params['w1']
-        try:
-            value = eval(name, namespace)
-        except NameError as exc:
-            raise NameError(f"{name}: {exc}; define it in a %%jax_cluster cell") from None
-        except Exception as exc:
-            raise TypeError(
-                f"{name} could not be evaluated on the engines: {type(exc).__name__}: {exc}"
-            ) from None
+    value = lookup(name)
     try:
         desc = describe(value)
     except TypeError:

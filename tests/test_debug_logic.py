@@ -1,0 +1,65 @@
+"""The debugger's pure parts (milliseconds, no engines): answers of several processes merged as a
+cell's output, values described without their data, frames shown as tracebacks show them,
+pdb's commands on a traceback and on a live frame, the notebook's command lines."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from jaxnb._core.merged_text import merge
+from jaxnb._core.tracebacks import is_hidden
+from jaxnb._engine.layout.value import array_text, describe_value
+
+# ---- answers merged like a cell's output ---------------------------------------------------
+
+
+def test_identical_answers_are_shown_once():
+    assert merge({0: "(8, 4)\n", 1: "(8, 4)\n"}) == "(8, 4)\n"
+
+
+def test_differing_answers_are_labelled_and_common_lines_kept_once():
+    text = merge({0: "> here\n0\n", 1: "> here\n1\n"})
+    assert text == "> here\n[p0] 0\n[p1] 1\n"
+
+
+def test_one_answer_is_shown_as_it_is():
+    assert merge({1: "x = 3\n"}) == "x = 3\n"
+    assert merge({}) == ""
+
+
+# ---- frames that are not the user's ------------------------------------------------------
+
+
+def test_frames_of_jaxnb_ipyparallel_and_ipython_are_hidden():
+    assert is_hidden("File /x/site-packages/jaxnb/_engine/run/reporting.py:200, in execute")
+    assert is_hidden("File /x/site-packages/ipyparallel/engine/kernel.py:180, in do_apply")
+    assert not is_hidden("Cell In[3], line 4, in train")
+    assert not is_hidden("File /x/site-packages/jax/_src/numpy/lax_numpy.py:10, in reshape")
+
+
+# ---- values described from their metadata ------------------------------------------------
+
+
+def test_a_jax_array_is_described_without_its_data():
+    mesh = Mesh(np.array(jax.devices()[:1]), ("data",))
+    x = jax.device_put(jnp.zeros((8, 4)), NamedSharding(mesh, P("data")))
+    assert describe_value(x) == {"type": "Array", "shape": [8, 4], "dtype": "float32",
+                                 "sharding": "P('data',)", "bytes": 128}
+    assert array_text(x) == "Array(shape=(8, 4), dtype=float32, sharding=P('data',))"
+    y = jnp.ones(3, jnp.int32)
+    assert describe_value(y)["sharding"] == f"{y.devices().pop().platform}:0"
+
+
+def test_numpy_scalars_trees_and_others_are_described():
+    assert describe_value(np.zeros((2, 3), np.int8)) == {
+        "type": "ndarray", "shape": [2, 3], "dtype": "int8", "sharding": "host (NumPy)", "bytes": 6}
+    params = {"w": jnp.zeros((4, 4)), "b": jnp.zeros(4)}
+    row = describe_value(params)
+    assert row["type"] == "dict (2 leaves)" and row["dtype"] == "float32" and row["bytes"] == 80
+    assert describe_value(3)["type"] == "int" and describe_value(3)["shape"] is None
+    assert describe_value(len) == {"type": "builtin_function_or_method", "shape": None,
+                                   "dtype": None, "sharding": None, "bytes": None}
