@@ -63,3 +63,72 @@ def test_numpy_scalars_trees_and_others_are_described():
     assert describe_value(3)["type"] == "int" and describe_value(3)["shape"] is None
     assert describe_value(len) == {"type": "builtin_function_or_method", "shape": None,
                                    "dtype": None, "sharding": None, "bytes": None}
+
+
+# ---- pdb on a failure's frames, one command at a time ------------------------------------
+
+
+def _inner(scale):
+    x = jnp.zeros((8, 4))
+    y = 3 * scale
+    raise ValueError(f"boom {x.shape} {y}")
+
+
+def _outer():
+    params = {"w": jnp.ones((2, 2)), "step": 7}
+    _inner(params["step"])
+
+
+def _console():
+    from jaxnb._engine.debug import frames
+    from jaxnb._engine.debug.console import Console
+
+    try:
+        _outer()
+    except ValueError as exc:
+        tb = exc.__traceback__
+    return Console(frames.of_traceback(tb), tb)
+
+
+def test_the_console_starts_at_the_frame_that_raised_and_prints_values():
+    console = _console()
+    here = console.here().splitlines()
+    assert here[0].startswith("> File ") and here[0].endswith(", in _inner"), here
+    assert here[1] == '-> raise ValueError(f"boom {x.shape} {y}")'
+    assert console.answer("p y") == "21\n"
+    assert console.answer("y + 1") == "22\n"
+    assert console.answer("p x") == "Array(shape=(8, 4), dtype=float32, sharding=cpu:0)\n"
+    assert console.answer("a") == "scale = 7\n"
+
+
+def test_up_down_and_where_walk_the_users_frames():
+    console = _console()
+    assert console.answer("up").splitlines()[0].endswith(", in _outer")
+    shown = console.answer("pp params")
+    assert "'w': Array(shape=(2, 2), dtype=float32, sharding=cpu:0)" in shown and "'step': 7" in shown
+    assert console.answer("down").splitlines()[0].endswith(", in _inner")
+    where = console.answer("w").splitlines()
+    marks = [line[:2] for line in where if not line.startswith("->")]
+    assert marks[-1] == "> " and set(marks[:-1]) == {"  "}, where
+
+
+def test_stepping_and_unknown_names_answer_one_line():
+    console = _console()
+    for line in ("n", "s", "b 3", "until"):
+        answer = console.answer(line)
+        assert answer.count("\n") == 1 and "does not step" in answer, answer
+    assert console.answer("nope") == "*** NameError: name 'nope' is not defined\n"
+    assert console.answer("l").count("->") == 1
+    assert console.answer("") == ""
+
+
+def test_the_console_on_a_live_frame():
+    import sys
+
+    from jaxnb._engine.debug import frames
+    from jaxnb._engine.debug.console import Console
+
+    marker = "here"  # noqa: F841 - read by the console
+    console = Console(frames.of_frame(sys._getframe()))
+    assert console.answer("p marker") == "'here'\n"
+    assert "in test_the_console_on_a_live_frame" in console.here()

@@ -1,0 +1,112 @@
+"""The debugger through the Python API on real engines: post-mortem (``JaxCluster.debug``) of a
+cell and of a training run that failed on one process, its bad input, and the frames dropped by
+the next cell. (The same at a real kernel's input prompt: ``test_debug_kernel.py``.)"""
+
+from __future__ import annotations
+
+import pytest
+
+import jaxnb
+from jaxnb import ClusterStateError
+
+#: Starts engines: not in `bash dev test fast`.
+pytestmark = pytest.mark.engines
+
+FAILS_ON_P1 = """\
+import jax, jax.numpy as jnp
+x = jnp.zeros((8, 4))
+def scale(v):
+    y = v * 2
+    if jax.process_index() == 1:
+        raise ValueError('only p1')
+    return y
+scale(3)
+"""
+
+
+def lost_loader(config):
+    """Process 1 raises at step 3; process 0 stops at should_stop()."""
+    import jax.numpy as jnp
+
+    import jaxnb
+
+    rank = jaxnb.get_context().get_world_rank()
+    params = {"w": jnp.ones((4, 2))}
+    for step in range(1, 1000):
+        batch = step * 10
+        if rank == 1 and step == 3:
+            raise RuntimeError(f"lost the data loader at batch {batch}")
+        jaxnb.report({"step": step})
+        if jaxnb.should_stop():
+            return params
+
+
+@pytest.fixture(scope="module")
+def cluster(make_cluster):
+    """This module's own cluster: its cells fail on purpose."""
+    return make_cluster()
+
+
+def test_post_mortem_of_a_cell_that_failed_only_on_p1(cluster, capsys):
+    with pytest.raises(jaxnb.RemoteError):
+        cluster.run(FAILS_ON_P1)
+    capsys.readouterr()
+    cluster.debug(commands="p v; y; up; p x; w; l")
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0] == "jaxnb: post-mortem of [p1]: ValueError: only p1", out
+    assert lines[1].startswith("> Cell In[") and lines[1].endswith("], line 6, in scale"), out
+    assert lines[2] == "-> raise ValueError('only p1')"
+    assert "(jaxnb p1) p v\n3\n" in out
+    assert "(jaxnb p1) y\n6\n" in out
+    assert "(jaxnb p1) p x\nArray(shape=(8, 4), dtype=float32, sharding=cpu:" in out
+    where = out.split("(jaxnb p1) w\n")[1].split("(jaxnb p1) l\n")[0].splitlines()
+    assert where[0].startswith("> Cell In[") and where[0].endswith("line 8"), where  # after `up`
+    assert where[2].startswith("  Cell In[") and where[2].endswith("line 6, in scale"), where
+    assert "  8  ->\tscale(3)" in out
+
+
+def test_bad_input_is_one_line_each(cluster, capsys):
+    with pytest.raises(jaxnb.RemoteError):
+        cluster.run(FAILS_ON_P1)
+    with pytest.raises(ValueError) as not_failed:
+        cluster.debug(process=0, commands="p x")
+    assert str(not_failed.value) == "[p0] did not fail in its last cell or run; [p1] did: process=1"
+    with pytest.raises(ValueError) as missing:
+        cluster.debug(process=7, commands="p x")
+    assert str(missing.value) == "process=7 does not exist; choose 0..1"
+    with pytest.raises(ValueError) as headless:
+        cluster.debug()
+    assert "\n" not in str(headless.value) and "commands='p x; w'" in str(headless.value)
+    capsys.readouterr()
+    cluster.debug(commands="n; nope; p3: p x")
+    answers = capsys.readouterr().out.split("(jaxnb p1) ")[1:]
+    assert [a.count("\n") for a in answers] == [2, 2, 2], answers  # the command line, one answer
+    assert "does not step" in answers[0] and "NameError: name 'nope'" in answers[1]
+    assert "[p3] is not in this session" in answers[2]
+
+
+def test_after_the_next_cell_nothing_is_left_to_debug(cluster, capsys):
+    with pytest.raises(jaxnb.RemoteError):
+        cluster.run(FAILS_ON_P1)
+    cluster.run("z = 1")
+    with pytest.raises(ClusterStateError) as nothing:
+        cluster.debug()
+    said = str(nothing.value)
+    assert said.startswith("nothing is left to debug: a cell ran on [p1] after the failure")
+    assert "\n" not in said
+
+
+def test_post_mortem_of_a_training_run(cluster, tmp_path, capsys):
+    with pytest.raises(jaxnb.RemoteError):
+        cluster.train(lost_loader, {}, storage=str(tmp_path))
+    capsys.readouterr()
+    cluster.debug(commands="p batch; p step; p params")
+    out = capsys.readouterr().out
+    assert out.startswith("jaxnb: post-mortem of [p1]: RuntimeError: lost the data loader at batch 30")
+    assert out.splitlines()[1].endswith(", in lost_loader"), out
+    assert "(jaxnb p1) p batch\n30\n(jaxnb p1) p step\n3\n" in out
+    assert "{'w': Array(shape=(4, 2), dtype=float32, sharding=cpu:" in out
+    cluster.run("z = 2")  # the next cell drops the run's frames too
+    with pytest.raises(ClusterStateError):
+        cluster.debug()
