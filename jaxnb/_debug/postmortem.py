@@ -15,10 +15,10 @@ from typing import Any
 
 from jaxnb._core.contract import EngineCall
 from jaxnb._core.errors import ClusterStateError
-from jaxnb._core.messages import label, labels
+from jaxnb._core.messages import label, labels, plural
 from jaxnb._core.spelling import example, option
 from jaxnb._core.state import Group
-from jaxnb._debug.prompt import Console, split_commands, stdin_available
+from jaxnb._debug.prompt import Console, error_answer, split_commands, stdin_available
 
 _SUMMARY = EngineCall("jaxnb._engine.debug.kept:summary")
 _HERE = EngineCall("jaxnb._engine.debug.kept:here")
@@ -36,7 +36,7 @@ NOTHING = (
 )
 HEADLESS = ("no input prompt here (the notebook runs headless); give the commands with {commands}, "
             "e.g. {example}")
-FOR_BREAKPOINTS = ("jaxnb: no process holds a failure; these {n} commands will answer the "
+FOR_BREAKPOINTS = ("jaxnb: no process holds a failure; {these} will answer the "
                    "jaxnb.breakpoint() stops of the next cell or training run that reaches one")
 
 
@@ -51,7 +51,7 @@ def debug(group: Group, process: int | None = None, commands: str | Sequence[str
     if not failed:
         if given is not None and process is None:
             group.breakpoint_commands = given
-            print(FOR_BREAKPOINTS.format(n=len(given)))
+            print(FOR_BREAKPOINTS.format(these=f"the {plural(len(given), 'command')}"))
             return
         dropped = [p for p, s in summaries.items() if s.get("dropped")]
         raise ClusterStateError(NOTHING_LEFT.format(which=labels(dropped)) if dropped
@@ -106,5 +106,4 @@ def _answer(ar: Any) -> str:
     try:
         return str(ar.get(timeout=None))
     except Exception as exc:
-        name = getattr(exc, "ename", type(exc).__name__)
-        return f"*** {name}: {getattr(exc, 'evalue', exc)}\n"
+        return error_answer(exc)

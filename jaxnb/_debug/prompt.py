@@ -10,12 +10,14 @@ answers are merged as a cell's output is (:func:`jaxnb._core.merged_text.merge`)
 
 from __future__ import annotations
 
+import contextlib
 import io
 import re
+import signal
 import sys
 import threading
 import tokenize
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from jaxnb._core.merged_text import merge
 from jaxnb._core.messages import label, labels
@@ -41,6 +43,16 @@ HELP_TEXT = (
 
 #: Ask processes: (processes, command) -> their answers (text) by process.
 Ask = Callable[[list[int], str], dict[int, str]]
+
+
+class SessionOver(Exception):
+    """A process the session holds is gone: the session ends (the message says why)."""
+
+
+def error_answer(exc: BaseException) -> str:
+    """A process's error (a local one, or ipyparallel's RemoteError) as pdb shows one: one line."""
+    name = getattr(exc, "ename", type(exc).__name__)
+    return f"*** {name}: {getattr(exc, 'evalue', exc)}\n"
 
 
 def split_commands(text: str) -> list[str]:
@@ -98,19 +110,24 @@ class Console:
         """Run ``commands`` (each shown after the prompt, as typed), then, if ``interactive``,
         read more at the prompt; ``"c"`` or ``"q"`` when one ended the session, ``""`` when
         the commands ran out or no prompt could be shown."""
-        for line in commands:
-            print(f"{self.prompt()}{line}")
-            ended = self.one(line)
-            if ended:
-                return ended
-        while interactive:
-            try:
-                line = input(self.prompt())
-            except (EOFError, NotImplementedError, OSError):  # StdinNotImplementedError too
-                return ""
-            ended = self.one(line)
-            if ended:
-                return ended
+        try:
+            for line in commands:
+                print(f"{self.prompt()}{line}")
+                ended = self.one(line)
+                if ended:
+                    return ended
+            while interactive:
+                try:
+                    with _interruptible():
+                        line = input(self.prompt())
+                except (EOFError, NotImplementedError, OSError):  # StdinNotImplementedError too
+                    return ""
+                ended = self.one(line)
+                if ended:
+                    return ended
+        except SessionOver as over:
+            print(f"jaxnb: {over}")
+            return "c"
         return ""
 
     def prompt(self) -> str:
@@ -139,3 +156,17 @@ class Console:
         answers = self.ask(targets, command)
         sys.stdout.write(merge(answers) if len(answers) > 1 else "".join(answers.values()))
         return ""
+
+
+@contextlib.contextmanager
+def _interruptible() -> Iterator[None]:
+    """An interrupt (the Stop button) raises ``KeyboardInterrupt`` at the prompt, also while a
+    training run counts interrupts instead (:class:`jaxnb._train.interrupts.InterruptCounter`)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
