@@ -110,3 +110,54 @@ def test_post_mortem_of_a_training_run(cluster, tmp_path, capsys):
     cluster.run("z = 2")  # the next cell drops the run's frames too
     with pytest.raises(ClusterStateError):
         cluster.debug()
+
+
+VARIABLES = """\
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+mesh = Mesh(np.array(jax.devices()), ("data",))
+def replicated(x):
+    return jax.make_array_from_process_local_data(NamedSharding(mesh, P()), np.asarray(x, np.float32))
+me = jax.process_index()
+params = {"w": replicated(np.ones((4, 2))), "b": replicated(np.zeros(2)), "step": 3}
+diverged = {"w": replicated(np.ones((4, 2)) + 0.25 * me), "b": replicated(np.zeros(2)),
+            "step": 3 + me, "opt": "adam"}
+ragged = np.zeros(3 + me)
+sharded = jax.device_put(jnp.arange(8.0), NamedSharding(mesh, P("data")))
+lr = 0.1
+"""
+
+
+def test_who_tells_replicated_from_diverged_values(cluster):
+    cluster.run(VARIABLES)
+    rows = {row["name"]: row for row in cluster.who()}
+    assert {"jax", "jnp", "np", "Mesh", "P"}.isdisjoint(rows)  # modules and what they define
+    assert rows["params"] == {"name": "params", "type": "dict (3 leaves)", "shape": None,
+                              "dtype": "float32", "sharding": "P()", "bytes": 68, "same": "yes",
+                              "differing": []}
+    assert rows["diverged"]["same"] == "no: [p1] differs" and rows["diverged"]["differing"] == [1]
+    assert rows["lr"]["same"] == "yes" and rows["me"]["same"] == "no: [p1] differs"
+    assert rows["ragged"]["same"] == "no: [p1] holds another type or shape"
+    assert rows["sharded"]["same"].startswith("— (sharded")
+    assert rows["sharded"]["shape"] == [8] and rows["sharded"]["sharding"] == "P('data',)"
+    assert rows["replicated"]["same"] == "—"  # a function: not compared
+
+
+def test_diff_lists_the_leaves_that_differ_and_by_how_much(cluster):
+    from jaxnb._debug.compare import diff_text
+
+    cluster.run(VARIABLES)
+    assert cluster.diff("params") == []
+    rows = {row["path"]: row for row in cluster.diff("diverged")}
+    assert set(rows) == {"['w']", "['step']"}, rows
+    assert rows["['w']"]["differing"] == [1] and rows["['w']"]["reference"] == 0
+    assert rows["['w']"]["block"] == "[0:4, 0:2]" and rows["['w']"]["largest"] == 0.25
+    assert rows["['step']"]["largest"] == 1 and rows["['step']"]["note"] == "p0: 3, p1: 4"
+    text = diff_text("diverged", cluster.diff("diverged")).splitlines()
+    assert text[0] == "diverged: 2 leaves not the same on every process"
+    assert text[2].split() == ["['step']", "[p1]", "differs", "from", "[p0]", "1", "(p0:", "3,", "p1:", "4)"]
+    (ragged,) = cluster.diff("ragged")
+    assert ragged["note"] == "shapes differ: p0 (3,) <f8, p1 (4,) <f8" and ragged["largest"] is None
+    assert cluster.diff("diverged['w']")[0]["largest"] == 0.25  # an expression
+    with pytest.raises(NameError, match="name 'nope' is not defined on the engines"):
+        cluster.diff("nope")

@@ -132,3 +132,34 @@ def test_bad_input_is_one_line_each(kernel):
     assert said.startswith("UsageError: nothing is left to debug: a cell ran on ") and "[p1]" in said
     said = usage_error(kernel.run("%jax_debug --procss 1"))
     assert "unrecognized arguments: --procss 1" in said
+
+
+VARIABLES = """%%jax_cluster
+import jax, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+mesh = Mesh(np.array(jax.devices()), ("data",))
+def replicated(x):
+    return jax.make_array_from_process_local_data(NamedSharding(mesh, P()), np.asarray(x, np.float32))
+params = {"w": replicated(np.ones((4, 2))), "b": replicated(np.zeros(2))}
+diverged = {"w": replicated(np.ones((4, 2)) + 0.5 * jax.process_index()), "b": replicated(np.zeros(2))}"""
+
+
+def test_jax_who_and_jax_diff_on_replicated_and_diverged_parameters(kernel):
+    kernel.ok(VARIABLES)
+    table = kernel.ok("%jax_who").stdout.splitlines()
+    assert table[0].split() == ["name", "type", "shape", "dtype", "sharding", "bytes", "same", "on",
+                                "every", "process?"], table
+    rows = {line.split()[0]: line for line in table[1:]}
+    assert rows["params"].split()[1:] == ["dict", "(2", "leaves)", "—", "float32", "P()", "40", "B", "yes"]
+    assert rows["diverged"].endswith("no: [p1] differs"), rows
+    assert "np" not in rows and "jax" not in rows
+    same = kernel.ok("%jax_diff params").stdout
+    assert same == "params: the same on every process (compared by fingerprint)\n"
+    shown = kernel.ok("%jax_diff diverged").stdout.splitlines()
+    assert shown[0] == "diverged: 1 leaf not the same on every process"
+    assert shown[2].split() == ["['w']", "block", "[0:4,", "0:2]", "[p1]", "differs", "from", "[p0]", "0.5"]
+    said = usage_error(kernel.run("%jax_diff"))
+    assert said == "UsageError: %jax_diff takes one NAME or expression; e.g. %jax_diff params"
+    said = usage_error(kernel.run("%jax_diff nope"))
+    assert said.startswith("UsageError: name 'nope' is not defined on the engines")
+    assert usage_error(kernel.run("%jax_who x")).startswith("UsageError: %jax_who takes nothing")

@@ -132,3 +132,81 @@ def test_the_console_on_a_live_frame():
     console = Console(frames.of_frame(sys._getframe()))
     assert console.answer("p marker") == "'here'\n"
     assert "in test_the_console_on_a_live_frame" in console.here()
+
+
+# ---- the notebook's side: command lines, where they go, the comparisons -----------------
+
+
+def test_commands_split_at_semicolons_outside_strings_and_brackets():
+    from jaxnb._debug.prompt import split_commands
+
+    assert split_commands("p x; up;; p y\nw") == ["p x", "up", "p y", "w"]
+    assert split_commands("p 'a;b'; p f(1, [2; 3])") == ["p 'a;b'", "p f(1, [2; 3])"]
+    assert split_commands("all: p x.shape; p1: p y") == ["all: p x.shape", "p1: p y"]
+    assert split_commands('p "unterminated; w') == ['p "unterminated', "w"]
+
+
+def test_a_command_goes_to_its_processes_and_answers_merge_like_a_cell(capsys):
+    from jaxnb._debug.prompt import Console
+
+    asked = []
+
+    def ask(processes, line):
+        asked.append((processes, line))
+        return {p: f"{line} on {p}\n" if "x" in line else "same\n" for p in processes}
+
+    console = Console(ask, [0, 1], [0, 1])
+    assert console.run(["p y", "p1: p x", "all: p x", "h", "p5: p y", "c", "p never"], False) == "c"
+    assert asked == [([0, 1], "p y"), ([1], "p x"), ([0, 1], "p x")]
+    out = capsys.readouterr().out
+    assert "(jaxnb p0,p1) p y\nsame\n(jaxnb p0,p1) p1: p x\np x on 1\n" in out
+    assert "(jaxnb p0,p1) all: p x\n[p0] p x on 0\n[p1] p x on 1\n" in out
+    assert "p1: COMMAND, all: COMMAND" in out  # help
+    assert "jaxnb: [p5] is not in this session; it holds [p0], [p1] (e.g. p0: p x)\n" in out
+    assert Console(ask, [1], [1]).run(["q"], False) == "q"
+    assert Console(ask, [1], [1]).run([], False) == ""
+
+
+def test_no_input_prompt_under_pytest():
+    from jaxnb._debug.prompt import stdin_available
+
+    assert not stdin_available()
+
+
+def _row(pieces, kind="Array", shape=(2,)):
+    return {"type": kind, "shape": list(shape), "dtype": "float32", "pieces": pieces}
+
+
+def test_agreement_from_fingerprints():
+    from jaxnb._debug.compare import agreement
+
+    assert agreement({0: _row({"": [1]}), 1: _row({"": [1]})}, [0, 1]) == ("yes", [])
+    assert agreement({0: _row({"": [1]}), 1: _row({"": [2]}), 2: _row({"": [2]})}, [0, 1, 2]) == (
+        "no: [p1], [p2] differ", [1, 2])
+    assert agreement({0: _row({"": [1]})}, [0, 1]) == ("no: not defined on [p1]", [1])
+    assert agreement({0: _row({"": [1]}), 1: _row({"": [1]}, shape=(3,))}, [0, 1])[1] == [1]
+    sharded = agreement({0: _row({"@[0:1]": [1]}), 1: _row({"@[1:2]": [2]})}, [0, 1])
+    assert sharded[0].startswith("— (sharded")
+    assert agreement({0: _row({"": None}, "function"), 1: _row({"": None}, "function")}, [0, 1]) == ("—", [])
+
+
+def test_a_difference_row_says_which_processes_and_why():
+    from jaxnb._debug.compare import difference_row
+
+    def piece(fp, shape=(2,), value=None, number=None):
+        found = {"path": "['w']", "block": None, "fp": fp, "shape": list(shape), "dtype": "<f4",
+                 "value": value}
+        if number is not None:
+            found["number"] = number
+        return found
+
+    assert difference_row("k", {0: piece([1]), 1: piece([1])}, [0, 1]) is None
+    row = difference_row("k", {0: piece([1]), 1: piece([2])}, [0, 1])
+    assert row["differing"] == [1] and row.pop("measure") is True
+    numbers = {0: piece([1], value="3", number=3), 1: piece([2], value="5", number=5)}
+    row = difference_row("k", numbers, [0, 1])
+    assert row["largest"] == 2 and row["note"] == "p0: 3, p1: 5"
+    row = difference_row("k", {0: piece([1]), 1: piece([2], shape=(3,))}, [0, 1])
+    assert row["note"] == "shapes differ: p0 (2,) <f4, p1 (3,) <f4" and "measure" not in row
+    row = difference_row("k", {0: piece([1])}, [0, 1])
+    assert row["differing"] == [1] and row["note"] == "not in the pytree there"

@@ -21,7 +21,7 @@ SUBCOMMAND = re.compile(r"`%jax_cluster (\w+)")
 FLAG = re.compile(r"(?<![\w-])(--[a-z]+(?:-[a-z]+)*)(?![\w-])")
 METHOD = re.compile(r"`[\w.()]*?\.?(\w+)\(\)`")
 MAGICS = {"jax_cluster", "jax_train", "jax_mesh", "jax_pull", "jax_push", "jax_tune", "jax_profile",
-          "jax_debug"}
+          "jax_debug", "jax_who", "jax_diff"}
 #: Flags of other programs that jaxnb runs (in shell commands, not in messages).
 OTHER_PROGRAMS_FLAGS = {
     "--ppid",  # ps(1), on a remote host

@@ -176,7 +176,7 @@ LAYERS: dict[str, set[str]] = {
     "jaxnb._hosts": {"jaxnb._core"},
     "jaxnb._failures": {"jaxnb._core", "jaxnb._hosts"},
     "jaxnb._lifecycle": {"jaxnb._core", "jaxnb._hosts", "jaxnb._failures"},
-    "jaxnb._debug": {"jaxnb._core", "jaxnb._failures"},
+    "jaxnb._debug": {"jaxnb._core", "jaxnb._failures", "jaxnb._widgets"},
     "jaxnb._cells": {"jaxnb._core", "jaxnb._failures", "jaxnb._debug"},
     "jaxnb._train": {"jaxnb._core", "jaxnb._failures", "jaxnb._cells", "jaxnb._widgets", "jaxnb._debug"},
     "jaxnb._profile": {"jaxnb._core", "jaxnb._failures", "jaxnb._cells", "jaxnb._widgets", "jaxnb._train"},

@@ -61,7 +61,7 @@ def describe_array(x: jax.Array) -> dict[str, Any]:
 
     blocks: dict[tuple[tuple[int, int], ...], list[Any]] = {}
     for dev, index in index_map.items():
-        key = tuple(_bounds(s, n) for s, n in zip(index, shape, strict=True))
+        key = block_of(index, shape)
         blocks.setdefault(key, []).append(dev)
 
     block_list = []
@@ -139,6 +139,11 @@ def _axis_summary(
             {"axis": i, "size": size, "shards": shards, "block": -(-size // shards), "by": by}
         )
     return axes
+
+
+def block_of(index: Any, shape: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+    """The ``(start, stop)`` of each axis of the block a device's ``index`` (its slices) holds."""
+    return tuple(_bounds(s, n) for s, n in zip(index, shape, strict=True))
 
 
 def _bounds(index: Any, size: int) -> tuple[int, int]:
