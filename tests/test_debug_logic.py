@@ -210,3 +210,13 @@ def test_a_difference_row_says_which_processes_and_why():
     assert row["note"] == "shapes differ: p0 (2,) <f4, p1 (3,) <f4" and "measure" not in row
     row = difference_row("k", {0: piece([1])}, [0, 1])
     assert row["differing"] == [1] and row["note"] == "not in the pytree there"
+
+
+def test_the_magic_reads_its_flags_without_the_quotes_ipython_keeps():
+    from IPython.core.magic_arguments import parse_argstring
+
+    from jaxnb.magics import jax_debug, kit
+
+    args = parse_argstring(jax_debug.jax_debug, '--process 1 -c "p x; w"')
+    assert kit.given(args) == {"process": 1, "commands": "p x; w"}
+    assert kit.given(parse_argstring(jax_debug.jax_debug, "")) == {}

@@ -10,7 +10,7 @@ from jaxnb.magics import accept, kit
 @magic_arguments(name="%jax_debug")
 @argument("--process", default=None, metavar="I", type=accept.whole("--process", example=1),
           help="the failed process to debug; default: the first that failed")
-@argument("-c", "--commands", default=None, metavar="COMMANDS",
+@argument("-c", "--commands", default=None, metavar="COMMANDS", type=accept.unquoted,
           help="pdb commands to run without a prompt, separated by ';' (papermill, scripts); with "
                "no failure to debug: the commands for the next jaxnb.breakpoint()")
 def jax_debug(line: str) -> None:
