@@ -161,3 +161,43 @@ def test_diff_lists_the_leaves_that_differ_and_by_how_much(cluster):
     assert cluster.diff("diverged['w']")[0]["largest"] == 0.25  # an expression
     with pytest.raises(NameError, match="name 'nope' is not defined on the engines"):
         cluster.diff("nope")
+
+
+ONLY_P0_STOPS = """\
+import time, jax, jaxnb
+r = jax.process_index()
+if r == 0:
+    jaxnb.breakpoint()
+else:
+    time.sleep(1.5)
+print('after', r)
+"""
+
+
+def test_the_stopped_and_the_others_are_named_and_no_divergence_is_declared(cluster, capsys):
+    cluster.debug(commands="p r; all: __import__('time').sleep(4); c")  # longer than the grace
+    capsys.readouterr()
+    cluster.run(ONLY_P0_STOPS, timeout=3)  # and longer than the timeout
+    out = capsys.readouterr().out
+    assert "jaxnb: [p0] stopped at jaxnb.breakpoint(), Cell In[" in out, out
+    assert "line 4: jaxnb.breakpoint()" in out
+    assert "jaxnb: not stopped: [p1] at cell line 6: time.sleep(1.5)" in out, out
+    assert "(jaxnb p0) p r\n0\n" in out and "(jaxnb p0) c\n" in out
+    assert "[p0] after 0" in out and "[p1] after 1" in out
+
+
+def stops_in_the_background(config):
+    import jaxnb
+
+    for step in range(3):
+        if step == 1:
+            jaxnb.breakpoint()
+        jaxnb.report({"step": step})
+
+
+def test_a_background_run_passes_its_breakpoint_with_a_note(cluster, tmp_path, capsys):
+    result = cluster.train(stops_in_the_background, {}, storage=str(tmp_path), background=True)
+    result.wait(120)
+    assert result.error is None and [h["step"] for h in result.history] == [0, 1, 2]
+    out = capsys.readouterr().out
+    assert "did not stop [p0], [p1]: no input prompt here (headless, or a --background run)" in out

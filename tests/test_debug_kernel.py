@@ -114,6 +114,20 @@ def test_an_interrupt_at_the_prompt_ends_the_session_and_the_cell(kernel):
     assert "[p0] usable 0" in again.stdout and "[p1] usable 1" in again.stdout
 
 
+def test_an_interrupt_at_a_training_runs_prompt_ends_the_run(kernel, tmp_path):
+    kernel.ok(TRAIN)
+    msg_id = kernel.send(f"%jax_train train --storage {tmp_path} --name stopped -o stopped",
+                         stdin=True)
+    out = kernel.collect(msg_id, answers=[])
+    assert out.prompting, out.shown
+    kernel.interrupt()
+    out = kernel.collect(msg_id, timeout=60)
+    assert "jaxnb: interrupted at jaxnb.breakpoint(): interrupting every process" in out.stderr
+    assert out.error is not None and "KeyboardInterrupt" in out.error["evalue"], out.shown
+    assert kernel.value("[h['step'] for h in stopped.history]") == [0, 1]
+    assert "usable" in kernel.ok("%%jax_cluster\nprint('usable')").stdout
+
+
 def test_headless_a_breakpoint_is_one_note_and_no_stop(kernel):
     out = kernel.ok(STOPS)  # the harness's requests take no input, as papermill's
     notes = [line for line in out.stdout.splitlines() if "jaxnb.breakpoint()" in line]

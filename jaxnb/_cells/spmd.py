@@ -102,8 +102,8 @@ def run_cell(
             if ar.ready():
                 break
             done = {p for p, f in futures.items() if f.done()}
-            stops.check(done, {p: by_process[p].get("error") for p in done})
-            watch.check(done, by_process)
+            if not stops.check(done, {p: by_process[p].get("error") for p in done}):
+                watch.check(done, by_process)
     except BaseException as e:
         if isinstance(e, KeyboardInterrupt):
             watch.interrupted(by_process)

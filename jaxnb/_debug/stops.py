@@ -61,22 +61,24 @@ class Stops:
                 found[p] = stop
         return found
 
-    def check(self, done: set[int], errors: dict[int, Any]) -> None:
-        """Open the prompt once the stopped processes are gathered; return when they go on."""
+    def check(self, done: set[int], errors: dict[int, Any]) -> bool:
+        """Open the prompt once the stopped processes are gathered; return when they go on.
+        True when a session ran (what the caller knew of the processes is stale now)."""
         stopped = self.pending()
         if not stopped:
-            return
+            return False
         now = time.monotonic()
         self.first_seen = self.first_seen or now
         running = [p for p in self.data if p not in done]
         if len(stopped) < len(running) and now - self.first_seen < GATHER_SECONDS:
-            return  # the others may be on their way to the same line
+            return False  # the others may be on their way to the same line
         began, self.first_seen = self.first_seen, None
         try:
             self._session(stopped, [p for p in running if p not in stopped], done, errors)
         finally:
             self.handled.update({p: stop["id"] for p, stop in stopped.items()})
             self.watch.pause(time.monotonic() - began)
+        return True
 
     def _session(self, stopped: dict[int, dict[str, Any]], elsewhere: list[int], done: set[int],
                  errors: dict[int, Any]) -> None:

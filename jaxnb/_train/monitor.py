@@ -206,10 +206,12 @@ class Monitor:
             self._signal(STOP_SIGNAL)  # the others may stop cleanly at should_stop()
         done = {p for p, f in self.futures.items() if f.done()}
         try:
-            self.stops.check(done, {p: o["error"] for p, o in by_process.items()})
+            if self.stops.check(done, {p: o["error"] for p, o in by_process.items()}):
+                return  # the processes moved on meanwhile: look again at the next poll
         except KeyboardInterrupt:  # at the breakpoint's prompt: end the run as a cell ends
             print(AT_BREAKPOINT, file=sys.stderr)
             self.interrupt()
+            return
         try:
             self.watch.check(done, by_process)
         except ProcessFailure as failure:
