@@ -12,11 +12,11 @@ from support.factories import unavailable
 
 unavailable("browser tests", lab_server.missing())
 
-from playwright.sync_api import Browser, BrowserContext, Locator, Page, sync_playwright  # noqa: E402
+from playwright.sync_api import Locator, Page  # noqa: E402
 from support.browser_page import (  # noqa: E402 - only importable where playwright is installed
     Watched,
     cell,
-    open_notebook,
+    lab_notebook,
     run_and_wait,
     run_cell,
     wait_done,
@@ -43,18 +43,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[lab_server.LabS
 
 @pytest.fixture(scope="module")
 def lab(server: lab_server.LabServer) -> Iterator[Watched]:
-    with sync_playwright() as pw:
-        browser: Browser = pw.chromium.launch(executable_path=lab_server.chromium_path(),
-                                              headless=True, args=["--no-sandbox",
-                                                                   "--disable-dev-shm-usage"])
-        context: BrowserContext = browser.new_context(viewport={"width": 1400, "height": 1000})
-        path = server.write_notebook("debug.ipynb", CELLS)
-        watched = open_notebook(context, server.page_url(path))
+    with lab_notebook(server, "debug.ipynb", CELLS) as watched:
         yield watched
-        watched.page.close()
-        server.shutdown_kernels()
-        context.close()
-        browser.close()
 
 
 def type_at_prompt(page: Page, index: int, text: str) -> None:

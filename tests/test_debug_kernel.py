@@ -11,19 +11,13 @@ from __future__ import annotations
 import re
 
 import pytest
+from support.kernel_checks import usage_error
+from test_debug import FAILS_ON_P1 as FAILING_CELL
 
 #: Starts kernels and engines: not in `bash dev test fast`.
 pytestmark = pytest.mark.engines
 
-FAILS_ON_P1 = """%%jax_cluster
-import jax, jax.numpy as jnp
-x = jnp.zeros((8, 4))
-def scale(v):
-    y = v * 2
-    if jax.process_index() == 1:
-        raise ValueError('only p1')
-    return y
-scale(3)"""
+FAILS_ON_P1 = "%%jax_cluster\n" + FAILING_CELL
 
 TRAIN = """\
 def train(config):
@@ -43,13 +37,6 @@ r = jax.process_index()
 jaxnb.breakpoint()
 print('after', r)"""
 
-
-def usage_error(out) -> str:
-    """The one line a front end shows for a ``UsageError`` (IPython prints it, no traceback)."""
-    assert out.error is None, out.shown
-    lines = [line for line in out.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("UsageError: "), out.shown
-    return lines[0]
 
 
 @pytest.fixture(scope="module")
