@@ -201,3 +201,13 @@ def test_a_background_run_passes_its_breakpoint_with_a_note(cluster, tmp_path, c
     assert result.error is None and [h["step"] for h in result.history] == [0, 1, 2]
     out = capsys.readouterr().out
     assert "did not stop [p0], [p1]: no input prompt here (headless, or a --background run)" in out
+
+
+def test_q_at_a_breakpoint_ends_the_cell_on_every_stopped_process(cluster, capsys):
+    cluster.debug(commands="q")
+    with pytest.raises(jaxnb.RemoteError) as ended:
+        cluster.run("import jaxnb\njaxnb.breakpoint()\nprint('not reached')")
+    assert ended.value.summary == ("BdbQuit: q in jaxnb's debugger ended the cell "
+                                   "(on processes [p0], [p1])")
+    assert "not reached" not in capsys.readouterr().out
+    cluster.run("print('usable')")

@@ -4,7 +4,7 @@
 (:func:`jaxnb._engine.layout.value.describe_value`) with the fingerprint of every *piece* it
 holds for itself — a host value (NumPy, a local ``jax.Array``, a number), or one block of a
 global array. The fingerprints are the checkpoints' own 96-bit ones
-(:func:`jaxnb._engine.checkpoint.plan.fingerprint`): the notebook compares them, and no data
+(:func:`jaxnb._engine.checkpoint.plan.fingerprints`): the notebook compares them, and no data
 moves between processes or to the notebook. ``%jax_diff NAME`` asks for :func:`pieces` of one
 pytree, then, for the pieces that differ and agree in shape, :func:`differences`: the largest
 difference from the lowest process holding the piece, every process taking part (the
@@ -21,7 +21,7 @@ import jax
 import numpy as np
 
 from jaxnb._engine.checkpoint.leaves import LeafError, prepare
-from jaxnb._engine.checkpoint.plan import fingerprint
+from jaxnb._engine.checkpoint.plan import fingerprints
 from jaxnb._engine.layout.describe import block_of
 from jaxnb._engine.layout.value import describe_value
 from jaxnb._engine.run.values import lookup, user_namespace
@@ -129,7 +129,7 @@ def _host_pieces(value: Any) -> list[tuple[str, Any]]:
 
 
 def _pieces(value: Any) -> dict[str, dict[str, Any]]:
-    found = {}
+    found, leaves = {}, {}
     for key, data in _host_pieces(value):
         path, _, block = key.partition("@")
         piece: dict[str, Any] = {"path": path or "(root)", "block": block or None, "fp": None,
@@ -142,8 +142,11 @@ def _pieces(value: Any) -> dict[str, dict[str, Any]]:
                 piece["number"] = float(data)
         # Not a value a checkpoint holds (a function, an object): no fingerprint, not compared.
         with contextlib.suppress(LeafError, TypeError, ValueError):
-            piece["fp"] = fingerprint(prepare(key, data, 1)) if data is not None else None
+            if data is not None:
+                leaves[key] = prepare(key, data, 1)  # this process's own copy: never a global leaf
         found[key] = piece
+    for key, fp in zip(leaves, fingerprints(list(leaves.values())), strict=True):
+        found[key]["fp"] = fp  # big pieces on several threads, as a checkpoint's
     return found
 
 
