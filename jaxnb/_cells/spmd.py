@@ -15,6 +15,7 @@ from jaxnb._core.contract import EngineCall
 from jaxnb._core.errors import remote_error
 from jaxnb._core.notebook_cells import as_compiled
 from jaxnb._core.state import Group
+from jaxnb._debug.stops import Stops
 from jaxnb._failures.watch import Watch
 
 POLL_SECONDS = 0.02
@@ -92,6 +93,7 @@ def run_cell(
     live = LivePanel([out.view, err.view], NotebookScreen()) if out and err and in_kernel() else None
     shown_displays = 0
     watch = Watch(group, code, timeout, list(ar.msg_ids))
+    stops = Stops(group, watch, {p: md["data"] for p, md in by_process.items()})
     try:
         while True:
             ar.wait(POLL_SECONDS)
@@ -101,7 +103,8 @@ def run_cell(
             if ar.ready():
                 break
             done = {p for p, f in futures.items() if f.done()}
-            watch.check(done, by_process)
+            if not stops.check(done, {p: by_process[p].get("error") for p in done}):
+                watch.check(done, by_process)
     except BaseException as e:
         if isinstance(e, KeyboardInterrupt):
             watch.interrupted(by_process)

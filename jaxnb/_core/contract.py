@@ -57,6 +57,9 @@ STOP_SIGNAL = signal.SIGUSR2
 
 #: Report batches are published as ``f"{REPORT_KEY}{n}"``, n = 0, 1, … (ipyparallel datapub).
 REPORT_KEY = "jaxnb/"
+#: ``jaxnb.breakpoint()``: a process publishes where it stopped under this key (ipyparallel
+#: datapub; the value is the latest stop: ``id``, ``where``, ``source``).
+BREAKPOINT_KEY = "jaxnb-breakpoint"
 #: ``%jax_pull``: what a process answers when the name is not defined there.
 MISSING = "__jaxnb_missing__"
 #: ``%jax_pull``: what processes other than 0 answer (process 0 sends the value).

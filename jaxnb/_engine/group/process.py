@@ -66,6 +66,9 @@ def set_identity(params: JoinParams) -> None:
 
 def initialize(params: JoinParams) -> dict[str, Any]:
     """Set this engine's identity, join ``jax.distributed`` (unless ``--no-init``), describe."""
+    from jaxnb._engine.debug import hooks
+
+    hooks.install()  # %jax_debug and jaxnb.breakpoint() (cheap: two callbacks)
     set_identity(params)
     if params.init:
         import jax

@@ -141,9 +141,11 @@ def prepare(spec: dict[str, Any]) -> dict[str, Any]:
 
 def _prepare(spec: dict[str, Any]) -> dict[str, Any]:
     global _run
+    from jaxnb._engine.debug import kept
     from jaxnb._engine.group import context
 
     _run = None
+    kept.drop()  # a new run: the last failure's frames are not debuggable any more
     try:
         fn, args = _function(spec)
     except (LookupError, TypeError) as exc:
@@ -187,6 +189,11 @@ def execute() -> dict[str, Any]:
         with spelled(run.as_flags):
             run.fn(*run.args)
         ok = True
+    except BaseException as exc:
+        from jaxnb._engine.debug import kept
+
+        kept.keep(exc)  # for %jax_debug, until the next cell or run here
+        raise
     finally:
         _run = None
         data_run.end()
