@@ -219,7 +219,7 @@ DESIGN_NAMES = {
                              "ProcessFailure", "ReplayError")),
 }
 #: Names of features not built yet: issue number.
-PENDING = {"jaxnb.breakpoint": 35, "jaxnb.JaxCluster.memory": 34, "jaxnb.JaxCluster.scale": 33}
+PENDING = {"jaxnb.breakpoint": 35, "jaxnb.JaxCluster.scale": 33}
 
 
 def _design() -> str | None:

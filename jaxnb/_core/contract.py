@@ -57,6 +57,9 @@ STOP_SIGNAL = signal.SIGUSR2
 
 #: Report batches are published as ``f"{REPORT_KEY}{n}"``, n = 0, 1, … (ipyparallel datapub).
 REPORT_KEY = "jaxnb/"
+#: A training run's latest sample (memory, time split, FLOPs per step) is published under this
+#: key about once a second; each sample holds totals, so the last one received is what counts.
+MONITOR_KEY = "jaxnb-monitor"
 #: ``%jax_pull``: what a process answers when the name is not defined there.
 MISSING = "__jaxnb_missing__"
 #: ``%jax_pull``: what processes other than 0 answer (process 0 sends the value).

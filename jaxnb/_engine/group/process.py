@@ -66,7 +66,10 @@ def set_identity(params: JoinParams) -> None:
 
 def initialize(params: JoinParams) -> dict[str, Any]:
     """Set this engine's identity, join ``jax.distributed`` (unless ``--no-init``), describe."""
+    from jaxnb._engine.memory import oom_note
+
     set_identity(params)
+    oom_note.watch_cells()  # a cell's out-of-memory error is noted where it happens
     if params.init:
         import jax
 
