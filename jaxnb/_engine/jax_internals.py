@@ -79,16 +79,34 @@ COMPILE_EVENTS = (
     "/jax/core/compile/jaxpr_to_mlir_module_duration",
     "/jax/core/compile/backend_compile_duration",
 )
-BACKEND_COMPILE_EVENT = COMPILE_EVENTS[2]
 
 
-def jit_call_compiling() -> tuple[Any, tuple[Any, ...], dict[str, Any]] | None:
-    """The jitted function the user's code called that XLA compiles now on this thread, with
-    the arguments of the call; ``None`` when the compile is not of such a call (an op run
-    eagerly, ``.lower().compile()``).
+def on_jit_cache_miss(callback: Any) -> None:
+    """Call ``callback()`` on every miss of jit's C++ cache: a jitted function called for the
+    first time in this process, or with new shapes. JAX says so through its test hook
+    (``jax._src.util.test_event("jit_cpp_cache_miss")``); jaxnb's listener is chained after
+    any listener already there."""
+    from jax._src import util
 
-    Read from the frames of ``jax._src.pjit``'s ``cache_miss`` (its ``args``, ``kwargs`` and
-    the ``fun`` and ``jit_info`` it closes over): call it from a compile-event listener.
+    previous = util.test_event_listener
+
+    def listener(name: str, *args: Any) -> None:
+        if previous is not None:
+            previous(name, *args)
+        if name == "jit_cpp_cache_miss":
+            callback()
+
+    util.test_event_listener = listener
+
+
+def jit_call_in_progress() -> tuple[Any, tuple[Any, ...], dict[str, Any]] | None:
+    """The jitted function the user's code is calling on this thread (from a cache-miss
+    listener), with the arguments of the call; ``None`` when the call is not the user's (an
+    op run eagerly by JAX itself).
+
+    Read from the frame of ``jax._src.pjit``'s ``cache_miss`` (its ``args``, ``kwargs`` and
+    the ``fun`` and ``jit_info`` it closes over) and the caller's frame, which holds the
+    jitted function.
     """
     import inspect
     import os

@@ -331,11 +331,11 @@ def _conclude(
     result.error = error
     if error is not None:
         error.result = result  # type: ignore[attr-defined]
-    result.conclude_samples(time.monotonic() - attempts.launched, attempts.recovery_seconds)
     status, message = _status(result, monitor, attempts)
     try:
         monitor.dashboard.finish(status, message)
-    finally:
+    finally:  # the wall time goes to the end of the run as the notebook shows it
+        result.conclude_samples(time.monotonic() - attempts.launched, attempts.recovery_seconds)
         result.set_done()
         if on_result is not None:
             on_result(result)

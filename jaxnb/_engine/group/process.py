@@ -88,8 +88,10 @@ def initialize(params: JoinParams) -> dict[str, Any]:
         _first_collective()
     if params.init:
         from jaxnb._engine.group import init_guard
+        from jaxnb._engine.run import step_cost
 
         init_guard.install()  # Kubeflow-style code may call initialize() again
+        step_cost.watch_jit_calls()  # a train function's step may be first called in a cell
     return describe(params.process_id, touch_backend=params.init)
 
 

@@ -59,11 +59,12 @@ class Sampler:
         return found
 
 
-def start() -> Sampler | None:
-    """Start measuring the run about to begin on this thread; its sampler (``None``: off)."""
+def start(fn: Any = None) -> Sampler | None:
+    """Start measuring the run of ``fn`` about to begin on this thread; its sampler (``None``:
+    off)."""
     if not ENABLED:
         return None
-    return Sampler(timing.start(), step_cost.start())
+    return Sampler(timing.start(), step_cost.start(fn))
 
 
 def stop() -> None:

@@ -85,7 +85,7 @@ def report(metrics: dict[str, Any], checkpoint: Any = None, *, step_fn: Any = No
 
     ``step_fn``: the compiled step (``jax.jit(step).lower(...).compile()``, or the jitted
     function itself), once: the dashboard's FLOP/s and MFU come from XLA's cost analysis of it.
-    Without it, jaxnb takes the jitted function with the most FLOPs that the loop calls. A
+    Without it, jaxnb takes the jitted function with the most FLOPs that the function calls. A
     ``batch_size`` (examples per step) or ``tokens`` (tokens per step) metric gives the
     throughput in those units.
     """
@@ -185,7 +185,7 @@ def execute() -> dict[str, Any]:
     run = _run
     if run is None:
         raise RuntimeError("no jaxnb training run was prepared on this process")
-    sampler = monitoring.start()
+    sampler = monitoring.start(run.fn)
     run.publisher = BatchPublisher(datapub_sender(), monitor=sampler,
                                    monitor_every=monitoring.SAMPLE_SECONDS)
     ok = False

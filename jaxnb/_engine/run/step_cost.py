@@ -2,36 +2,48 @@
 
 ``jaxnb.report(..., step_fn=compiled)`` names the step: a ``jax.stages.Compiled``
 (``jax.jit(step).lower(*args).compile()``), a ``Lowered``, the jitted function itself (read
-from its call) or a number of FLOPs. Without it,
-jaxnb notes every jitted function the train function calls as XLA compiles it (with the
-shapes, dtypes and shardings of that call) and, at the next report, takes the one with the
-most FLOPs as the step. Cost analysis gives the FLOPs of one device's program.
+from its calls) or a number of FLOPs. Without it, jaxnb looks at the jitted functions the
+train function calls and takes the one with the most FLOPs as the step.
+
+To know how a jitted function is called, this process notes every call that misses jit's
+cache (the first call of a function, or one with new shapes: :func:`watch_jit_calls`): the
+function and the shapes, dtypes and shardings of its arguments (no data kept). A run's
+candidates are the noted calls of the jitted functions its train function names, and the
+calls first made while it runs. Cost analysis gives the FLOPs of one device's program.
 """
 
 from __future__ import annotations
 
 import sys
 import threading
+from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 #: ``step_fn=`` given something jaxnb cannot read FLOPs from.
 NOT_COMPILED = ("jaxnb.report(step_fn=...) takes the compiled step, e.g. "
                 "`jax.jit(step).lower(state, batch).compile()`, or its FLOPs as a number; got {kind}")
+#: How many jitted calls this process remembers (the latest).
+MAX_CALLS = 64
+
+Call = tuple[Any, tuple[Any, ...], dict[str, Any]]  # jitted function, abstract args and kwargs
+
+_calls: OrderedDict[int, Call] = OrderedDict()  # id(jitted) -> its latest call
+_watching = False
 
 
 class StepCost:
     """One run's FLOPs per step on this process: given, or found among the jitted calls."""
 
-    def __init__(self) -> None:
+    def __init__(self, fn: Callable[..., Any] | None = None) -> None:
         self.thread = threading.get_ident()
         self.flops: float | None = None
         self.source = ""  # "step_fn", or the name of the jitted function found
         self.error = ""
         self.given: Any = None
-        #: The jitted calls compiled so far (function, abstract args and kwargs), and those not
-        #: looked at yet.
-        self.calls: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = []
-        self.pending: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = []
+        named = _named_by(fn)
+        #: The calls not looked at yet: those of the functions the train function names.
+        self.pending: list[Call] = [call for call in _calls.values() if id(call[0]) in named]
 
     def give(self, step_fn: Any) -> None:
         """``report(step_fn=...)``: read its FLOPs (once per object); a jitted function's are
@@ -41,7 +53,8 @@ class StepCost:
         self.given, self.error = step_fn, ""
         if _jitted(step_fn):
             self.flops, self.source = None, ""
-            self.pending = [call for call in self.calls if call[0] is step_fn]
+            call = _calls.get(id(step_fn))
+            self.pending = [call] if call is not None and call[0] is step_fn else []
             return
         self.pending = []
         try:
@@ -49,17 +62,13 @@ class StepCost:
         except Exception as exc:
             self.flops, self.error = None, f"{type(exc).__name__}: {exc}".splitlines()[0]
 
-    def found(self, jitted: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """XLA compiles a call of ``jitted`` (the step, perhaps): look at it at the next report."""
-        if any(call[0] is jitted for call in self.calls):
-            return
-        call = (jitted, abstract(args), abstract(kwargs))
-        self.calls.append(call)
-        if self.given is None or self.given is jitted:
-            self.pending.append(call)
+    def called(self, call: Call) -> None:
+        """A jitted call first made during the run (the step, perhaps): look at it next report."""
+        if self.given is None or self.given is call[0]:
+            self.pending = [c for c in self.pending if c[0] is not call[0]] + [call]
 
     def settle(self) -> None:
-        """At a report: the FLOPs of the jitted calls compiled since; keep the largest."""
+        """At a report: the FLOPs of the calls not looked at yet; keep the largest."""
         pending, self.pending = self.pending, []
         for jitted, args, kwargs in pending:
             try:
@@ -69,6 +78,27 @@ class StepCost:
                 continue
             if flops and (self.flops is None or flops > self.flops or jitted is self.given):
                 self.flops, self.source = flops, getattr(jitted, "__name__", "jit")
+
+
+def _named_by(fn: Callable[..., Any] | None) -> set[int]:
+    """The ids of the objects ``fn`` names: its globals (in it and its nested functions) and
+    the values it closes over."""
+    if fn is None:
+        return set()
+    code, scope = getattr(fn, "__code__", None), getattr(fn, "__globals__", {})
+    names: set[str] = set()
+    codes = [code] if code is not None else []
+    while codes:
+        current = codes.pop()
+        names.update(current.co_names)
+        codes.extend(c for c in current.co_consts if hasattr(c, "co_names"))
+    found = {id(scope[n]) for n in names if n in scope}
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            found.add(id(cell.cell_contents))
+        except ValueError:  # an empty cell
+            continue
+    return found
 
 
 def _jitted(step: Any) -> bool:
@@ -109,14 +139,13 @@ def abstract(tree: Any) -> Any:
 
 
 _cost: StepCost | None = None
-_listening = False
 
 
-def start() -> StepCost:
-    """A new run on the calling thread: its FLOPs per step are not known yet."""
+def start(fn: Callable[..., Any] | None = None) -> StepCost:
+    """A new run of ``fn`` on the calling thread: its FLOPs per step are not known yet."""
     global _cost
-    _listen()
-    _cost = StepCost()
+    watch_jit_calls()
+    _cost = StepCost(fn)
     return _cost
 
 
@@ -125,25 +154,29 @@ def current() -> StepCost | None:
     return _cost
 
 
-def _listen() -> None:
-    global _listening
-    if _listening:
+def watch_jit_calls() -> None:
+    """Note every jitted call that misses jit's cache in this process (once per process)."""
+    global _watching
+    if _watching:
         return
-    import jax
-
     from jaxnb._engine import jax_internals
 
-    def began(event: str, value: float, **kwargs: str | int) -> None:
-        cost = _cost
-        if (event != jax_internals.BACKEND_COMPILE_EVENT or cost is None
-                or cost.thread != threading.get_ident()):
-            return
+    def missed() -> None:
         try:
-            call = jax_internals.jit_call_compiling()
-            if call is not None:
-                cost.found(*call)
-        except Exception:  # finding the step is a nicety: never disturb the compile
-            pass
+            found = jax_internals.jit_call_in_progress()
+            if found is None:
+                return
+            jitted, args, kwargs = found
+            call = (jitted, abstract(args), abstract(kwargs))
+        except Exception:  # finding the step is a nicety: never disturb the call
+            return
+        _calls[id(jitted)] = call
+        _calls.move_to_end(id(jitted))
+        while len(_calls) > MAX_CALLS:
+            _calls.popitem(last=False)
+        cost = _cost
+        if cost is not None and cost.thread == threading.get_ident():
+            cost.called(call)
 
-    jax.monitoring.register_scalar_listener(began)
-    _listening = True
+    jax_internals.on_jit_cache_miss(missed)
+    _watching = True
