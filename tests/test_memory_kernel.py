@@ -53,7 +53,7 @@ def explained(text: str) -> None:
     table = text[text.index("Largest live arrays"):text.index("What to try:")]
     assert "params['w']" in table and "P() replicated on 2 devices" in table and "8.4 MB" in table
     tips = text[text.index("What to try:"):]
-    assert "shard `params['w']`: replicated, every one of 2 devices holds a whole copy" in tips
+    assert "shard `params['w']`: replicated, 2 devices each hold the same 8.4 MB" in tips
     assert any(f"donate buffers: {a} and {b}" in tips
                for a, b in (("`state`", "`new_state`"), ("`new_state`", "`state`")))
     assert "rematerialise" in tips and "lower the per-process batch" in tips

@@ -9,10 +9,11 @@ a divergence, a training run), in place. Other processes are released as for any
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
-from jaxnb._core.contract import EngineCall
+from jaxnb._core.contract import OUT_OF_MEMORY, EngineCall
 from jaxnb._core.errors import ProcessFailure, RemoteError, traceback_text
 from jaxnb._core.memory_text import ARRAY_HEAD, array_cells, limit_text
 from jaxnb._core.messages import label, labels
@@ -20,8 +21,8 @@ from jaxnb._core.state import Group
 from jaxnb._core.text_table import columns, human_bytes
 
 _TAKE = EngineCall("jaxnb._engine.memory.oom_note:take")
-#: XLA's status for an allocation it cannot make.
-MARK = "RESOURCE_EXHAUSTED"
+#: What XLA says when it cannot make an allocation.
+MARK = re.compile(OUT_OF_MEMORY)
 #: How long a process that ran out may take to hand over its note (seconds).
 ANSWER_SECONDS = 5.0
 #: XLA's text is shown up to this many lines; the rest is on the error (``xla_text``).
@@ -36,10 +37,10 @@ def out_of_memory(errors: dict[int, Any]) -> dict[int, str]:
     found = {}
     for p, error in errors.items():
         text = traceback_text(error)
-        if MARK in text:
+        if MARK.search(text):
             value = str(getattr(error, "evalue", "") or "")
-            line = next((ln for ln in value.splitlines() if MARK in ln), "")
-            found[p] = line.strip() or next(ln for ln in text.splitlines() if MARK in ln).strip()
+            line = next((ln for ln in value.splitlines() if MARK.search(ln)), "")
+            found[p] = line.strip() or next(ln for ln in text.splitlines() if MARK.search(ln)).strip()
     return found
 
 
@@ -127,19 +128,19 @@ def suggestions(note: dict[str, Any]) -> list[str]:
     asked = note.get("requested") or 0
     notable = [r for r in arrays if total and r["bytes_per_device"] >= NOTABLE_SHARE * total]
     found = []
-    replicated = [r for r in notable if r.get("replicas", 1) > 1]
+    copies = max((r.get("replicas", 1) for r in notable), default=1)
+    replicated = [r for r in notable if r.get("replicas", 1) == copies > 1]
     if replicated:
         names = ", ".join(_name(r) for r in replicated[:3])
-        copies = max(r["replicas"] for r in replicated)
-        found.append(f"shard {names}: replicated, every one of {copies} devices holds a whole copy; a "
-                     "NamedSharding that splits it over a mesh axis (e.g. P('data', None)) keeps "
-                     f"1/{copies} of it per device")
+        found.append(f"shard {names}: replicated, {copies} devices each hold the same "
+                     f"{human_bytes(replicated[0]['bytes_per_device'])}; a NamedSharding that splits "
+                     f"it over their mesh axis (e.g. P('data', None)) keeps 1/{copies} as much per device")
     shapes: dict[tuple, list[dict[str, Any]]] = {}
     for r in notable:
         shapes.setdefault((tuple(r["shape"]), r["dtype"], r["sharding"]), []).append(r)
-    twins = [rows for rows in shapes.values() if len(rows) > 1]
+    twins = [pair for rows in shapes.values() for pair in _old_and_new(rows)]
     if twins:
-        names = " and ".join(_name(r) for r in twins[0][:2])
+        names = " and ".join(_name(r) for r in twins[0])
         found.append(f"donate buffers: {names} have the same shape and sharding (an old and a new "
                      "state?); `jax.jit(step, donate_argnums=0)` lets XLA reuse the old one's memory")
     if asked and asked >= max(total, 1) / 2:
@@ -151,6 +152,28 @@ def suggestions(note: dict[str, Any]) -> list[str]:
     if not found:
         found.append("lower the per-process batch, or shard the largest arrays over more devices")
     return found
+
+
+#: Names that say a variable is the next (or the last) value of another: ``state``/``new_state``.
+_NEXT = re.compile(r"^(?:new|next|old|prev|last)_|_(?:new|next|old|prev)$")
+
+
+def _old_and_new(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Pairs of arrays alike that look like a value and its next one (``state``, ``new_state``;
+    or one that no variable holds: an old buffer kept alive), not ``params`` and ``opt_state``."""
+
+    def root(row: dict[str, Any]) -> tuple[str, str]:
+        name = row.get("name") or ""
+        head = re.match(r"[A-Za-z_]\w*", name)
+        variable = head.group(0) if head else ""
+        return _NEXT.sub("", variable), name[len(variable):]
+
+    pairs = []
+    for i, a in enumerate(rows):
+        for b in rows[i + 1:]:
+            if not a.get("name") or not b.get("name") or (a["name"] != b["name"] and root(a) == root(b)):
+                pairs.append((a, b))
+    return pairs
 
 
 def _name(row: dict[str, Any]) -> str:

@@ -22,7 +22,7 @@ from jaxnb._core.messages import ALREADY_RUNNING
 from jaxnb._core.options import Flag, start_flags
 from jaxnb.magics import accept, kit
 
-SUBCOMMANDS = ("start", "status", "memory", "stop", "restart", "reset", "stacks")
+SUBCOMMANDS = ("start", "status", "stop", "restart", "reset", "stacks", "memory")
 #: ``%jax_cluster start``'s flags: ``JaxCluster`` keyword -> flag.
 START_FLAGS = {keyword: spelling.flag_of(keyword) for keyword in start_flags()}
 

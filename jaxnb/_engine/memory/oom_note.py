@@ -12,12 +12,14 @@ import re
 import sys
 from typing import Any
 
+from jaxnb._core.contract import OUT_OF_MEMORY
 from jaxnb._engine.memory import holders, readings
 
-#: The status XLA gives an allocation it cannot make.
-MARK = "RESOURCE_EXHAUSTED"
-#: How many of the largest arrays on the device the note keeps.
+#: What XLA says when it cannot make an allocation.
+MARK = re.compile(OUT_OF_MEMORY)
+#: How many of the largest arrays on the device the note keeps, and the smallest one it shows.
 TOP_ARRAYS = 8
+MIN_BYTES = 1024
 _SIZE = re.compile(r"allocat\w*\s+(\d+)\s*bytes|allocat\w*\s+([\d.]+)\s*([KMGT]i?B)", re.IGNORECASE)
 _UNITS = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 _DEVICE = re.compile(r"\b(?:device|cuda|gpu|tpu)[ :_]?(?:ordinal[ :=]*)?(\d+)", re.IGNORECASE)
@@ -27,8 +29,8 @@ _watching = False
 
 
 def is_out_of_memory(error: BaseException) -> bool:
-    """Whether ``error`` is XLA refusing an allocation (``RESOURCE_EXHAUSTED``)."""
-    return MARK in str(error)[:4000]
+    """Whether ``error`` is XLA refusing an allocation (``RESOURCE_EXHAUSTED``, …)."""
+    return MARK.search(str(error)[:4000]) is not None
 
 
 def requested_bytes(text: str) -> int | None:
@@ -66,11 +68,12 @@ def note(error: BaseException, namespaces: list[tuple[str, Any]]) -> None:
         chosen = max(devices, key=lambda d: d["in_use"] or 0)["id"] if devices else None
     device = next((d for d in devices if d["id"] == chosen), None)
     on_device = [r for r in rows if chosen in r["devices"]]
-    readings.name_rows(on_device[:TOP_ARRAYS], namespaces)
+    shown = [r for r in on_device if r["bytes_per_device"] >= MIN_BYTES][:TOP_ARRAYS]
+    readings.name_rows(shown, namespaces)
     _noted = {
         "process": context.process_index(), "message": first_line(text), "text": text,
         "requested": requested_bytes(text), "device": device,
-        "host_memory": readings.host_memory(), "arrays": on_device[:TOP_ARRAYS],
+        "host_memory": readings.host_memory(), "arrays": shown,
         "array_count": len(on_device), "array_bytes": sum(r["bytes_per_device"] for r in on_device),
     }
 

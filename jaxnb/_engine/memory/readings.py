@@ -92,13 +92,22 @@ def array_rows(jax: Any) -> list[dict[str, Any]]:
     rows = []
     for x in jax.live_arrays():
         try:
-            if x.is_deleted():
+            if x.is_deleted() or (x.is_ready() and _failed(x)):
                 continue
             rows.append(_row(x))
         except Exception:  # an array being deleted by another thread
             continue
     rows.sort(key=lambda r: -r["bytes_per_device"])
     return rows
+
+
+def _failed(x: Any) -> bool:
+    """A computed array whose computation failed (an out-of-memory): it holds no memory."""
+    try:
+        x.block_until_ready()  # at once: it is ready
+    except Exception:
+        return True
+    return False
 
 
 def _row(x: Any) -> dict[str, Any]:
