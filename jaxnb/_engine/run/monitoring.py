@@ -9,6 +9,7 @@ sample is what counts: each holds totals since the start of the attempt).
 from __future__ import annotations
 
 import sys
+import time
 from typing import Any
 
 from jaxnb._engine.memory import readings
@@ -26,13 +27,17 @@ class Sampler:
     def __init__(self, clock: timing.RunClock, cost: step_cost.StepCost) -> None:
         self.clock, self.cost = clock, cost
         self.peak_in_use = 0  # where the device keeps no peak (CPU): the highest sample
+        self.samples, self.seconds = 0, 0.0  # what sampling itself cost (bench/monitoring.py)
 
     def __call__(self) -> dict[str, Any]:
         """This run's totals so far (JSON-able)."""
+        began = time.perf_counter()
         cost = self.cost
         sample: dict[str, Any] = {"started": self.clock.started_at, "time": self.clock.parts(),
                                   "flops_per_step": cost.flops, "flops_source": cost.source,
                                   "flops_error": cost.error, **self.memory()}
+        self.samples += 1
+        self.seconds += time.perf_counter() - began
         return sample
 
     def memory(self) -> dict[str, Any]:
@@ -59,12 +64,22 @@ class Sampler:
         return found
 
 
+_sampler: Sampler | None = None
+
+
 def start(fn: Any = None) -> Sampler | None:
     """Start measuring the run of ``fn`` about to begin on this thread; its sampler (``None``:
     off)."""
-    if not ENABLED:
-        return None
-    return Sampler(timing.start(), step_cost.start(fn))
+    global _sampler
+    _sampler = Sampler(timing.start(), step_cost.start(fn)) if ENABLED else None
+    return _sampler
+
+
+def own_cost() -> dict[str, float]:
+    """What the last run's sampling took on this process: samples, seconds (a bench reads it)."""
+    if _sampler is None:
+        return {"samples": 0, "seconds": 0.0}
+    return {"samples": _sampler.samples, "seconds": _sampler.seconds}
 
 
 def stop() -> None:
