@@ -12,26 +12,24 @@ both alike; the ratio is the median of the per-round ratios. Target: >= 0.98 (mo
 at most 2 % of steps/s). It also says how long taking the samples took on each process (their
 own thread's time, over the run's time): on a loaded machine the ratio is noisy, that is not.
 
-    python -m bench.monitoring [--steps 400] [--rounds 5] [--out bench/results/monitoring.json]
+    python -m bench.monitoring [--steps 400] [--rounds 5]
+
+Figures: bench/results/monitoring.json (bench/_results.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
 import pathlib
-import platform
 import statistics
-import sys
 import tempfile
 import time
 
+from bench._results import Results
 from jaxnb._core.contract import EngineCall
 from jaxnb._core.goodput import ENGINE_PARTS
 
-RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "monitoring.json"
 TARGET = 0.98
 OWN_COST = EngineCall("jaxnb._engine.run.monitoring:own_cost")
 
@@ -66,13 +64,13 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=20, help="steps before measuring")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of (on, off)")
     parser.add_argument("--hidden", type=int, default=512, help="MLP width")
-    parser.add_argument("--out", default=str(RESULTS), help="where the JSON results go ('' for none)")
     args = parser.parse_args()
 
     from jaxnb import JaxCluster
 
     config = {"din": 256, "hidden": args.hidden, "batch": 256, "warmup": args.warmup, "steps": args.steps}
-    load_before = os.getloadavg()
+    results = Results("monitoring")
+    load_before = results.load_at_start
     rounds = []
     root = str(pathlib.Path(__file__).resolve().parents[1])  # the engines import bench.train_throughput
     with tempfile.TemporaryDirectory() as storage, JaxCluster(n=2, devices_per_process=1,
@@ -95,21 +93,9 @@ def main() -> None:
           f"{statistics.median(r['off'] for r in rounds):.1f} steps/s; load average "
           f"{load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after; taking the samples "
           f"(on their own thread) took {100 * sampling:.2f}% of the run's time (median)")
-    if args.out:
-        record = {
-            "bench": "monitoring",
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "machine": {"host": platform.node(), "cpus": os.cpu_count(), "system": platform.platform(),
-                        "python": platform.python_version()},
-            "load": {"before": load_before, "after": os.getloadavg()},
-            "command": " ".join(["python -m bench.monitoring", *sys.argv[1:]]),
-            "config": config, "rounds": rounds, "median_ratio": ratio, "target": TARGET, "verdict": verdict,
-            "median_sampling_share": sampling,
-        }
-        path = pathlib.Path(args.out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(record, indent=1) + "\n")
-        print(f"results: {path}")
+    results.add(config=config, rounds=rounds, median_ratio=ratio, target=TARGET, verdict=verdict,
+                median_sampling_share=sampling)
+    results.write()
 
 
 if __name__ == "__main__":

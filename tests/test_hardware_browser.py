@@ -15,10 +15,10 @@ from support.factories import unavailable
 
 unavailable("browser tests", lab_server.missing())
 
-from playwright.sync_api import Browser, BrowserContext, sync_playwright  # noqa: E402
 from support.browser_page import (  # noqa: E402 - only importable where playwright is installed
     Watched,
     cell,
+    chromium,
     dashboard,
     open_notebook,
     plot_state,
@@ -67,15 +67,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[lab_server.LabS
 
 @pytest.fixture(scope="module")
 def lab(server: lab_server.LabServer) -> Iterator[Watched]:
-    with sync_playwright() as pw:
-        browser: Browser = pw.chromium.launch(executable_path=lab_server.chromium_path(), headless=True,
-                                              args=["--no-sandbox", "--disable-dev-shm-usage"])
-        context: BrowserContext = browser.new_context(viewport={"width": 1400, "height": 1000},
-                                                      device_scale_factor=2)
-        watched = open_notebook(context, server.page_url(server.write_notebook("hardware.ipynb", CELLS)))
-        yield watched
-        context.close()
-        browser.close()
+    with chromium(device_scale_factor=2) as context:
+        yield open_notebook(context, server.page_url(server.write_notebook("hardware.ipynb", CELLS)))
     server.shutdown_kernels()
 
 

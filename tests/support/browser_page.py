@@ -5,14 +5,18 @@ JupyterLab and Notebook 7 share the notebook widgets, so these work in both.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import re
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from playwright.sync_api import Locator, Page, expect
+from playwright.sync_api import BrowserContext, Locator, Page, expect, sync_playwright
+
+from .lab_server import chromium_path
 
 #: Set to regenerate the README's screenshots under docs/ from the browser tests.
 SCREENSHOTS_ENV = "JAXNB_SCREENSHOTS"
@@ -50,6 +54,20 @@ class Watched:
             errors = [e for e in errors if not e.startswith("Failed to load resource")]
         assert not errors, "JavaScript errors in the console:\n" + "\n".join(
             [*errors, "failed requests:", *self.responses])
+
+
+@contextlib.contextmanager
+def chromium(**options: Any) -> Iterator[BrowserContext]:
+    """A headless system Chromium's context (1400x1000 unless ``options`` say otherwise), closed after."""
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium_path(), headless=True,
+                                     args=["--no-sandbox", "--disable-dev-shm-usage"])
+        context = browser.new_context(**{"viewport": {"width": 1400, "height": 1000}, **options})
+        try:
+            yield context
+        finally:
+            context.close()
+            browser.close()
 
 
 def open_notebook(context: Any, url: str) -> Watched:
