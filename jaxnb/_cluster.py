@@ -16,10 +16,11 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from jaxnb._cells import pull, spmd
+from jaxnb._cells import memory_query, pull, spmd
 from jaxnb._cluster_jobs import ClusterJobs
 from jaxnb._cluster_options import resolve
 from jaxnb._core.errors import ClusterStateError, StartError
+from jaxnb._core.memory_text import MemoryReport
 from jaxnb._core.messages import ALREADY_RUNNING, plural
 from jaxnb._core.options import (
     DEFAULT_COLLECTIVE_TIMEOUT,
@@ -41,7 +42,7 @@ CPU_MULTI_DEVICE_NOTE = (
 #: Seconds a pull or push may take unless the cluster has a cell timeout.
 DEFAULT_OPERATION_TIMEOUT = 300.0
 
-__all__ = ["JaxCluster", "ProcessInfo"]
+__all__ = ["JaxCluster", "MemoryReport", "ProcessInfo"]
 
 
 class JaxCluster(ClusterJobs):
@@ -293,6 +294,12 @@ class JaxCluster(ClusterJobs):
             else:
                 info.state = "busy" if q.get("queue", 0) else "idle"
         return group.processes
+
+    def memory(self) -> MemoryReport:
+        """Every process's memory per device (in use, peak, limit; on CPU the live arrays' sum
+        and the process's RSS) and the largest live arrays with the variables holding them."""
+        self.group.require_idle()
+        return memory_query.query(self.group)
 
     def reset(self) -> str:
         """Repair the ``jax.distributed`` group in place (Python state kept); says what it did."""

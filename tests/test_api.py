@@ -221,7 +221,7 @@ DESIGN_NAMES = {
                              "ProcessFailure", "ReplayError")),
 }
 #: Names of features not built yet: issue number.
-PENDING = {"jaxnb.JaxCluster.memory": 34, "jaxnb.JaxCluster.scale": 33}
+PENDING = {"jaxnb.JaxCluster.scale": 33}
 
 
 def _design() -> str | None:

@@ -13,7 +13,7 @@ from typing import Any
 from jaxnb._cells.live import LiveMerger
 from jaxnb._cells.live_panel import LivePanel, NotebookScreen, in_kernel, live_options
 from jaxnb._core import ipp_internals
-from jaxnb._core.contract import STOP_SIGNAL
+from jaxnb._core.contract import MONITOR_KEY, STOP_SIGNAL
 from jaxnb._core.errors import ProcessFailure
 from jaxnb._core.messages import label
 from jaxnb._core.run_folder import Checkpoint, remember_user_checkpoint
@@ -71,6 +71,7 @@ class Monitor:
         #: The other processes' reports ahead of process 0's (to fill what a dead process 0 lost).
         self._ahead: dict[int, deque] = {p: deque() for p in self.processes[1:]}
         self._lead_step: int | None = None
+        self._samples: dict[int, Any] = {}  # the last sample booked, by process
         self._ended = threading.Event()
         self._refresher = threading.Thread(target=contextvars.copy_context().run,
                                            args=(self._refresh_loop,), name="jaxnb-dashboard",
@@ -128,6 +129,12 @@ class Monitor:
                 else:
                     self._ahead[p].extend(records)
                 self.dashboard.add(records)
+        for p, md in self.md.items():  # the latest sample: memory, time parts, FLOPs per step
+            sample = md["data"].get(MONITOR_KEY)
+            if sample is not None and sample is not self._samples.get(p):
+                self._samples[p] = sample
+                self.result.add_sample(p, sample)
+                self.dashboard.add_sample(p, sample)
         for ahead in self._ahead.values():
             while ahead and self._lead_step is not None and int(ahead[0]["step"]) <= self._lead_step:
                 ahead.popleft()

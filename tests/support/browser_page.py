@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from playwright.sync_api import Locator, Page, expect, sync_playwright
+from playwright.sync_api import BrowserContext, Locator, Page, expect, sync_playwright
 
 from . import lab_server
 
@@ -56,6 +56,20 @@ class Watched:
             [*errors, "failed requests:", *self.responses])
 
 
+@contextlib.contextmanager
+def chromium(**options: Any) -> Iterator[BrowserContext]:
+    """A headless system Chromium's context (1400x1000 unless ``options`` say otherwise), closed after."""
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=lab_server.chromium_path(), headless=True,
+                                     args=["--no-sandbox", "--disable-dev-shm-usage"])
+        context = browser.new_context(**{"viewport": {"width": 1400, "height": 1000}, **options})
+        try:
+            yield context
+        finally:
+            context.close()
+            browser.close()
+
+
 def open_notebook(context: Any, url: str) -> Watched:
     """A new tab on ``url``; returns once the notebook's kernel is idle."""
     page = context.new_page()
@@ -79,18 +93,13 @@ def open_notebook(context: Any, url: str) -> Watched:
 def lab_notebook(server: lab_server.LabServer, path: str, cells: list[str]) -> Iterator[Watched]:
     """Notebook ``path`` holding code ``cells``, open in JupyterLab in headless Chromium; at the
     end the page, the server's kernels (each stops its cluster) and the browser are closed."""
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=lab_server.chromium_path(), headless=True,
-                                     args=["--no-sandbox", "--disable-dev-shm-usage"])
-        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    with chromium() as context:
         watched = open_notebook(context, server.page_url(server.write_notebook(path, cells)))
         try:
             yield watched
         finally:
             watched.page.close()
             server.shutdown_kernels()
-            context.close()
-            browser.close()
 
 
 def wait_idle(page: Page, timeout_s: float = 60) -> None:
