@@ -8,7 +8,8 @@ bytes; the file keeps the recent reports). ``--resume`` from step S gives each
 dataset's first iterator the position of the report that carried the
 checkpoint at step S (any report at step S when this process did not carry it,
 as in Ray loops where only rank 0 reports the directory), so the resumed run
-gets exactly the batches an uninterrupted run would have.
+gets exactly the batches an uninterrupted run would have; on another number of processes,
+the global batches left of the epoch, split over the processes it has (:mod:`.shard`).
 """
 
 from __future__ import annotations
@@ -18,9 +19,6 @@ import os
 import sys
 from collections.abc import Mapping
 from typing import Any
-
-from jaxnb._core.messages import plural
-from jaxnb._core.spelling import example
 
 #: The positions file is rewritten with its last ``KEEP_LINES`` lines when it grows past
 #: ``MAX_LINES`` (a resume looks only at the step it resumes from).
@@ -183,22 +181,34 @@ def _entries(path: str) -> list[dict[str, Any]]:
 
 def saved_positions(run_dir: str, process: int, num_processes: int, step: int
                     ) -> dict[str, Any] | None:
-    """The positions this process noted with the checkpoint of ``step`` (``{}``: none noted).
+    """The positions this process resumes from at ``step`` (``{}``: none noted).
 
-    Raises ``ValueError`` when they were noted by another number of processes.
+    Its own, noted with the checkpoint of ``step``; on a process the saved run did not have,
+    process 0's (every process is at the same place of an epoch). When the number of processes
+    changed, each epoch's layout gets the shuffle seed of every process that began it (they
+    read one another's shares now).
     """
-    mine = [e for e in _entries(positions_file(run_dir, process)) if e.get("step") == step]
-    if not mine and process != 0:  # a process the saved run did not have: ask process 0's file
-        others = [e for e in _entries(positions_file(run_dir, 0)) if e.get("step") == step]
-        mine = [{**e, "positions": {}} for e in others]
-    if not mine:
+    mine = _at(run_dir, process, step)
+    lead = mine if process == 0 else _at(run_dir, 0, step)
+    if mine is None or process >= int((lead or mine).get("num_processes", 0)):
+        mine = lead
+    if mine is None:
         return {}
-    chosen = ([e for e in mine if e.get("checkpoint")] or mine)[-1]
-    saved_n = chosen.get("num_processes", 0)
-    if saved_n != num_processes:
-        raise ValueError(
-            f"the datasets' positions at step {step} were saved by "
-            f"{plural(saved_n, 'process', 'processes')} and this "
-            f"cluster has {num_processes}: they cannot be carried over exactly; resume on "
-            f"{saved_n} processes, or start a new run ({example('name', 'new')})")
-    return chosen["positions"]
+    if mine.get("num_processes") == num_processes:
+        return mine["positions"]
+    positions = json.loads(json.dumps(mine["positions"]))
+    for name, position in positions.items():
+        layout = position.get("layout")
+        if layout and layout["seeds"] is None and position.get("shuffle_seed") is not None:
+            entries = [_at(run_dir, p, step) for p in range(int(layout["processes"]))]
+            seeds = [e["positions"].get(name, {}).get("shuffle_seed") if e else None for e in entries]
+            layout["seeds"] = None if None in seeds else seeds
+    return positions
+
+
+def _at(run_dir: str, process: int, step: int) -> dict[str, Any] | None:
+    """The entry ``process`` noted with the checkpoint of ``step`` (any report at the step when
+    it did not carry the checkpoint), or None."""
+    found = [e for e in _entries(positions_file(run_dir, process)) if e.get("step") == step]
+    chosen = [e for e in found if e.get("checkpoint")] or found
+    return chosen[-1] if chosen else None
