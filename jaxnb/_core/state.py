@@ -94,6 +94,14 @@ class Group:
     spare_pids: set[int] = dataclasses.field(default_factory=set)
     #: The environment the engines were started with (spares get the same).
     engine_env: dict[str, str] | None = None
+    #: The options the cluster was started with, while it runs at another size (``scale``, a
+    #: ``--min-processes`` run that went on with fewer); ``None`` at its own size.
+    full_options: ClusterOptions | None = None
+    #: The places (hosts, slots) left out of the group now, one line each (``status`` shows them).
+    lost: list[str] = dataclasses.field(default_factory=list)
+    #: The running ``--min-processes`` run's size changes (``scale`` asks it), or ``None``; kept
+    #: across the restarts of that run.
+    resize: Any = None
 
     @property
     def running(self) -> bool:

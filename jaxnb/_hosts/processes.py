@@ -44,6 +44,11 @@ def exit_of(process: psutil.Process) -> str | None:
         if code is not None:
             break
         time.sleep(0.02)
+    return exit_text(code)
+
+
+def exit_text(code: int | None) -> str:
+    """How a process with exit status ``code`` ended (negative: the signal that killed it)."""
     if code is None:
         return "exited"
     if code < 0:
