@@ -169,3 +169,15 @@ def test_a_mesh_the_fewer_devices_do_not_divide_is_refused_and_every_process_res
                     "as without min_processes="], said
     assert {h["world"] for h in result.history} == {3} and cluster.num_processes == 3
     assert glob.glob(str(tmp_path / "flags" / "*.on2")) == []
+
+
+@pytest.mark.timeout(120)
+def test_an_engine_killed_during_a_start_is_named_with_how_it_ended():
+    """Without ``at_least`` a start still fails on it, naming it (it raised a NameError, or
+    waited out --init-timeout when ipyparallel had already forgotten the engine)."""
+    from jaxnb import JaxCluster, StartError
+
+    lose_a_slot(os.getpid(), engine_pids(os.getpid()))
+    with pytest.raises(StartError, match=r"^an engine \(pid \d+\) was killed by SIGKILL during "
+                                         r"start-up; see its last lines below"):
+        JaxCluster(n=2, spares=0, init_timeout=20).start()
