@@ -83,3 +83,24 @@ def test_the_magics_refuse_scale_without_a_number_and_a_number_elsewhere():
     assert (args.max_failures, args.min_processes) == (2, 2)
     with pytest.raises(UsageError, match="--min-processes takes a positive whole number"):
         jax_train.jax_train.parser.parse_argstring("f --min-processes x")
+
+
+def test_a_size_the_function_cannot_run_at_is_refused_when_asked():
+    from jaxnb._train.resize import Resize, Sizes
+
+    group = _group(ClusterOptions(n=3), 3)
+    resize = Resize(group, 2, Sizes(*[None] * 7), "run", {"num_processes": 3})  # type: ignore[arg-type]
+    resize.meshes = {"mesh": [["data", 1], ["model", 3]]}
+    assert group.resize is resize
+    with pytest.raises(ValueError) as info:
+        resize.request(1, "asked")
+    assert str(info.value) == "run 'run' cannot go on with 1 process: that is fewer than min_processes=2"
+    assert resize.refusal(2) == "mesh `mesh` keeps its model-parallel axis model=3, which 2 devices " \
+        "do not divide"
+    resize.meshes = {}
+    assert resize.refusal(2) == ("its config fixes num_processes=3 (read "
+                                 "jaxnb.get_context().get_world_size() in the function instead)")
+    resize.request(3, "asked")  # the full size: the config's count holds there
+    assert resize.wanted == (3, "asked")
+    resize.end()
+    assert group.resize is None

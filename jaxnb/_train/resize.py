@@ -34,6 +34,7 @@ from jaxnb._core import group_size
 from jaxnb._core.contract import RESIZE_SIGNAL
 from jaxnb._core.messages import first_line, plural
 from jaxnb._core.options import ClusterOptions
+from jaxnb._core.replay import ReplayError
 from jaxnb._core.spelling import command, example, option
 from jaxnb._core.state import Group
 from jaxnb._failures import free
@@ -53,7 +54,7 @@ FIXED_COUNT_KEYS = ("num_processes", "process_count", "world_size", "n_processes
 CANNOT = "jaxnb: run {name!r} cannot go on with {n}: {why}; {then}, as without {option}"
 WENT_ON = "jaxnb: run {name!r} goes on with {n} of {full} processes ({why}); it grows back {when}"
 GREW = "jaxnb: run {name!r} goes on with {n} processes from step {step} ({why})"
-NOT_GROWN = "jaxnb: run {name!r} cannot grow to {n} processes ({why}); it goes on with {had}"
+NOT_GROWN = "jaxnb: run {name!r} cannot change to {n} processes ({why}); it goes on with {had}"
 
 
 @dataclasses.dataclass
@@ -152,8 +153,9 @@ class Resize:
         places = [f"{host}: did not answer within {grace:g} s{step}" for host in lost]
         try:
             return self.sizes.restart_at(options, places)
-        except Exception as exc:  # the setup failed at this size (a mesh, a fixed count...)
-            self._say(n, f"the setup failed at that size: {first_line(exc)}", then)
+        except Exception as exc:  # the setup failed at this size (a mesh...), or the start
+            what = "the setup" if isinstance(exc, ReplayError) else "the start"
+            self._say(n, f"{what} failed at that size: {first_line(exc)}", then)
             self.sizes.wait_for(lost)
             return self.sizes.restart_at(group_size.full(self.group), ())
 
@@ -177,12 +179,17 @@ class Resize:
             why = mesh_refusal(name, axes, n * max(per_process, 1))
             if why:
                 return why
-        return config_refusal(self.config, self.full)
+        return None if n == self.full else config_refusal(self.config, self.full)
 
     # ---- growing back -----------------------------------------------------------------------
 
     def request(self, n: int, why: str) -> None:
-        """Go on with ``n`` processes from the run's next checkpoint."""
+        """Go on with ``n`` processes from the run's next checkpoint (a one-line ``ValueError``
+        when ``n`` processes cannot run the function)."""
+        refused = self.refusal(n)
+        if refused:
+            raise ValueError(f"run {self.name!r} cannot go on with "
+                             f"{plural(n, 'process', 'processes')}: {refused}")
         with self._lock:
             self.wanted = (n, why)
         self.signal()
