@@ -25,12 +25,12 @@ from support.factories import unavailable
 
 unavailable("browser tests", lab_server.missing())
 
-from playwright.sync_api import Browser, BrowserContext, sync_playwright  # noqa: E402
 from support.browser_page import (  # noqa: E402 - only importable where playwright is installed
     Watched,
     cell,
     dashboard,
-    open_notebook,
+    devices_pid,
+    notebook_in_lab,
     run_and_wait,
     screenshot,
     wait_for,
@@ -83,30 +83,8 @@ def lab(server: lab_server.LabServer, folder: Path) -> Iterator[Watched]:
     train = TRAIN.format(steps=STEPS, flags=str(folder / "flags"), storage=folder / "storage")
     cells = [SETUP, "%%jax_cluster\n" + DATA + LOOP, train, "%jax_cluster status",
              "%jax_cluster scale 3", WAIT.format(steps=STEPS), "%jax_cluster stop"]
-    with sync_playwright() as pw:
-        browser: Browser = pw.chromium.launch(executable_path=lab_server.chromium_path(),
-                                              headless=True, args=["--no-sandbox",
-                                                                   "--disable-dev-shm-usage"])
-        context: BrowserContext = browser.new_context(viewport={"width": 1400, "height": 1000})
-        watched = open_notebook(context, server.page_url(server.write_notebook("resize.ipynb", cells)))
-        try:
-            yield watched
-        finally:
-            try:
-                run_and_wait(watched.page, C["stop"], timeout_s=60)
-            finally:
-                watched.page.close()
-                server.shutdown_kernels()
-                context.close()
-                browser.close()
-
-
-def engine_pid(lab: Watched, process: str) -> int:
-    """The pid the devices table shows for ``process`` (``p2``)."""
-    table = cell(lab.page, C["setup"]).locator(".jaxnb-devices table").first
-    rows = table.evaluate("t => [...t.rows].map(r => [...r.cells].map(c => c.innerText.trim()))")
-    assert rows[0][:3] == ["process", "host", "pid"], rows
-    return int(next(r[2] for r in rows[1:] if r[0] == process))
+    with notebook_in_lab(server, "resize.ipynb", cells) as watched:
+        yield watched
 
 
 def wait_for_file(pattern: str, folder: Path, timeout_s: float = 180) -> None:
@@ -122,7 +100,7 @@ def test_the_dashboard_shows_the_process_count_through_a_shrink_and_a_grow(
     page, flags = lab.page, folder / "flags"
     run_and_wait(page, C["setup"], timeout_s=150)
     run_and_wait(page, C["loop"])
-    victim = engine_pid(lab, "p2")
+    victim = devices_pid(lab.page, C["setup"], "p2")
     kernel = psutil.Process(victim).ppid()  # local engines are the kernel's children
     assert "python" in " ".join(psutil.Process(victim).cmdline()), "the table's pid is not an engine"
     run_and_wait(page, C["train"])  # --background: returns at once; the run goes on

@@ -5,10 +5,12 @@ JupyterLab and Notebook 7 share the notebook widgets, so these work in both.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import re
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +71,39 @@ def open_notebook(context: Any, url: str) -> Watched:
     page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=60_000)
     wait_idle(page)
     return watched
+
+
+@contextlib.contextmanager
+def notebook_in_lab(server: Any, name: str, cells: list[str]) -> Iterator[Watched]:
+    """``cells`` as the notebook ``name`` open in JupyterLab (headless system Chromium); at the
+    end its last cell (which stops the cluster) runs, then the page, kernels and browser close."""
+    from playwright.sync_api import sync_playwright
+
+    from support import lab_server
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=lab_server.chromium_path(), headless=True,
+                                     args=["--no-sandbox", "--disable-dev-shm-usage"])
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        watched = open_notebook(context, server.page_url(server.write_notebook(name, cells)))
+        try:
+            yield watched
+        finally:
+            try:
+                run_and_wait(watched.page, len(cells) - 1, timeout_s=60)
+            finally:
+                watched.page.close()
+                server.shutdown_kernels()
+                context.close()
+                browser.close()
+
+
+def devices_pid(page: Page, index: int, process: str) -> int:
+    """The pid the devices table in cell ``index``'s output shows for ``process`` (``p1``)."""
+    table = cell(page, index).locator(".jaxnb-devices table").first
+    rows = table.evaluate("t => [...t.rows].map(r => [...r.cells].map(c => c.innerText.trim()))")
+    assert rows[0][:3] == ["process", "host", "pid"], rows
+    return int(next(r[2] for r in rows[1:] if r[0] == process))
 
 
 def wait_idle(page: Page, timeout_s: float = 60) -> None:
