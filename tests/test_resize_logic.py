@@ -91,7 +91,6 @@ def test_a_size_the_function_cannot_run_at_is_refused_when_asked():
     group = _group(ClusterOptions(n=3), 3)
     resize = Resize(group, 2, Sizes(*[None] * 7), "run", {"num_processes": 3})  # type: ignore[arg-type]
     resize.meshes = {"mesh": [["data", 1], ["model", 3]]}
-    assert group.resize is resize
     with pytest.raises(ValueError) as info:
         resize.request(1, "asked")
     assert str(info.value) == "run 'run' cannot go on with 1 process: that is fewer than min_processes=2"
@@ -102,5 +101,22 @@ def test_a_size_the_function_cannot_run_at_is_refused_when_asked():
                                  "jaxnb.get_context().get_world_size() in the function instead)")
     resize.request(3, "asked")  # the full size: the config's count holds there
     assert resize.wanted == (3, "asked")
+    group.resize = resize  # as once its first attempt started
+    resize.end()
+    assert group.resize is None
+
+
+def test_scale_reaches_a_run_only_once_its_first_attempt_started():
+    """A run whose start fails before its first attempt leaves ``scale`` to the idle cluster."""
+    from types import SimpleNamespace
+
+    from jaxnb._train.resize import Resize, Sizes
+
+    group = _group(ClusterOptions(n=3), 3)
+    resize = Resize(group, 2, Sizes(*[None] * 7), "run", {})  # type: ignore[arg-type]
+    assert group.resize is None
+    ended = SimpleNamespace(ar=SimpleNamespace(ready=lambda: True))  # an attempt already over
+    resize.follow(ended)
+    assert group.resize is resize and resize.monitor is ended
     resize.end()
     assert group.resize is None

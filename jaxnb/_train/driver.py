@@ -283,8 +283,7 @@ def _start_attempt(group: Group, result: Result, dashboard: Dashboard, attempts:
     if attempts.stop_wanted:  # asked while the attempt was starting
         monitor.request_stop()
     if attempts.resize is not None:  # a size change asked meanwhile waits for this attempt
-        attempts.resize.monitor = monitor
-        attempts.resize.signal()
+        attempts.resize.follow(monitor)
     return monitor
 
 

@@ -109,7 +109,6 @@ class Resize:
         self._lock = threading.Lock()
         self._watching = False
         self.ended = False
-        group.resize = self
 
     # ---- after a loss ---------------------------------------------------------------------
 
@@ -192,6 +191,11 @@ class Resize:
                              f"{plural(n, 'process', 'processes')}: {refused}")
         with self._lock:
             self.wanted = (n, why)
+        self.signal()
+
+    def follow(self, monitor: Any) -> None:
+        """An attempt started: ``scale`` asks this run now; a change asked meanwhile is sent."""
+        self.monitor, self.group.resize = monitor, self
         self.signal()
 
     def signal(self) -> None:
