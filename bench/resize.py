@@ -18,7 +18,7 @@ Both loops read a dataset (``iter_jax_batches``, global batch 12) and take an SG
 replicated weight, a checkpoint every 10 steps. steps/s: the reports' own times, at 3
 processes before the loss and at 2 after it (the global batch is the same: each of the 2
 takes 6 rows where each of 3 took 4). Medians of the repeats. Writes the figures, with the
-date, machine, load and command, to ``bench/results/resize.json``.
+date, machine, load and command, to ``bench/results/resize.json`` (:mod:`bench._results`).
 """
 
 from __future__ import annotations
@@ -26,14 +26,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import json
 import os
-import platform
 import signal
 import statistics
-import sys
 import tempfile
 import time
+
+from bench._results import Results
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -206,21 +205,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", default=",".join(SECTIONS), help="sections: lab, local")
     parser.add_argument("--init-timeout", type=float, default=60.0, help="seconds (jaxnb's default)")
     parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--no-write", action="store_true", help="do not write bench/results/resize.json")
     args = parser.parse_args(argv)
-    started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
-    load = os.getloadavg()
-    figures = {name: SECTIONS[name](args) for name in args.only.split(",") if name}
-    if args.no_write:
-        return
-    record = {"date": started, "machine": f"{platform.node()}: {os.cpu_count()} cores, "
-              f"{platform.platform()}", "load": {"start": load, "end": os.getloadavg()},
-              "command": " ".join(["python -m bench.resize", *(argv or sys.argv[1:])]),
-              "figures": figures}
-    os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
-    with open(os.path.join(ROOT, "bench", "results", "resize.json"), "w") as f:
-        json.dump(record, f, indent=1)
-    print(f"written: bench/results/resize.json ({started}, load {load[0]:.1f})")
+    results = Results("resize")
+    results.add(**{name: SECTIONS[name](args) for name in args.only.split(",") if name})
+    results.write()
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from jaxnb._engine.datasets.data_run import positions_file, saved_positions
+from jaxnb._engine.datasets.data_run import logged_positions, positions_file
 from jaxnb._engine.datasets.shard import DatasetShard
 from jaxnb._engine.datasets.source import DatasetError, source_of
 
@@ -18,7 +18,7 @@ def _shards(rows: int, processes: int, run_dir=None, step=None):
     """Every process's share; resumed from the positions noted at ``step`` when given."""
     source = source_of("d", {"id": np.arange(rows)})
     return [DatasetShard(source, p, processes,
-                         None if step is None else saved_positions(str(run_dir), p, processes, step)["d"])
+                         None if step is None else logged_positions(str(run_dir), p, processes, step)["d"])
             for p in range(processes)]
 
 

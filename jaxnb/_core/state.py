@@ -16,6 +16,7 @@ from jaxnb._core.errors import ClusterStateError
 from jaxnb._core.messages import BUSY, NOT_STARTED
 from jaxnb._core.options import ClusterOptions
 from jaxnb._core.replay import Replay
+from jaxnb._core.temp_folders import TempFolders
 
 
 class Suspect(str, enum.Enum):
@@ -102,6 +103,8 @@ class Group:
     #: The running ``--min-processes`` run's size changes (``scale`` asks it), or ``None``; kept
     #: across the restarts of that run.
     resize: Any = None
+    #: Folders this cluster's cells made under the temporary directory (removed at its stop).
+    temp_folders: TempFolders = dataclasses.field(default_factory=TempFolders)
 
     @property
     def running(self) -> bool:
