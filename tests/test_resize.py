@@ -31,6 +31,7 @@ elastic_data = {"x": elastic_x, "y": elastic_x @ np.array([1.0, -2.0, 0.5, 3.0],
 """
 LOOP = """
 def elastic(config):
+    import os
     import time
     import jax, jax.numpy as jnp, numpy as np
     from jax.experimental import multihost_utils
@@ -63,6 +64,8 @@ def elastic(config):
         if ctx.get_world_rank() == 0:
             open(f"{config['flags']}/step{i + 1}.on{ctx.get_world_size()}", "a").close()
         time.sleep(config["pause"])
+        while ctx.get_world_size() == 2 and os.path.exists(config.get("hold", "")):
+            time.sleep(0.1)  # the test holds the run on 2 (after one step there) until the grow was asked
 """
 MESH = 'import jax\nmesh2d = jax.make_mesh((jax.device_count() // 3, 3), ("data", "model"))'
 

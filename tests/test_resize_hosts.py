@@ -44,8 +44,10 @@ def test_a_host_cut_for_good_leaves_the_run_on_2_and_it_grows_back_when_the_host
     flags = tmp_path / "flags"
     flags.mkdir()
     third = next(h for h in lab.hosts if h.hostname == cluster.processes[2].host)
+    hold = flags / "hold"  # the run waits on 2 processes until the grow was asked: no race
+    hold.touch()
     ip.user_ns["cfg"] = {"steps": ROWS // GLOBAL_BATCH, "global_batch": GLOBAL_BATCH, "lr": 0.05,
-                         "pause": 0.6, "flags": str(flags)}
+                         "pause": 0.6, "flags": str(flags), "hold": str(hold)}
     cutter = on_flag(flags / "step5.on3", lambda: third.link(False))
     try:
         with capture_output() as shown:
@@ -63,6 +65,11 @@ def test_a_host_cut_for_good_leaves_the_run_on_2_and_it_grows_back_when_the_host
     finally:
         cutter.join(1)
         third.link(True)
+    try:
+        wait_until(lambda: getattr(cluster.group.resize, "wanted", None) is not None or not run.running,
+                   120, "the grow asked once the host answers")
+    finally:
+        hold.unlink()
     run.wait(300)
     assert run.error is None, run.error
     shrink, grow = run.failures
