@@ -19,6 +19,7 @@ from typing import Any
 from jaxnb._cells import memory_query, pull, spmd
 from jaxnb._cluster_jobs import ClusterJobs
 from jaxnb._cluster_options import resolve
+from jaxnb._core import group_size, spelling
 from jaxnb._core.errors import ClusterStateError, StartError
 from jaxnb._core.memory_text import MemoryReport
 from jaxnb._core.messages import ALREADY_RUNNING, plural
@@ -32,12 +33,18 @@ from jaxnb._core.spelling import example, option
 from jaxnb._core.state import Group, ProcessInfo
 from jaxnb._debug import compare, postmortem
 from jaxnb._failures import detect, repair, stacks
+from jaxnb._hosts import site
 from jaxnb._lifecycle import lost_hosts, shutdown, spares, startup
+from jaxnb._train.resize import Sizes
 
 CPU_MULTI_DEVICE_NOTE = (
     "jaxnb: several CPU devices per process: gloo collectives can deadlock with many steps in "
     "flight, so jaxnb.report() keeps one step in flight; in loops without report(), fetch a value "
     "(e.g. float(loss)) every few steps. See README, 'CPU collectives'."
+)
+NOT_ELASTIC = (
+    "run {name!r} holds the engines and was started without {option}: scale once it ends (or "
+    "stop it), or start the run with {example}"
 )
 #: Seconds a pull or push may take unless the cluster has a cell timeout.
 DEFAULT_OPERATION_TIMEOUT = 300.0
@@ -97,12 +104,14 @@ class JaxCluster(ClusterJobs):
         """Start the engines and join them into one ``jax.distributed`` group."""
         if self.running:
             raise ClusterStateError(ALREADY_RUNNING)
-        self.group.setup.clear()  # new engines: nothing of the old setup is on them
+        group = self.group
+        group.setup.clear()  # new engines: nothing of the old setup is on them
+        group.options, group.full_options, group.lost = group_size.full(group), None, []
         return self._start()
 
-    def _start(self) -> JaxCluster:
+    def _start(self, at_least: int | None = None) -> JaxCluster:
         try:
-            startup.start_engines(self.group)
+            startup.start_engines(self.group, at_least)
             # After ipyparallel registered its own exit hook (when its controller started):
             # hooks run last-registered first, so this fast stop runs before its slow one.
             atexit.register(self.stop)
@@ -162,14 +171,81 @@ class JaxCluster(ClusterJobs):
 
     def _recover(self) -> dict[str, float]:
         """Restart with the same options and replay the setup (a training run's recovery)."""
-        started = time.monotonic()
         lost_hosts.wait(self.group)
+        return self._restart_same()
+
+    def _restart_same(self, at_least: int | None = None, replay: bool = True) -> dict[str, float]:
+        """Restart (on the warm spares when ready) and replay the setup; the seconds each took.
+        ``at_least``: engines that exit during the start are left out down to that many."""
+        started = time.monotonic()
         if not self._swap_spares():
             self.stop()
-            self._start()
+            self._start(at_least)
+        seconds = {"restart": time.monotonic() - started}
+        if replay:
+            seconds["replay"] = self._replay()
+        return seconds
+
+    def _restart_at(self, options: ClusterOptions, lost: Sequence[str] = ()) -> dict[str, float]:
+        """Stop, start with ``options`` (the same cluster at another size; ``lost`` names the
+        places left out) and replay the setup; the seconds each took."""
+        started = time.monotonic()
+        group = self.group
+        whole = group_size.full(group)
+        self.stop()
+        group.options, group.full_options = options, (None if options == whole else whole)
+        group.lost = list(lost)
+        self._start()
         restarted = time.monotonic()
-        replayed = self._replay()
-        return {"restart": restarted - started, "replay": replayed}
+        return {"restart": restarted - started, "replay": self._replay()}
+
+    def _sizes(self) -> Sizes:
+        """What this cluster does for a training run that changes size (``min_processes``)."""
+        group = self.group
+
+        def still_lost(seconds: float) -> list[str]:
+            return site.of(group).wait_answering(group, seconds)
+
+        def not_answering(hosts: list[str], seconds: float) -> list[str]:
+            return site.of(group).not_answering(group, hosts, seconds)
+
+        def wait_for(hosts: list[str]) -> None:
+            timeout = group_size.full(group).init_timeout
+            lost_hosts.check_back(not_answering(hosts, timeout), timeout)
+
+        return Sizes(recover=self._recover, restart_same=self._restart_same, replay=self._replay,
+                     restart_at=self._restart_at, lost_hosts=still_lost, not_answering=not_answering,
+                     wait_for=wait_for)
+
+    def scale(self, n: int) -> JaxCluster:
+        """Grow or shrink the group to ``n`` processes (on ``--hosts``: their first ``n`` places).
+
+        With the engines idle: stop, start at that size and replay the setup (as
+        ``restart(replay=True)``). During a ``min_processes`` training run: the run goes on at
+        that size from its next checkpoint.
+        """
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"scale takes a number of processes >= 1, got {n!r}; e.g. "
+                             f"{spelling.command('scale', 2)}")
+        group = self.group
+        group.require_running()
+        site.check_resizes(group)
+        options = group_size.at_size(group, n)
+        if group.busy_with:
+            if group.resize is None:
+                raise ClusterStateError(NOT_ELASTIC.format(
+                    name=group.busy_with, option=option("min_processes"),
+                    example=example("min_processes", 1)))
+            group.resize.request(n, f"{spelling.command('scale', n)} was asked")
+            return self
+        if options != group.options or n != self.num_processes:
+            self._restart_at(options)
+        return self
+
+    @property
+    def lost(self) -> list[str]:
+        """The places (hosts, slots) of the cluster left out of the group now, one line each."""
+        return list(self.group.lost)
 
     def __enter__(self) -> JaxCluster:
         return self.start()

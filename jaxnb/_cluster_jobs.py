@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from jaxnb._core.state import Group
 from jaxnb._failures import repair
+from jaxnb._hosts import site
 from jaxnb._profile import session, training
 from jaxnb._train import driver
+from jaxnb._train.resize import Sizes
 from jaxnb._train.result import Result
 from jaxnb._tune.options import DEFAULT_METRIC, DEFAULT_TRIALS, TuneOptions
 
@@ -30,6 +32,8 @@ class ClusterJobs:
     group: Group
     #: Restart the cluster and replay its setup (a run's recovery); ``JaxCluster`` defines it.
     _recover: Callable[[], dict[str, float]]
+    #: What the cluster does for a run that changes size; ``JaxCluster`` defines it.
+    _sizes: Callable[[], Sizes]
 
     def train(
         self,
@@ -43,6 +47,7 @@ class ClusterJobs:
         steps: int | None = None,
         datasets: Mapping[str, str] | None = None,
         max_failures: int = 0,
+        min_processes: int | None = None,
         profile_steps: tuple[int, int] | str | None = None,
         on_result: Callable[[Result], None] | None = None,
     ) -> Result:
@@ -54,18 +59,25 @@ class ClusterJobs:
         many steps it reports (progress and ETA). ``datasets``: name -> engine variable, for
         ``jaxnb.get_dataset_shard(name)``. ``max_failures=N``: when a process dies or a host is
         lost, restart the cluster, replay the setup and resume from the latest checkpoint, up
-        to N times. ``profile_steps=(A, B)`` (or ``"A:B"``): trace steps A to B on every
+        to N times; ``min_processes=K``: when a lost process or host is not back in a few
+        seconds, go on with the processes left (at least K), the checkpoint resharded and the
+        data re-split, and grow back at a checkpoint when it answers again (or on ``scale``).
+        ``profile_steps=(A, B)`` (or ``"A:B"``): trace steps A to B on every
         process, as ``profile`` does (``Result.profile``). ``on_result`` gets the final Result,
         also before an error is raised.
         """
         window = None if profile_steps is None else training.window(profile_steps, background)
         self.group.require_running()
+        if min_processes is not None:
+            site.check_resizes(self.group)
         repair.ensure_ready(self.group)
 
         def run(on_result: Callable[[Result], None] | None) -> Result:
             return driver.train(self.group, fn, config, name=name, storage=storage, resume=resume,
                                 background=background, total_steps=steps, on_result=on_result,
-                                datasets=datasets, max_failures=max_failures, restart=self._recover)
+                                datasets=datasets, max_failures=max_failures, restart=self._recover,
+                                min_processes=min_processes,
+                                sizes=None if min_processes is None else self._sizes())
 
         if window is None:
             return run(on_result)

@@ -336,3 +336,37 @@ def test_an_ended_run_disables_stop_and_says_how_it_ended(status) -> None:
     assert f">{status}</b>" in title and "finished stopped" not in title
     said = status + (" — on request after 3 reports" if status == "stopped" else "")
     assert dash.text().splitlines()[1] == f"status      {said}"
+
+
+def test_a_run_that_changes_size_shows_the_process_count_track_and_its_markers() -> None:
+    dash = Dashboard("elastic", 3, on_stop=lambda: None)
+    dash.resized(0, 3, 3)  # the track begins (a --min-processes run)
+    three = (0.01, 0.01, 0.01)
+    for batch in batches(12, processes=3, size=12, dt=three):
+        dash.add(batch)
+    dash.rewind(10)
+    dash.resized(10, 3, 2)  # went on with 2 from step 10
+    for batch in batches(20, processes=2, size=20):
+        dash.add([r for r in batch if r["step"] > 10])
+    dash.resized(20, 2, 3)  # grew back at the checkpoint of step 20
+    for batch in batches(30, processes=3, size=30, dt=three):
+        dash.add([r for r in batch if r["step"] > 20])
+    assert dash.refresh(force=True)
+    assert "processes   3 of 3 (3→2 at step 10, 2→3 at step 20)" in dash.text()
+    assert [r["process"] for r in dash.process_stats()] == [0, 1, 2]
+    svg = plot_html(dash)
+    assert svg.count("<svg") == 3 and ">processes<" in svg  # loss, lr, then the track
+    assert svg.count("class='jaxnb-shrink'") == svg.count("class='jaxnb-grow'") == 3  # each panel
+    assert "3 → 2 processes at step 10" in svg and "2 → 3 processes at step 20" in svg
+    track = svg[svg.index(">processes<"):]
+    assert "processes  3" in track  # its last value in the legend
+    assert dash.final_png().startswith(PNG)
+    assert "3 processes" in shown(dash, "steps").value  # the line under the title
+
+
+def test_a_run_that_does_not_change_size_draws_no_track() -> None:
+    dash = Dashboard("fixed", 2)
+    for batch in batches(10, size=10):
+        dash.add(batch)
+    assert dash.refresh(force=True)
+    assert ">processes<" not in plot_html(dash) and "processes " not in dash.text()

@@ -25,12 +25,12 @@ from support.factories import unavailable
 
 unavailable("browser tests", lab_server.missing())
 
-from playwright.sync_api import Browser, BrowserContext, sync_playwright  # noqa: E402
 from support.browser_page import (  # noqa: E402 - only importable where playwright is installed
     Watched,
     cell,
     dashboard,
-    open_notebook,
+    devices_pid,
+    lab_notebook,
     run_and_wait,
     wait_for,
 )
@@ -121,30 +121,8 @@ def lab(server: lab_server.LabServer, folder: Path) -> Iterator[Watched]:
     train = TRAIN.format(steps=STEPS, kill_at=KILL_AT, flag=str(folder / "reached"),
                          storage=folder / "storage")
     cells = [SETUP, LOOP, train, WAIT.format(steps=STEPS), STOP]
-    with sync_playwright() as pw:
-        browser: Browser = pw.chromium.launch(executable_path=lab_server.chromium_path(),
-                                              headless=True, args=["--no-sandbox",
-                                                                   "--disable-dev-shm-usage"])
-        context: BrowserContext = browser.new_context(viewport={"width": 1400, "height": 1000})
-        watched = open_notebook(context, server.page_url(server.write_notebook("recovery.ipynb", cells)))
-        try:
-            yield watched
-        finally:
-            try:
-                run_and_wait(watched.page, C["stop"], timeout_s=60)
-            finally:
-                watched.page.close()
-                server.shutdown_kernels()
-                context.close()
-                browser.close()
-
-
-def engine_pid(lab: Watched, process: str) -> int:
-    """The pid the devices table shows for ``process`` (``p1``)."""
-    table = cell(lab.page, C["setup"]).locator(".jaxnb-devices table").first
-    rows = table.evaluate("t => [...t.rows].map(r => [...r.cells].map(c => c.innerText.trim()))")
-    assert rows[0][:3] == ["process", "host", "pid"], rows
-    return int(next(r[2] for r in rows[1:] if r[0] == process))
+    with lab_notebook(server, "recovery.ipynb", cells, last_cell_stops=True) as watched:
+        yield watched
 
 
 def wait_for_file(path: Path, timeout_s: float = 120) -> None:
@@ -160,7 +138,7 @@ def test_dashboard_shows_a_recovery_from_kill_9_and_how_the_run_ended(lab: Watch
     page = lab.page
     run_and_wait(page, C["setup"], timeout_s=150)
     run_and_wait(page, C["loop"])
-    victim = engine_pid(lab, "p1")
+    victim = devices_pid(lab.page, C["setup"], "p1")
     assert "python" in " ".join(psutil.Process(victim).cmdline()), "the table's pid is not an engine"
     target = cell(page, C["train"])
     target.evaluate(RECORD)

@@ -349,7 +349,7 @@ def test_magic_misuse_is_a_usage_error(ip, tmp_path):
 
 
 def test_expected_steps_from_argument_or_config():
-    from jaxnb._train.driver import expected_steps
+    from jaxnb._train.step_count import expected_steps
 
     assert expected_steps({"num_steps": 5, "total_steps": 7}, None) == 7
     assert expected_steps({"max_steps": 9}, 3) == 3

@@ -52,6 +52,9 @@ KUBEFLOW_VARIABLES = ("JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "JAX_COORDINATOR_AD
 STACK_SIGNAL = signal.SIGUSR1
 #: Ask a training run to stop: ``jaxnb.should_stop()`` turns True on every process together.
 STOP_SIGNAL = signal.SIGUSR2
+#: Ask a ``--min-processes`` run to end its attempt at the next checkpoint, so that the group
+#: restarts at another size (ignored by default: a late one never ends an engine).
+RESIZE_SIGNAL = signal.SIGURG
 
 # ---- data sent back -----------------------------------------------------------------------
 

@@ -43,6 +43,18 @@ def launcher_process(launcher: Any) -> psutil.Process | None:
     return getattr(launcher, "process", None)
 
 
+def stopped_engines(ipp_cluster: Any) -> list[dict[str, Any]]:
+    """``{"pid": …, "exit_code": …}`` of each engine whose end ``ipp_cluster``'s engine sets
+    noted (they forget its launcher then)."""
+    if ipp_cluster is None:
+        return []
+    found: list[dict[str, Any]] = []
+    for engine_set in ipp_cluster.engines.values():
+        stop_data = getattr(engine_set, "stop_data", None) or {}
+        found.extend(d for d in stop_data.get("engines", {}).values() if isinstance(d, dict))
+    return found
+
+
 def launched_engines(ipp_cluster: Any) -> dict[int, Any]:
     """pid → launcher, for every engine process ``ipp_cluster`` started on this machine."""
     found = {}

@@ -59,6 +59,12 @@ def example(keyword: str, value: object, text: str | None = None) -> str:
     return f"{flag_of(keyword)}{'=' if shown.startswith('-') else ' '}{shown}"
 
 
+def command(method: str, value: object) -> str:
+    """```scale(2)```, or ```%jax_cluster scale 2``` inside a magic (a ``JaxCluster`` method that
+    is a subcommand of ``%jax_cluster``)."""
+    return f"`%jax_cluster {method} {value}`" if _AS_FLAGS.get() else f"`{method}({value!r})`"
+
+
 def active() -> bool:
     """Whether messages made now name the magics' flags (a magic is calling)."""
     return _AS_FLAGS.get()

@@ -98,6 +98,14 @@ class Group:
     #: ``%jax_debug -c`` given when no process held a failure: the commands that answer the
     #: ``jaxnb.breakpoint()`` stops of the next cell or run that reaches one (then forgotten).
     breakpoint_commands: list[str] | None = None
+    #: The options the cluster was started with, while it runs at another size (``scale``, a
+    #: ``--min-processes`` run that went on with fewer); ``None`` at its own size.
+    full_options: ClusterOptions | None = None
+    #: The places (hosts, slots) left out of the group now, one line each (``status`` shows them).
+    lost: list[str] = dataclasses.field(default_factory=list)
+    #: The running ``--min-processes`` run's size changes (``scale`` asks it), or ``None``; kept
+    #: across the restarts of that run.
+    resize: Any = None
     #: Folders this cluster's cells made under the temporary directory (removed at its stop).
     temp_folders: TempFolders = dataclasses.field(default_factory=TempFolders)
 

@@ -65,6 +65,7 @@ class LocalSite(Site):
             sock.bind(("127.0.0.1", 0))
             return f"127.0.0.1:{sock.getsockname()[1]}"
     keeps_spares = True
+    resizes = True
 
     # ---- stop -----------------------------------------------------------------------------
 

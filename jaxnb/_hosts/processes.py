@@ -45,10 +45,15 @@ def exit_of(process: psutil.Process) -> str | None:
         if code is not None:
             break
         time.sleep(0.02)
-    if code is None:
-        return "exited"
     if code == -signal.SIGKILL and oom_killer.killed_here(process.pid, _started(process)):
         return oom_killer.KILLED
+    return exit_text(code)
+
+
+def exit_text(code: int | None) -> str:
+    """How a process with exit status ``code`` ended (negative: the signal that killed it)."""
+    if code is None:
+        return "exited"
     if code < 0:
         with contextlib.suppress(ValueError):
             return f"was killed by {signal.Signals(-code).name}"

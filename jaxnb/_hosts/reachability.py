@@ -35,7 +35,12 @@ def wait_answering(group: Group, timeout: float) -> list[str]:
     that did not (nothing to wait for when none was found unreachable)."""
     mine = {getattr(launcher, "location", "") for launcher in group.remote_launchers.values()}
     lost = [host for host in list(_unreachable) if host in mine and unreachable_now(host)]
-    still = ssh_connections.wait_answering(lost, remote_launchers.control_dir(group.ipp), timeout)
-    for host in set(lost) - set(still):
+    return not_answering(group, lost, timeout)
+
+
+def not_answering(group: Group, hosts: list[str], timeout: float) -> list[str]:
+    """Try ``hosts`` over fresh ssh connections for at most ``timeout`` s; those that did not answer."""
+    still = ssh_connections.wait_answering(hosts, remote_launchers.control_dir(group.ipp), timeout)
+    for host in set(hosts) - set(still):
         answered(host)
     return still

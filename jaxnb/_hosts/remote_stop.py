@@ -10,14 +10,20 @@ import shutil
 
 import ipyparallel as ipp
 
-from jaxnb._hosts import remote_launchers, ssh, ssh_connections
+from jaxnb._hosts import reachability, remote_launchers, ssh, ssh_connections
 
 
 def stop(ipp_cluster: ipp.Cluster) -> None:
     """SIGKILL every remote engine on its host (all at once), then close the ssh connections."""
     for key, engine_set in list(ipp_cluster.engines.items()):
         if isinstance(engine_set, ssh.FastSSHEngineSetLauncher):
-            engine_set.kill_all()
+            # Not on hosts just found unreachable: each try would wait out ssh's timeout (5 s)
+            # for nothing (a --min-processes run going on without them stops its group).
+            launchers = list(engine_set.launchers.values())
+            cut = [lch for lch in launchers if reachability.unreachable_now(getattr(lch, "location", ""))]
+            for launcher in cut:
+                launcher.abandon()
+            ssh.kill_each([lch for lch in launchers if lch not in cut])
             ipp_cluster.engines.pop(key)  # done: ipyparallel's own stop would ssh again
         elif hasattr(engine_set, "kill_all"):  # mpiexec: ends its ranks on every host
             engine_set.kill_all()

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import signal
 
+from jaxnb._core.errors import ClusterStateError
 from jaxnb._core.options import ClusterOptions
 from jaxnb._core.state import Group
 from jaxnb._hosts.local_site import LocalSite
@@ -29,13 +30,18 @@ from jaxnb._hosts.site_jobs import STOPPED, Site
 from jaxnb._hosts.slurm import SlurmSite
 from jaxnb._hosts.ssh_site import SshSite
 
-__all__ = ["LAUNCHER", "LOCAL", "MPI", "SLURM", "SSH", "STOPPED", "Site", "for_options", "kill", "of"]
+__all__ = ["LAUNCHER", "LOCAL", "MPI", "SLURM", "SSH", "STOPPED", "Site", "check_resizes", "for_options",
+           "kill", "of"]
 
 LOCAL, SSH, MPI, SLURM, LAUNCHER = LocalSite(), SshSite(), MpiSite(), SlurmSite(), Site()
 #: ``--engines`` names whose launcher jaxnb sets up itself (with or without ``--hosts``).
 _BATCH: dict[str, Site] = {"mpi": MPI, "slurm": SLURM}
 #: ``--engines`` names that mean jaxnb's own ssh launcher when ``--hosts`` are given.
 _OVER_SSH = ("local", "ssh")
+NOT_RESIZABLE = (
+    "{site} clusters keep the size their launcher gave them; scaling and --min-processes work "
+    "on local and --hosts clusters"
+)
 
 
 def for_options(options: ClusterOptions) -> Site:
@@ -58,3 +64,10 @@ def kill(group: Group, chosen: list[int]) -> None:
     with contextlib.suppress(Exception):
         where.signal(group, chosen, signal.SIGKILL)
     where.wait_killed(group, chosen)
+
+
+def check_resizes(group: Group) -> None:
+    """A one-line :class:`ClusterStateError` unless the group can be restarted at another size."""
+    where = of(group)
+    if not where.resizes:
+        raise ClusterStateError(NOT_RESIZABLE.format(site=where.name))

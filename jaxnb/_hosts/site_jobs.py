@@ -129,6 +129,8 @@ class Site:
 
     #: Whether it keeps warm spare engines (a batch job's size is fixed: no).
     keeps_spares = False
+    #: Whether the group can be restarted at another size (``scale``, ``--min-processes``).
+    resizes = False
 
     def spares(self, options: ClusterOptions) -> int:
         """How many warm spares to keep: ``--spares``, by default one per process, where the
@@ -201,3 +203,7 @@ class Site:
         """Before a restart: wait (at most ``timeout`` s) until the hosts found unreachable
         answer again; those that did not."""
         return []
+
+    def not_answering(self, group: Group, hosts: list[str], timeout: float) -> list[str]:
+        """Those of ``hosts`` (left out of the group) that do not answer within ``timeout`` s."""
+        return list(hosts)

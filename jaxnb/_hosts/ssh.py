@@ -112,6 +112,11 @@ class FastSSHEngineLauncher(SSHEngineLauncher):
                 [f"dmesg 2>/dev/null | tail -n {int(lines)}"], timeout=5, stdin=subprocess.DEVNULL)
         return ""
 
+    def abandon(self) -> None:
+        """Its host cannot be reached: stop waiting on the engine there (it cannot be killed
+        from here now)."""
+        self.closing = True
+
     def kill_group(self, remove_files: bool = True) -> None:
         """SIGKILL the engine, its process group and its nanny (a child in a session of its own);
         ``remove_files``: also what it leaves on its host (not while other engines there use it)."""

@@ -65,6 +65,7 @@ class SshSite(Site):
             remote_launchers.launcher_of(group, p)
 
     keeps_spares = True  # as many on each host as the group has there
+    resizes = True
 
     # ---- stop -----------------------------------------------------------------------------
 
@@ -104,6 +105,9 @@ class SshSite(Site):
 
     def wait_answering(self, group: Group, timeout: float) -> list[str]:
         return reachability.wait_answering(group, timeout)
+
+    def not_answering(self, group: Group, hosts: list[str], timeout: float) -> list[str]:
+        return reachability.not_answering(group, hosts, timeout)
 
     def signal(self, group: Group, chosen: list[int], signum: int) -> None:
         """SIGKILL over ssh on their hosts (all at once: the engine, the shell around it and

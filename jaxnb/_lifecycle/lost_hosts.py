@@ -22,6 +22,10 @@ def wait(group: Group) -> None:
     """Return once every host found unreachable answers (at once when none was); else raise
     :class:`StartError` naming the hosts that did not answer within ``init_timeout``."""
     timeout = group.options.init_timeout
-    lost = site.of(group).wait_answering(group, timeout)
+    check_back(site.of(group).wait_answering(group, timeout), timeout)
+
+
+def check_back(lost: list[str], timeout: float) -> None:
+    """A :class:`StartError` naming the hosts ``lost`` that did not answer within ``timeout``."""
     if lost:
         raise StartError(HOSTS_NOT_BACK.format(hosts=", ".join(lost), timeout=timeout))

@@ -16,7 +16,7 @@ from typing import Any
 
 import ipyparallel as ipp
 
-from jaxnb._core import ipp_internals
+from jaxnb._core import group_size, ipp_internals
 from jaxnb._core.contract import ENV_CLEANUP_FILES, ENV_PARENT_PID, EngineCall
 from jaxnb._core.errors import StartError
 from jaxnb._core.join_plan import join_params
@@ -31,8 +31,12 @@ _IDENTITY = EngineCall("jaxnb._engine.group.process:identity")
 _INITIALIZE = EngineCall("jaxnb._engine.group.process:initialize")
 
 
-def start_engines(group: Group) -> None:
-    """Start the controller and the engines; connect a client; wait until all registered."""
+def start_engines(group: Group, at_least: int | None = None) -> None:
+    """Start the controller and the engines; connect a client; wait until all registered.
+
+    ``at_least`` (a ``--min-processes`` restart): an engine that exits before it registers
+    is left out, as long as ``at_least`` others register; the group is then smaller (its
+    options say so, ``group.lost`` names what was left out)."""
     options, where = group.options, site.of(group)
     n = options.resolved_n()
     group.stacks_dir = tempfile.mkdtemp(prefix="jaxnb-")
@@ -54,8 +58,14 @@ def start_engines(group: Group) -> None:
     group.launchers = ipp_internals.launched_engines(ipp_cluster)
     group.client = client = ipp_cluster.connect_client_sync()
     deadline = time.monotonic() + options.init_timeout
-    while len(client.ids) < n:
-        raise_if_engines_exited(group)
+    left_out: list[str] = []
+    while len(client.ids) < n - len(left_out):
+        if at_least is None:
+            raise_if_engines_exited(group)
+        else:
+            left_out = [line for line, _ in exited_engines(group)]
+            if n - len(left_out) < at_least:
+                raise_if_engines_exited(group)
         if time.monotonic() > deadline:
             raise StartError(
                 f"only {len(client.ids)} of {n} engines registered within "
@@ -65,6 +75,10 @@ def start_engines(group: Group) -> None:
         time.sleep(0.02)
     group.view = client[sorted(client.ids)[:n]]
     group.view.block = False
+    if left_out:
+        group.full_options = group_size.full(group)
+        group.options = group_size.with_size(group, len(group.view.targets))
+        group.lost = [f"{line} during start-up" for line in left_out]
 
 
 def join_group(group: Group) -> None:
@@ -160,21 +174,32 @@ def wait_joined(
 
 def raise_if_engines_exited(group: Group) -> None:
     """A :class:`StartError` with its last log lines if an engine has exited."""
+    for said, tail in exited_engines(group):
+        raise StartError(f"{said} during start-up; see its last lines below, fix the cause and "
+                         f"start again\n{tail}")
+
+
+def exited_engines(group: Group) -> list[tuple[str, str]]:
+    """(``the engine on HOST (pid P) was killed by SIGKILL``, its last log lines) of each
+    engine of this start that has exited."""
+    found = []
     for host, pid, log in remote_exits.exited_engines(group.ipp):
-        ended = ssh.exit_status(log) or "exited"
-        raise StartError(
-            f"the engine on {host} (pid {pid}) {ended} during start-up; see its last lines "
-            f"below, fix the cause and start again\n{explain.indented_tail(log)}"
-        )
+        found.append((f"the engine on {host} (pid {pid}) {ssh.exit_status(log) or 'exited'}",
+                      explain.indented_tail(log)))
     group.launchers.update(ipp_internals.launched_engines(group.ipp))
+    seen = set()
     for launcher in group.launchers.values():
         process = ipp_internals.launcher_process(launcher)
         how = processes.exit_of(process) if process is not None else None
         if process is not None and how is not None:
-            raise StartError(
-                f"an engine (pid {process.pid}) {ended} during start-up; see its last lines "
-                f"below, fix the cause and start again\n{_tail(launcher)}"
-            )
+            seen.add(process.pid)
+            found.append((f"an engine (pid {process.pid}) {how}", _tail(launcher)))
+    local = site.of(group).inspects_processes  # engines here: their set notes each end
+    for ended in ipp_internals.stopped_engines(group.ipp) if local else []:
+        if ended.get("pid") not in seen:  # it ended before jaxnb saw its launcher
+            how = processes.exit_text(ended.get("exit_code"))
+            found.append((f"an engine (pid {ended.get('pid')}) {how}", ""))
+    return found
 
 
 def _tail(launcher: Any) -> str:

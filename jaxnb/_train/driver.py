@@ -17,14 +17,15 @@ from jaxnb._core.contract import EngineCall
 from jaxnb._core.errors import ClusterStateError, RemoteError, remote_error
 from jaxnb._core.file_lock import FileLock
 from jaxnb._core.messages import BUSY, RESET, RESTART
-from jaxnb._core.spelling import example, option
 from jaxnb._core.state import Group, Suspect
 from jaxnb._failures import out_of_memory
 from jaxnb._train import dataset_names, function, handover
 from jaxnb._train.interrupts import InterruptCounter
 from jaxnb._train.monitor import Monitor
 from jaxnb._train.recovery import NO_CHECKPOINT, Recovery, Restart, check_max_failures, give_up, not_retried
+from jaxnb._train.resize import Resize, Sizes, check_min_processes
 from jaxnb._train.result import Result
+from jaxnb._train.step_count import expected_steps
 from jaxnb._widgets.dashboard import Dashboard
 
 _PREPARE = EngineCall("jaxnb._engine.run.reporting:prepare")
@@ -32,8 +33,6 @@ _EXECUTE = EngineCall("jaxnb._engine.run.reporting:execute")
 
 #: Where runs live unless ``storage`` / ``--storage`` says otherwise.
 DEFAULT_STORAGE = "jaxnb_runs"
-#: Config keys that give the number of steps (for the dashboard's progress and ETA).
-STEP_COUNT_KEYS = ("total_steps", "num_steps", "max_steps")
 #: How long setting a run up on the engines may take (seconds).
 PREPARE_TIMEOUT_SECONDS = 60.0
 
@@ -66,6 +65,8 @@ def train(
     datasets: Mapping[str, str] | None = None,
     max_failures: int = 0,
     restart: Restart | None = None,
+    min_processes: int | None = None,
+    sizes: Sizes | None = None,
 ) -> Result:
     """Run ``fn()`` or ``fn(config)`` on every process; the `Result` (live if ``background``).
 
@@ -81,10 +82,13 @@ def train(
     failure on any process raises :class:`jaxnb.RemoteError` (its ``.result`` holds the
     history so far). ``max_failures``: when a process dies or a host is lost,
     ``restart()`` (stop, start, replay the setup) and resume from the latest
-    checkpoint, up to that many times (:mod:`jaxnb._train.recovery`).
+    checkpoint, up to that many times (:mod:`jaxnb._train.recovery`); with ``min_processes``,
+    go on with the processes left (at least that many) and grow back (``sizes`` restarts the
+    group at another size: :mod:`jaxnb._train.resize`).
     """
     called = time.monotonic()  # the run's wall time (Result.goodput) counts from here
     check_max_failures(max_failures)
+    check_min_processes(min_processes, max_failures, group)
     total = expected_steps(config, total_steps)
     handover.wait_if_stopping(group)  # a run asked to stop may take a moment to end
     if group.busy_with:
@@ -105,12 +109,16 @@ def train(
         elif earlier and resume_from is None:
             print(REUSED.format(name=run, dir=os.path.dirname(run_dir)))
         spec.update(run_dir=run_dir, run_id=uuid.uuid4().hex, resume=resume_from,
-                    as_flags=spelling.active())
-        _prepare(group, spec)
+                    as_flags=spelling.active(), elastic=min_processes is not None)
+        prepared = _prepare(group, spec)
 
         result = Result(run, run_dir)
         result.checkpoint = resume_from  # until the run saves a newer one (it may have nothing left)
-        attempts = _Attempts(group, spec, result, Recovery(max_failures, restart, run_dir, run))
+        resize = None
+        if min_processes is not None and sizes is not None:
+            resize = Resize(group, min_processes, sizes, run, config)
+            resize.meshes = prepared[0].get("meshes") or {}
+        attempts = _Attempts(group, spec, result, Recovery(max_failures, restart, run_dir, run), resize)
         attempts.lock = lock
         attempts.launched = called
         if background:
@@ -131,26 +139,13 @@ def train(
     return result
 
 
-def expected_steps(config: Any, total_steps: int | None) -> int | None:
-    """How many steps the run will report, if known: ``total_steps``, else from the config."""
-    if total_steps is not None:
-        if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps <= 0:
-            raise ValueError(f"{option('steps')} takes a positive whole number, got "
-                             f"{total_steps!r}; e.g. {example('steps', 1000)}")
-        return total_steps
-    if isinstance(config, Mapping):
-        for key in STEP_COUNT_KEYS:
-            value = config.get(key)
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                return value
-    return None
-
-
 class _Attempts:
     """The attempts of one run: the current monitor, stop requests, and recovery."""
 
-    def __init__(self, group: Group, spec: dict[str, Any], result: Result, recovery: Recovery):
+    def __init__(self, group: Group, spec: dict[str, Any], result: Result, recovery: Recovery,
+                 resize: Resize | None = None):
         self.group, self.spec, self.result, self.recovery = group, spec, result, recovery
+        self.resize = resize
         self.monitor: Monitor | None = None
         self.stop_wanted = False
         self.interrupts: InterruptCounter | None = None
@@ -173,6 +168,9 @@ class _Attempts:
         """After an attempt ended: the next attempt's monitor, or None (conclude this one)."""
         recovery, result = self.recovery, self.result
         self.time_first_step(monitor)
+        resized_at = None if self.resize is None else self.resize.ended_at(monitor)
+        if resized_at is not None:
+            return self._grow(monitor, resized_at)
         if not recovery.recoverable(monitor):
             return None
         monitor.finish()  # this attempt's last reports and output
@@ -192,7 +190,8 @@ class _Attempts:
             return None
         try:
             assert recovery.restart is not None
-            failure.seconds.update(recovery.restart())
+            failure.seconds.update(recovery.restart() if self.resize is None else
+                                   self.resize.recover(failure))
         except BaseException as exc:  # the restart or the replay failed: that is the run's end
             error = getattr(exc, "summary", None) or f"{type(exc).__name__}: {exc}"
             give_up(monitor, f"the recovery failed: {str(error).splitlines()[0]}")
@@ -206,14 +205,42 @@ class _Attempts:
         monitor.fill_lost(failure.resumed_from)
         result.rewind(failure.resumed_from)
         dashboard.rewind(failure.resumed_from, recovery.counted())
+        return self._resume(monitor, latest, failure)
+
+    def _grow(self, monitor: Monitor, step: int) -> Monitor | None:
+        """Every process ended at the checkpoint of ``step`` for a size change: restart at it."""
+        assert self.resize is not None
+        monitor.finish()
+        monitor.dashboard.set_status("recovering", f"changing size at the checkpoint of step {step}")
+        if self.stopping():
+            self._ended(monitor, "stopped before the size changed")
+            return None
+        try:
+            record = self.resize.grow(step)
+        except BaseException as exc:  # not even the size it had came back: the run's end
+            monitor.gave_up = exc
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            return None
+        self.result.failures.append(record)
+        return self._resume(monitor, self.recovery.latest(), record)
+
+    def _resume(self, monitor: Monitor, latest: Any, failure: Any) -> Monitor:
+        """Prepare the function again (from ``latest``) and start the next attempt."""
+        dashboard = monitor.dashboard
+        if failure.new_size is not None:
+            dashboard.resized(failure.resumed_from or 0, failure.old_size, failure.new_size)
         self.spec.update(resume=latest)
         try:
             _prepare(self.group, self.spec)
-            following = _start_attempt(self.group, result, dashboard, self)
+            following = _start_attempt(self.group, self.result, dashboard, self)
         except BaseException as exc:
-            give_up(monitor, f"the recovery failed: {exc}")
+            if monitor.gave_up is None:  # after a size change: this is the run's error
+                monitor.gave_up = exc
+            else:
+                give_up(monitor, f"the recovery failed: {exc}")
             raise
-        dashboard.set_status("running", recovery.counted())
+        dashboard.set_status("running", self.recovery.counted())
         self.resumed = (failure, time.monotonic())
         self.recovery_seconds += max(time.time() - failure.time, 0.0)
         return following
@@ -235,6 +262,8 @@ def _launch(group: Group, result: Result, total: int | None, attempts: _Attempts
     dashboard = (view or Dashboard)(result.name, group.size, total_steps=total, on_stop=on_stop)
     if attempts.recovery.enabled:
         dashboard.set_recoveries(attempts.recovery.max_failures)
+    if attempts.resize is not None:
+        dashboard.resized(0, group.size, group.size)  # the process-count track begins
     dashboard.show()
     result.set_stopper(attempts.request_stop)
     return _start_attempt(group, result, dashboard, attempts)
@@ -253,11 +282,13 @@ def _start_attempt(group: Group, result: Result, dashboard: Dashboard, attempts:
     handover.track(group, monitor)
     if attempts.stop_wanted:  # asked while the attempt was starting
         monitor.request_stop()
+    if attempts.resize is not None:  # a size change asked meanwhile waits for this attempt
+        attempts.resize.follow(monitor)
     return monitor
 
 
-def _prepare(group: Group, spec: dict[str, Any]) -> None:
-    """Find the function on every process; raise here if it does not fit."""
+def _prepare(group: Group, spec: dict[str, Any]) -> dict[int, Any]:
+    """Find the function on every process; raise here if it does not fit; each one's reply."""
     ar = group.view.apply_async(_PREPARE, spec)
     if not ar.wait(PREPARE_TIMEOUT_SECONDS):
         raise ClusterStateError(NOT_ANSWERING.format(timeout=PREPARE_TIMEOUT_SECONDS))
@@ -268,6 +299,7 @@ def _prepare(group: Group, spec: dict[str, Any]) -> None:
     problems = [r["error"] for r in replies.values() if r["error"]]
     if problems:
         raise ValueError(problems[0])
+    return replies
 
 
 def _follow_blocking(
@@ -323,6 +355,8 @@ def _conclude(
 ) -> BaseException | None:
     """Fill in the Result, finish the dashboard, free the engines; the error to raise."""
     result, group = monitor.result, monitor.group
+    if attempts.resize is not None:
+        attempts.resize.end()
     try:
         errors = monitor.finish()
     finally:

@@ -20,7 +20,9 @@ class Failure:
     the last step reported before it, ``processes`` the processes that died and
     ``cause`` one line saying how. ``resumed_from`` is the checkpoint step the run
     went on from (``None``: from the beginning) and ``seconds`` how long each phase
-    of the recovery took (restart, replay, then restore and first step).
+    of the recovery took (restart, replay, then restore and first step). A change of the
+    group's size (``--min-processes``: a shrink after a loss, or a grow back at a checkpoint,
+    recorded too, with ``processes`` empty) also has ``old_size`` and ``new_size``.
     """
 
     time: float
@@ -29,6 +31,8 @@ class Failure:
     cause: str
     resumed_from: int | None = None
     seconds: dict[str, float] = dataclasses.field(default_factory=dict, compare=False)
+    old_size: int | None = None
+    new_size: int | None = None
 
 
 @dataclasses.dataclass(eq=False)

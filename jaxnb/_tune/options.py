@@ -53,10 +53,10 @@ class TuneOptions:
         if not isinstance(self.metric, str) or not self.metric:
             raise ValueError(f"{option('metric')} takes the name of a reported metric, got "
                              f"{self.metric!r}; e.g. {example('metric', 'val_loss')}")
-        from jaxnb._train import dataset_names, driver, recovery  # each trial's run checks them too
+        from jaxnb._train import dataset_names, recovery, step_count  # each trial's run checks them too
 
         recovery.check_max_failures(self.max_failures)
-        driver.expected_steps(None, self.steps)
+        step_count.expected_steps(None, self.steps)
         dataset_names.check(self.datasets)
         if self.config is not None and not isinstance(self.config, Mapping):
             raise ValueError(f"{option('config')} of a search must be a dict (the sampled values "

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import ipywidgets as w
+import numpy as np
 from IPython.display import Image, display
 
 from jaxnb._core.goodput import ProcessSamples
@@ -35,6 +36,7 @@ from .svg_plot import render_svg
 
 STEP_NAMES = ("step", "epoch", "iteration")  # the x axis; not plotted as curves
 NOT_PLOTTED = (*STEP_NAMES, *UNITS)  # batch_size and tokens give the throughput, not curves
+PROCESSES = "processes"  # the process-count track of a --min-processes run
 TERMINAL = ("finished", "stopped", "failed", "interrupted")
 _STYLE = {"running": ("#1f77b4", ""), "stopping": ("#e67e00", "warning"),
           "recovering": ("#e67e00", "warning"), "finished": ("#2ca02c", "success"),
@@ -66,6 +68,10 @@ class Dashboard:
         #: The step each recovery resumed from (``--max-failures``), drawn as markers.
         self.recoveries: list[int] = []
         self.max_failures = 0
+        #: ``--min-processes``: (step, process count) from the start and at each change, drawn
+        #: as the ``processes`` track; each change as (step, old, new), drawn as a marker.
+        self.sizes: list[tuple[int, int]] = []
+        self.resizes: list[tuple[int, int, int]] = []
         self._on_stop = on_stop
         self._procs: dict[int, ProcessReports] = {}
         self._samples: dict[int, ProcessSamples] = {}  # memory, time parts, FLOPs per step
@@ -182,6 +188,17 @@ class Dashboard:
             self._dirty = True
         self._update()
 
+    def resized(self, step: int, old: int, new: int) -> None:
+        """The group went on with ``new`` processes (from ``old``) at ``step``; the first call
+        starts the process-count track."""
+        with self._lock:
+            self.sizes.append((step, new))
+            if old != new:
+                self.resizes.append((step, old, new))
+            self.num_processes = new
+            self._dirty = True
+        self._update()
+
     def set_checkpoint(self, path: str | None) -> None:
         """Record the latest checkpoint path."""
         self.checkpoint = path
@@ -193,7 +210,7 @@ class Dashboard:
         with self._render_lock:
             return self._figure.render(main, others, skip=NOT_PLOTTED, message=message,
                                        smoothing=self._smoothing.value, log=self._log(),
-                                       markers=tuple(self.recoveries))
+                                       markers=tuple(self.recoveries), resizes=tuple(self.resizes))
 
     def process_stats(self) -> list[dict[str, Any]]:
         """Per process: last step, steps/s (recent and mean), last report age, flag."""
@@ -234,6 +251,8 @@ class Dashboard:
             items.append(("ETA", eta))
         if self.max_failures:
             items.append(("recoveries", self._recovered_text()))
+        if self.sizes:
+            items.append(("processes", self._sizes_text()))
         items += [(k, f"{ys[-1]:.6g}") for k, (_, ys) in (lead.metrics if lead else {}).items()]
         items += [("checkpoint", self.checkpoint or "—"),
                   ("steps/s", mean_rates_text(self.process_stats()))]
@@ -306,6 +325,8 @@ class Dashboard:
             procs = [self._procs[i] for i in sorted(self._procs)]
             main: Curves = procs[0].curves() if procs else {}
             others: list[Curves] = [p.curves() for p in procs[1 : 1 + _MAX_FAINT]]
+            if self.sizes and main:
+                main = {**main, PROCESSES: self._size_track(procs[0].step)}
         empty = "no metrics were reported" if self.status in TERMINAL and not main else ""
         return main, others, empty
 
@@ -316,13 +337,35 @@ class Dashboard:
         main, others, message = self._curves(drawing=True)
         panels = build_panels(main, others, set(NOT_PLOTTED), self._smoothing.value, self._log(),
                               max_points=SVG_POINTS)
-        return render_svg(panels, message, markers=tuple(self.recoveries))
+        return render_svg(panels, message, markers=tuple(self.recoveries), resizes=tuple(self.resizes))
 
     def _recovered_text(self) -> str:
         """``recovered 1 of 2`` (resumed from steps …)."""
         text = f"recovered {len(self.recoveries)} of {self.max_failures}"
         if self.recoveries:
             text += " (resumed from step " + ", ".join(str(s) for s in self.recoveries) + ")"
+        return text
+
+    def _size_track(self, last: int) -> tuple[np.ndarray, np.ndarray]:
+        """The process count over the steps, as a step line up to ``last``."""
+        xs: list[float] = []
+        ys: list[float] = []
+        for step, n in self.sizes:
+            if ys:
+                xs.append(step)
+                ys.append(ys[-1])
+            xs.append(step)
+            ys.append(n)
+        xs.append(max(last, xs[-1]))
+        ys.append(ys[-1])
+        return np.array(xs, float), np.array(ys, float)
+
+    def _sizes_text(self) -> str:
+        """``2 of 3 (3→2 at step 10, 2→3 at step 20)``."""
+        full = max(n for _, n in self.sizes)
+        text = f"{self.num_processes} of {full}"
+        if self.resizes:
+            text += " (" + ", ".join(f"{a}→{b} at step {s}" for s, a, b in self.resizes) + ")"
         return text
 
     def _steps_text(self, lead: ProcessReports | None) -> str:
@@ -348,6 +391,8 @@ class Dashboard:
         parts = [self._steps_text(lead), rate_text(rate), f"elapsed {duration_text(self.elapsed)}"]
         if self.max_failures:
             parts.append(self._recovered_text())
+        if self.resizes:
+            parts.append(f"{self.num_processes} processes")
         eta = self._eta(lead)
         if eta:
             parts.append(f"ETA {eta}")

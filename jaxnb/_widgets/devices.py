@@ -15,8 +15,9 @@ _HEAD = ("process", "host", "pid", "platform", "local devices", "device ids (kin
 _ALIGN = ("left", "right", "left", "right", "left", "left")  # numbers right-aligned
 
 
-def devices_html(processes: Sequence[Any], title: str = "jaxnb cluster") -> str:
-    """Static HTML table of the processes (works in any notebook viewer)."""
+def devices_html(processes: Sequence[Any], title: str = "jaxnb cluster", lost: Sequence[str] = ()) -> str:
+    """Static HTML table of the processes (works in any notebook viewer); ``lost``: the places
+    left out of the group (a host or slot lost to a ``--min-processes`` run), a row each."""
     total = next((p.global_device_count for p in processes if p.global_device_count), None)
     rows = []
     for p in processes:
@@ -30,11 +31,15 @@ def devices_html(processes: Sequence[Any], title: str = "jaxnb cluster") -> str:
                       for c, a in zip(cells, _ALIGN, strict=True))
             + "</tr>"
         )
+    for place in lost:
+        rows.append(f'<tr class="jaxnb-lost"><td style="{_CELL};color:#d62728">lost</td>'
+                    f'<td style="{_CELL};color:#d62728" colspan="{len(_ALIGN)}">'
+                    f"{html.escape(place)}</td></tr>")
     summary = (
         f"{plural(len(processes), 'process', 'processes')}, {plural(total, 'global device')}"
         if total
         else f"{plural(len(processes), 'process', 'processes')} (jax.distributed not initialised by jaxnb)"
-    )
+    ) + (f"; {len(lost)} lost" if lost else "")
     return (
         f'<div class="jaxnb-devices"><b>{html.escape(title)}</b>: {summary}'
         '<table style="border-collapse:collapse;text-align:left;margin:4px 0;'
@@ -46,9 +51,9 @@ def devices_html(processes: Sequence[Any], title: str = "jaxnb cluster") -> str:
     )
 
 
-def show_devices(processes: Sequence[Any], title: str = "jaxnb cluster") -> None:
+def show_devices(processes: Sequence[Any], title: str = "jaxnb cluster", lost: Sequence[str] = ()) -> None:
     """Display the devices table as a widget with its static HTML fallback."""
     import ipywidgets as widgets
 
-    page = devices_html(processes, title)
+    page = devices_html(processes, title, lost)
     display_widget(widgets.HTML(page), page)

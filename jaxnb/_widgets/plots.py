@@ -133,22 +133,25 @@ class MetricsFigure:
         smoothing: float = 0.0,
         log: bool | None = None,
         markers: Sequence[float] = (),
+        resizes: Sequence[tuple[int, int, int]] = (),
     ) -> bytes:
         """PNG of ``main``'s curves (``others`` faintly), one panel per family.
 
         ``smoothing`` (0 to 0.99) draws an exponential moving average over the
         raw curve (drawn faintly); ``log`` forces a log y axis on (True) or off
         (False); None picks it for loss-like metrics spanning 1000x. Legends
-        give each curve's last value. ``markers``: steps drawn as dashed lines.
+        give each curve's last value. ``markers``: steps drawn as dashed lines; ``resizes``:
+        (step, old, new) process counts, drawn as dotted lines (orange: shrank, green: grew).
         """
         panels = build_panels(main, others, set(skip), smoothing, log)
-        key = (message, tuple(markers), [(p.family, p.log, [s[:3] for s in p.series]) for p in panels])
+        key = (message, tuple(markers), tuple(resizes),
+               [(p.family, p.log, [s[:3] for s in p.series]) for p in panels])
         if key != self._key:
-            self._build(panels, message, markers)
+            self._build(panels, message, markers, resizes)
             self._key = key
         else:
             for ax, panel in zip(self._fig.axes, panels, strict=False):
-                for line, series in zip(ax.lines[len(markers):], panel.series, strict=True):
+                for line, series in zip(ax.lines[:len(panel.series)], panel.series, strict=True):
                     line.set_data(series.x, series.y)
                 ax.relim()
                 ax.autoscale_view()
@@ -162,7 +165,8 @@ class MetricsFigure:
         self._fig.savefig(buf, format="png")
         return buf.getvalue()
 
-    def _build(self, panels: list[Panel], message: str, markers: Sequence[float] = ()) -> None:
+    def _build(self, panels: list[Panel], message: str, markers: Sequence[float] = (),
+               resizes: Sequence[tuple[int, int, int]] = ()) -> None:
         fig = self._fig
         fig.clear()
         shown = panels[:MAX_PANELS]
@@ -187,6 +191,9 @@ class MetricsFigure:
                         markersize=3, label=s.label)
             for m in markers:
                 ax.axvline(m, color="#d62728", linestyle="--", linewidth=0.8)
+            for step, old, new in resizes:
+                ax.axvline(step, color="#e67e00" if new < old else "#2ca02c", linestyle=":",
+                           linewidth=1.2)
             if panel.log:
                 ax.set_yscale("log")
             ax.set_title(panel.family, fontsize=10)

@@ -28,10 +28,13 @@ def colour(name: str) -> str:
     return COLOURS[int(name[1:]) % 10] if name[:1] == "C" and name[1:].isdigit() else name
 
 
-def render_svg(panels: Sequence[Panel], message: str = "", markers: Sequence[float] = ()) -> str:
+def render_svg(panels: Sequence[Panel], message: str = "", markers: Sequence[float] = (),
+               resizes: Sequence[tuple[int, int, int]] = ()) -> str:
     """HTML holding one SVG per panel (at most ``MAX_PANELS``), or ``message`` when there are none.
 
-    ``markers``: steps drawn as dashed vertical lines (where a recovered run resumed).
+    ``markers``: steps drawn as dashed vertical lines (where a recovered run resumed);
+    ``resizes``: (step, old, new) process counts, drawn as dotted lines (orange where the group
+    shrank, green where it grew; classes ``jaxnb-shrink`` and ``jaxnb-grow``).
     """
     shown = list(panels)[:MAX_PANELS]
     note = f"<div style='font-size:12px'>{html.escape(message)}</div>" if message else ""
@@ -40,10 +43,11 @@ def render_svg(panels: Sequence[Panel], message: str = "", markers: Sequence[flo
     if not shown:
         return note or "<div style='font-size:12px;color:#666'>no metrics reported yet</div>"
     return note + "<div class='jaxnb-plot' style='display:flex;flex-wrap:wrap;gap:4px 16px'>" + "".join(
-        _panel_svg(p, markers) for p in shown) + "</div>"
+        _panel_svg(p, markers, resizes) for p in shown) + "</div>"
 
 
-def _panel_svg(panel: Panel, markers: Sequence[float] = ()) -> str:
+def _panel_svg(panel: Panel, markers: Sequence[float] = (),
+               resizes: Sequence[tuple[int, int, int]] = ()) -> str:
     xs = [s.x for s in panel.series if len(s.x)]
     ys = [s.y[np.isfinite(s.y)] for s in panel.series if len(s.y)]
     log = panel.log
@@ -92,6 +96,14 @@ def _panel_svg(panel: Panel, markers: Sequence[float] = ()) -> str:
             grid.append(f"<line class='jaxnb-recovery' x1='{X:.1f}' x2='{X:.1f}' y1='{_TOP}' "
                         f"y2='{_TOP + ph}' stroke='#d62728' stroke-dasharray='4 3'>"
                         f"<title>recovered: resumed from step {m:g}</title></line>")
+    for step, old, new in resizes:
+        if x_lo <= step <= x_hi:
+            X = float(px(np.float64(step)))
+            kind, colour_ = ("shrink", "#e67e00") if new < old else ("grow", "#2ca02c")
+            grid.append(f"<line class='jaxnb-{kind}' x1='{X:.1f}' x2='{X:.1f}' y1='{_TOP}' "
+                        f"y2='{_TOP + ph}' stroke='{colour_}' stroke-width='1.5' "
+                        f"stroke-dasharray='1 2'><title>{old} → {new} processes at step {step}"
+                        "</title></line>")
     lines: list[str] = []
     legend: list[str] = []
     for s in panel.series:

@@ -1,5 +1,5 @@
-"""``%jax_cluster start|status|memory|stop|restart|reset|stacks`` and ``%%jax_cluster``: parse the line,
-call :class:`jaxnb.JaxCluster`.
+"""``%jax_cluster start|status|memory|stop|restart|reset|stacks|scale N`` and ``%%jax_cluster``:
+parse the line, call :class:`jaxnb.JaxCluster`.
 
 ``start``'s flags are made from :class:`jaxnb._core.options.ClusterOptions` (one flag per
 option field that has a ``Flag``; the flag's destination is ``JaxCluster``'s keyword), so an
@@ -22,7 +22,7 @@ from jaxnb._core.messages import ALREADY_RUNNING
 from jaxnb._core.options import Flag, start_flags
 from jaxnb.magics import accept, kit
 
-SUBCOMMANDS = ("start", "status", "stop", "restart", "reset", "stacks", "memory")
+SUBCOMMANDS = ("start", "status", "stop", "restart", "reset", "stacks", "memory", "scale")
 #: ``%jax_cluster start``'s flags: ``JaxCluster`` keyword -> flag.
 START_FLAGS = {keyword: spelling.flag_of(keyword) for keyword in start_flags()}
 
@@ -48,6 +48,8 @@ def _with_start_flags(magic: Callable[..., Any]) -> Callable[..., Any]:
 
 @magic_arguments(name="jax_cluster")
 @argument("command", nargs="?", default=None, help=f"one of: {', '.join(SUBCOMMANDS)}")
+@argument("size", nargs="?", default=None, type=accept.whole("scale", least=1, example=2), metavar="N",
+          help="scale: the number of processes to grow or shrink the group to")
 @_with_start_flags
 @argument("--replay", action="store_true", default=None,
           help="restart: then run again the setup that succeeded since start (cells, pushes)")
@@ -59,7 +61,9 @@ def jax_cluster(line: str) -> None:
     ``restart [--replay]`` (same flags as the last start; ``--replay``: then run again, in
     order, the ``%%jax_cluster`` cells and ``%jax_push`` values that succeeded since start);
     ``reset`` (repair the jax.distributed group in place); ``stacks`` (every process's Python
-    stack). Only ``start`` takes start flags.
+    stack); ``scale N`` (grow or shrink the group to N processes: restarted at that size with
+    the setup replayed, or, during a run with --min-processes, from its next checkpoint). Only
+    ``start`` takes start flags.
     """
 
 
@@ -85,7 +89,11 @@ def line(front: kit.Front, text: str) -> None:
         raise UsageError(f"unknown subcommand {args.command!r}; use one of: {', '.join(SUBCOMMANDS)}")
     if args.replay and args.command != "restart":
         raise UsageError(f"--replay goes with `%jax_cluster restart`, not `{args.command}`")
-    options = kit.given(args, "command", "replay")
+    if (args.size is None) != (args.command != "scale"):
+        raise UsageError("`%jax_cluster scale N` takes the number of processes, e.g. "
+                         "`%jax_cluster scale 2`" if args.command == "scale" else
+                         f"`%jax_cluster {args.command}` takes no number; only `scale N` does")
+    options = kit.given(args, "command", "replay", "size")
     if args.command != "start" and options:
         raise UsageError(f"`%jax_cluster {args.command}` takes no flags (got "
                          f"{', '.join(START_FLAGS[k] for k in options)}); flags go with "
@@ -96,6 +104,8 @@ def line(front: kit.Front, text: str) -> None:
         _restart(front, bool(args.replay))
     elif args.command == "stop":
         _stop(front)
+    elif args.command == "scale":
+        _scale(front, args.size)
     else:
         cluster = front.require()
         with kit.api_call():
@@ -142,6 +152,18 @@ def _restart(front: kit.Front, replay: bool) -> None:
         print(f"jaxnb: replayed {front.cluster.group.setup.summary()}")
 
 
+def _scale(front: kit.Front, size: int) -> None:
+    cluster = front.require()
+    with kit.api_call(StartError):
+        cluster.scale(size)
+    if cluster.busy_with:
+        print(f"jaxnb: run {cluster.busy_with!r} goes on with {size} processes from its next "
+              "checkpoint")
+        return
+    show_status(cluster)
+    print(f"jaxnb: {cluster.num_processes} processes; replayed {cluster.group.setup.summary()}")
+
+
 def cell(front: kit.Front, text: str, code: str) -> Any:
     """``%%jax_cluster [--all] [--process I] [--timeout S]``: process 0's value (``Out[n]``)."""
     args = parse_argstring(jax_cluster_cell, text)
@@ -169,7 +191,7 @@ def show_status(cluster: JaxCluster) -> None:
     """The devices widget for ``cluster``'s processes."""
     from jaxnb._widgets.devices import show_devices
 
-    show_devices(cluster.status())
+    show_devices(cluster.status(), lost=cluster.lost)
 
 
 #: ``%jax_cluster?`` and ``%%jax_cluster?``: the usage and every flag.

@@ -90,16 +90,30 @@ def open_notebook(context: Any, url: str) -> Watched:
 
 
 @contextlib.contextmanager
-def lab_notebook(server: lab_server.LabServer, path: str, cells: list[str]) -> Iterator[Watched]:
+def lab_notebook(server: lab_server.LabServer, path: str, cells: list[str],
+                 last_cell_stops: bool = False) -> Iterator[Watched]:
     """Notebook ``path`` holding code ``cells``, open in JupyterLab in headless Chromium; at the
-    end the page, the server's kernels (each stops its cluster) and the browser are closed."""
+    end (after running the last cell first, when ``last_cell_stops``: it stops the cluster) the
+    page, the server's kernels (each stops its cluster) and the browser are closed."""
     with chromium() as context:
         watched = open_notebook(context, server.page_url(server.write_notebook(path, cells)))
         try:
             yield watched
         finally:
-            watched.page.close()
-            server.shutdown_kernels()
+            try:
+                if last_cell_stops:
+                    run_and_wait(watched.page, len(cells) - 1, timeout_s=60)
+            finally:
+                watched.page.close()
+                server.shutdown_kernels()
+
+
+def devices_pid(page: Page, index: int, process: str) -> int:
+    """The pid the devices table in cell ``index``'s output shows for ``process`` (``p1``)."""
+    table = cell(page, index).locator(".jaxnb-devices table").first
+    rows = table.evaluate("t => [...t.rows].map(r => [...r.cells].map(c => c.innerText.trim()))")
+    assert rows[0][:3] == ["process", "host", "pid"], rows
+    return int(next(r[2] for r in rows[1:] if r[0] == process))
 
 
 def wait_idle(page: Page, timeout_s: float = 60) -> None:

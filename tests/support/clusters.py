@@ -106,3 +106,34 @@ def wait_until(condition: Any, timeout: float = 60.0, what: str = "the condition
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} did not happen within {timeout:g} s")
         time.sleep(0.1)
+
+
+def engine_pids(parent: int) -> set[int]:
+    """The pids of the jaxnb engines that process ``parent`` started (its children)."""
+    found = set()
+    for proc in psutil.Process(parent).children():
+        try:
+            if "jaxnb._engine.boot.main" in " ".join(proc.cmdline()):
+                found.add(proc.pid)
+        except psutil.Error:
+            continue
+    return found
+
+
+def lose_a_slot(parent: int, known: set[int], seconds: float = 120) -> threading.Thread:
+    """A lost slot: SIGKILL the first engine ``parent`` starts that is not in ``known`` (a
+    restart's engine, before it registers), once; on a thread, looking every 10 ms."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            new = engine_pids(parent) - known
+            if new:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(min(new), 9)
+                return
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread

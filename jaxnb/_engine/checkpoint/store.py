@@ -8,6 +8,13 @@ run with datasets a third, ``positions`` (JSON: every process's data positions a
 so that a committed step always has its positions: they commit together, in Orbax's one rename.
 :mod:`.leaves` says what each leaf is; :mod:`jaxnb._engine.group.gather` lets the processes
 compare fingerprints before writing.
+
+Restored on another number of processes (``--min-processes``): global arrays are laid out
+like the target's (Orbax reshards them); values equal on every process come back to every
+process; a leaf that differed between the processes (an RNG key, a position) comes back to
+process i as process i saved it — the saved values of processes beyond the new count are left
+out, and processes beyond the saved ones get process ``i mod saved``'s (which cannot be right
+for values that must differ): one line says which, on process 0.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from __future__ import annotations
 import base64
 import os
 import pathlib
+import sys
 from typing import Any
 
 import jax
@@ -28,6 +36,7 @@ from jaxnb._engine.checkpoint import leaves as leaves_
 from jaxnb._engine.checkpoint import plan as plan_
 from jaxnb._engine.checkpoint import restore as restore_
 from jaxnb._engine.checkpoint import structure as structure_
+from jaxnb._engine.checkpoint.structure import shown
 from jaxnb._engine.group.gather import Gatherer
 from jaxnb._engine.run import timing
 
@@ -132,14 +141,14 @@ def _restore_jaxnb(path: str, target: Any) -> Any:
     own_records = None
     values: dict[int, bytes] = {}
     if plan.width:
-        if me >= saved_n:
-            saved = plural(saved_n, "process", "processes")
-            raise ValueError(f"checkpoint {path} holds per-process values for {saved}; "
-                             f"process {me} has none (restore on {saved})")
+        source = me % saved_n  # process i keeps leaf i (see the module's docstring)
         blob = restored[_PER_PROCESS]
         row = np.asarray(blob.addressable_shards[0].data)[0] if isinstance(blob, jax.Array) \
-            else np.asarray(blob)[me]
-        own_records, values = plan_.unpack(plan, me, row.tobytes())
+            else np.asarray(blob)[source]
+        own_records, values = plan_.unpack(plan, source, row.tobytes())
+        if me == 0 and jax.process_count() != saved_n:
+            print(per_process_note(path, [paths[i] for i in plan.per_process], saved_n,
+                                   jax.process_count()), file=sys.stderr)
     mine = own_records or records
     out = []
     for i, target_leaf in enumerate(targets):
@@ -160,6 +169,22 @@ def _restore_jaxnb(path: str, target: Any) -> Any:
         return structure_.rebuild(manifest["structure"], out)
     except structure_.StructureError as exc:
         raise structure_.StructureError(f"checkpoint {path}: {exc}; {structure_.WITH_TARGET}") from None
+
+
+def per_process_note(path: str, names: list[str], saved_n: int, n: int) -> str:
+    """One line: what became of the per-process leaves ``names`` saved by ``saved_n`` processes
+    and restored on ``n`` (see :data:`PER_PROCESS_RULE`)."""
+    step, leaves = os.path.basename(path.rstrip(os.sep)), ", ".join(shown(p) for p in names)
+    head = f"jaxnb: checkpoint step {step} was saved by {plural(saved_n, 'process', 'processes')}"
+    if n < saved_n:
+        gone = f"process {saved_n - 1}" if saved_n - n == 1 else f"processes {n}–{saved_n - 1}"
+        return (f"{head} and restored on {n}: each process keeps its own per-process leaves "
+                f"({leaves}); {gone}'s are left out")
+    new = f"process {saved_n}" if n - saved_n == 1 else f"processes {saved_n}–{n - 1}"
+    whose = "its" if n - saved_n == 1 else "their"
+    return (f"{head} and restored on {n}: {new} had no per-process leaves of {whose} own ({leaves}) "
+            f"and got those of process i mod {saved_n}; derive them from jax.process_index() "
+            "after the restore where they must differ")
 
 
 def _restore_arrays(item_dir: str, records: list[dict[str, Any]], targets: list[Any],

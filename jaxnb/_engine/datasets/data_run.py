@@ -11,7 +11,9 @@ fsynced, before the report leaves the process): that log is what a directory the
 saved himself resumes from. ``--resume`` from step S gives each dataset's first iterator
 the position saved at step S (for a directory, the report that carried it, or any report at
 step S when this process did not carry it, as in Ray loops where only rank 0 reports the
-directory), so the resumed run gets exactly the batches an uninterrupted run would have.
+directory), so the resumed run gets exactly the batches an uninterrupted run would have; on
+another number of processes, the global batches left of the epoch, split over the processes it
+has (:mod:`.shard`).
 """
 
 from __future__ import annotations
@@ -22,9 +24,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from jaxnb._core.messages import plural
 from jaxnb._core.run_folder import Checkpoint
-from jaxnb._core.spelling import example
 
 #: The positions file is rewritten with its last ``KEEP_LINES`` lines when it grows past
 #: ``MAX_LINES`` (a resume looks only at the step it resumes from).
@@ -209,38 +209,58 @@ def _ends_a_line(path: str) -> bool:
 
 def saved_positions(resume: Checkpoint, run_dir: str, process: int, num_processes: int
                     ) -> dict[str, Any]:
-    """The positions this process saved with checkpoint ``resume`` (``{}``: none saved).
-
-    From the checkpoint's own step when jaxnb saved it, else from the positions log.
-    Raises ``ValueError`` when they were saved by another number of processes.
-    """
+    """The positions this process resumes from with checkpoint ``resume`` (``{}``: none saved):
+    from the checkpoint's own step when jaxnb saved it (every process's), else from the logs."""
     if not resume.user_managed:
         from jaxnb._engine.checkpoint.store import saved_positions as in_step
 
         saved = in_step(resume.path)
         if saved is not None:
-            _check_count(resume.step, int(saved["num_processes"]), num_processes)
-            return saved["positions"][process]
+            every = saved["positions"]
+            return _carried(lambda p: every[p] if p < len(every) else None,
+                            int(saved["num_processes"]), process, num_processes)
     return logged_positions(run_dir, process, num_processes, resume.step)
 
 
 def logged_positions(run_dir: str, process: int, num_processes: int, step: int) -> dict[str, Any]:
-    """The positions this process logged at the report of ``step`` (``{}``: none logged)."""
-    mine = [e for e in _entries(positions_file(run_dir, process)) if e.get("step") == step]
-    if not mine and process != 0:  # a process the saved run did not have: ask process 0's file
-        others = [e for e in _entries(positions_file(run_dir, 0)) if e.get("step") == step]
-        mine = [{**e, "positions": {}} for e in others]
-    if not mine:
+    """The positions this process resumes from at ``step``, from the positions logs (``{}``:
+    none logged)."""
+    def positions_of(p: int) -> dict[str, Any] | None:
+        entry = _at(run_dir, p, step)
+        return None if entry is None else entry["positions"]
+
+    entry = _at(run_dir, 0, step) or _at(run_dir, process, step)
+    saved_n = int(entry.get("num_processes", 0)) if entry else 0
+    return _carried(positions_of, saved_n, process, num_processes)
+
+
+def _carried(positions_of: Any, saved_n: int, process: int, num_processes: int) -> dict[str, Any]:
+    """This process's positions among those ``saved_n`` processes saved (``positions_of(p)``).
+
+    Its own; on a process the saved run did not have, process 0's (every process is at the same
+    place of an epoch). When the number of processes changed, each epoch's layout gets the
+    shuffle seed of every process that began it (they read one another's shares now).
+    """
+    mine = positions_of(process) if process < saved_n else None
+    if mine is None:
+        mine = positions_of(0)
+    if mine is None:
         return {}
-    chosen = ([e for e in mine if e.get("checkpoint")] or mine)[-1]
-    _check_count(step, chosen.get("num_processes", 0), num_processes)
-    return chosen["positions"]
+    if saved_n == num_processes:
+        return mine
+    positions = json.loads(json.dumps(mine))
+    for name, position in positions.items():
+        layout = position.get("layout")
+        if layout and layout["seeds"] is None and position.get("shuffle_seed") is not None:
+            every = [positions_of(p) for p in range(int(layout["processes"]))]
+            seeds = [e.get(name, {}).get("shuffle_seed") if e else None for e in every]
+            layout["seeds"] = None if None in seeds else seeds
+    return positions
 
 
-def _check_count(step: int, saved_n: int, num_processes: int) -> None:
-    if saved_n != num_processes:
-        raise ValueError(
-            f"the datasets' positions at step {step} were saved by "
-            f"{plural(saved_n, 'process', 'processes')} and this "
-            f"cluster has {num_processes}: they cannot be carried over exactly; resume on "
-            f"{saved_n} processes, or start a new run ({example('name', 'new')})")
+def _at(run_dir: str, process: int, step: int) -> dict[str, Any] | None:
+    """The entry ``process`` logged with the checkpoint of ``step`` (any report at the step when
+    it did not carry the checkpoint), or None."""
+    found = [e for e in _entries(positions_file(run_dir, process)) if e.get("step") == step]
+    chosen = [e for e in found if e.get("checkpoint")] or found
+    return chosen[-1] if chosen else None

@@ -1,20 +1,32 @@
 """One process's share of a dataset, read in batches by a Grain pipeline (Ray's ``DataIterator``).
 
-Process p of P gets rows p, p+P, p+2P, … of the first ``P * (N // P)`` rows, so
-every process has the same number of rows and therefore the same number of
-batches per pass (an uneven remainder would leave the others waiting forever in
-a collective); the last ``N mod P`` rows of each epoch are left out. Each call
-of ``iter_batches`` / ``iter_jax_batches`` is one pass (one epoch) over the share,
-in order or shuffled anew each epoch (a NumPy permutation seeded by the seed and the
-epoch). The pipeline is Grain's: ``MapDataset.range`` over the batches → ``map`` (the
-batch's row indices, then one read of those rows) → ``to_iter_dataset`` (batches read
-ahead by Grain's threads), plus ``ThreadPrefetchIterDataset`` for
-the device transfer of ``iter_jax_batches``; its ``get_state()`` is the position
-that goes with every checkpoint.
+An epoch is a sequence of rows fixed when it begins, by the number of processes P then (its
+*layout*): position s holds row ``p + P * order_p[s // P]``, p = s mod P, where ``order_p`` is
+``0, 1, 2, …`` or, shuffled, a NumPy permutation of process p's share seeded by its seed and the
+epoch. Each step takes the next G positions (G, the global batch) and process q of Q takes every
+Q-th of them: with Q = P, process p reads rows p, p+P, p+2P, … of the first ``P * (N // P)``
+rows, so every process has the same number of rows and batches per pass (an uneven remainder
+would leave the others waiting in a collective; the last ``N mod P`` rows of each epoch are left
+out). The position is the index of the next row of the sequence, the same on every process
+(Grain's ``ElasticIterator`` model, read here a batch at a time: that iterator reads row by
+row, about 50 µs a row), so a run resumed on another number of processes (``--min-processes``,
+or ``--resume`` elsewhere) takes exactly the global batches that are left of the epoch — no row
+repeated or skipped — split over the processes it has; the next epoch is laid out for them.
+
+The global batch stays: ``iter_jax_batches(G)``'s G, or ``iter_batches(b)``'s b times the
+number of processes the run's datasets were first read with. Where the processes do not
+divide it, each takes ``G // Q`` rows (``iter_jax_batches``: a multiple of its devices), said
+in one line, and the global batch is that much smaller while they are Q; rows at the very end
+of an epoch that do not split over the processes are left out, named (only after such a change).
+
+The pipeline is Grain's: ``MapDataset.range`` over the batches → ``map`` (the batch's rows,
+then one read of those rows) → ``to_iter_dataset`` (batches read ahead by Grain's threads),
+plus ``ThreadPrefetchIterDataset`` for the device transfer of ``iter_jax_batches``.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from typing import Any, cast
 
@@ -26,18 +38,79 @@ from jaxnb._core.spelling import example
 from jaxnb._engine.datasets.source import DatasetError, Source
 from jaxnb._engine.run import timing
 
+UNEVEN = ("jaxnb: dataset {name!r}: the global batch of {g} rows does not split over "
+          "{processes}: each takes {each} (a global batch of {taken}) while they are {q}")
+CUT = ("jaxnb: dataset {name!r}: left out the last {cut} of epoch {epoch} (rows that do not split "
+       "over {processes})")
+
+
+class Pass:
+    """Which rows one pass over the rest of an epoch reads, on process q of Q (pure NumPy)."""
+
+    def __init__(self, rows: int, layout: dict[str, Any], epoch: int, start: int, q: int,
+                 processes: int, each: int, drop_last: bool, own_seed: int | None) -> None:
+        self.layout_processes = int(layout["processes"])
+        #: Each layout process's shuffle seed; ``None``: unshuffled, or only this process's own
+        #: share is read (``own_seed``: the layout is this run's processes, as they are).
+        self.seeds: list[Any] | None = layout["seeds"]
+        self.own_seed = own_seed
+        self.share = rows // self.layout_processes
+        self.length = self.share * self.layout_processes
+        self.epoch, self.start, self.q, self.processes, self.each = epoch, start, q, processes, each
+        window = processes * each
+        self.full = max(self.length - start, 0) // window
+        rest = max(self.length - start - self.full * window, 0)
+        self.tail = 0 if drop_last else rest // processes
+        self.cut = 0 if drop_last else rest - self.tail * processes
+        self._orders: dict[int, np.ndarray] = {}
+
+    @property
+    def batches(self) -> int:
+        return self.full + (1 if self.tail else 0)
+
+    def next_index(self, taken: int) -> int:
+        """The sequence's next position once ``taken`` batches of this pass were read."""
+        if taken <= self.full:
+            return self.start + taken * self.processes * self.each
+        return self.length
+
+    def rows_of(self, b: int) -> np.ndarray:
+        """Row indices of batch ``b`` of this process."""
+        if b < self.full:
+            at = self.start + b * self.processes * self.each
+            return self.rows_at(at + self.q + self.processes * np.arange(self.each))
+        at = self.start + self.full * self.processes * self.each
+        return self.rows_at(at + self.q + self.processes * np.arange(self.tail))
+
+    def rows_at(self, positions: np.ndarray) -> np.ndarray:
+        """The rows at ``positions`` of the epoch's sequence."""
+        p, a = positions % self.layout_processes, positions // self.layout_processes
+        if self.seeds is None and self.own_seed is None:
+            return p + self.layout_processes * a
+        out = np.empty_like(positions)
+        for owner in np.unique(p):
+            mine = p == owner
+            out[mine] = owner + self.layout_processes * self._order(int(owner))[a[mine]]
+        return out
+
+    def _order(self, owner: int) -> np.ndarray:
+        if owner not in self._orders:
+            seed = self.own_seed if self.seeds is None else self.seeds[owner]
+            assert seed is not None  # shuffled: every layout process has its seed
+            if self.seeds is None and owner != self.q:  # a layout of other processes: see _open
+                raise DatasetError(f"process {owner}'s shuffle seed is unknown here")
+            self._orders[owner] = np.random.default_rng([seed, self.epoch]).permutation(self.share)
+        return self._orders[owner]
+
 
 class BatchIterator(Iterator[dict[str, Any]]):
-    """One pass over a process's share: batches, and the position after the last one taken."""
+    """One pass over the rest of an epoch: batches, and the position after the last one taken."""
 
-    def __init__(self, shard: DatasetShard, settings: dict[str, Any], epoch: int,
-                 state: dict[str, Any] | None, to_device: Any = None, taken: int = 0) -> None:
-        self.shard, self.settings, self.epoch = shard, settings, epoch
-        self.batches, self.taken = shard.batch_count(settings), taken
-        self._it = shard.pipeline(settings, epoch, to_device)
-        self._final: dict[str, Any] | None = None
-        if state is not None:
-            self._it.set_state(state)
+    def __init__(self, shard: DatasetShard, settings: dict[str, Any], part: Pass,
+                 to_device: Any = None, taken: int = 0) -> None:
+        self.shard, self.settings, self.part = shard, settings, part
+        self.epoch, self.batches, self.taken, self._read = part.epoch, part.batches, taken, 0
+        self._it: Any = shard.pipeline(settings, part, to_device)
 
     def __iter__(self) -> BatchIterator:
         return self
@@ -48,24 +121,24 @@ class BatchIterator(Iterator[dict[str, Any]]):
         try:
             with timing.counting("data"):  # the run waits for its next batch
                 batch = next(self._it)
-            self.taken += 1
-            return batch
         except StopIteration:
             self.close()
             raise
+        self.taken, self._read = self.taken + 1, self._read + 1
+        return batch
 
     def position(self) -> dict[str, Any]:
-        """Where the next batch comes from (JSON): epoch, Grain's state, the settings."""
-        state = self._it.get_state() if self._it is not None else self._final
-        return {"epoch": self.epoch, "state": state, "taken": self.taken, "batches": self.batches,
-                **self.settings,
+        """Where the next batch comes from (JSON): the epoch, its layout, its next position."""
+        return {"epoch": self.epoch, "next": self.part.next_index(self._read), "taken": self.taken,
+                "batches": self.batches, **self.settings,
+                "layout": {"processes": self.part.layout_processes, "seeds": self.part.seeds},
+                "reference_processes": self.shard.reference,
                 "num_processes": self.shard.num_processes, "rows": self.shard.source.length}
 
     def close(self) -> None:
         """Stop the reading threads (done at the end of the pass, and of the run)."""
         it, self._it = self._it, None
         if it is not None:
-            self._final = it.get_state()
             it.close()
 
 
@@ -78,7 +151,11 @@ class DatasetShard:
         self.process, self.num_processes = process, num_processes
         self.rows = source.length // num_processes
         self._resume = resume
+        #: The number of processes the run's datasets were first read with: ``iter_batches``'s
+        #: ``batch_size`` is per process at that number (the global batch stays).
+        self.reference = int(resume.get("reference_processes", num_processes)) if resume else num_processes
         self._epoch = -1
+        self._said: set[str] = set()
         self.current: BatchIterator | None = None
 
     def __repr__(self) -> str:
@@ -86,7 +163,7 @@ class DatasetShard:
                 f"{self.num_processes}>")
 
     def count(self) -> int:
-        """Rows in this process's share (every process has as many)."""
+        """Rows in this process's share of an epoch (every process has as many)."""
         return self.rows
 
     # ---- Ray's DataIterator ------------------------------------------------------------
@@ -99,7 +176,8 @@ class DatasetShard:
 
         ``local_shuffle_buffer_size`` (any positive number) shuffles the share anew
         each epoch (a full permutation of its rows, not a buffer), seeded by
-        ``local_shuffle_seed`` (default: drawn once, and saved with the position).
+        ``local_shuffle_seed`` (default: drawn once, and saved with the position). After the
+        number of processes changed, each takes the same global batch's share (see above).
         """
         if batch_format not in ("numpy", "default"):
             raise DatasetError(f"dataset {self.name!r}: batch_format={batch_format!r} is not "
@@ -122,98 +200,113 @@ class DatasetShard:
 
         from jaxnb._engine.datasets import global_batches
 
-        n = self.num_processes
-        if not isinstance(global_batch_size, int) or global_batch_size <= 0 or global_batch_size % n:
+        n, resized = self.num_processes, self.num_processes != self.reference
+        if not isinstance(global_batch_size, int) or global_batch_size <= 0 or (
+                global_batch_size % n and not resized):
             raise DatasetError(f"dataset {self.name!r}: global_batch_size={global_batch_size!r} "
                                f"must be a positive multiple of the number of processes ({n})")
+        unit = 1
         if sharding is None:
-            sharding = global_batches.batch_sharding()
-            if global_batch_size % jax.device_count():
+            sharding, unit = global_batches.batch_sharding(), jax.local_device_count()
+            if global_batch_size % jax.device_count() and not resized:
                 raise DatasetError(f"dataset {self.name!r}: global_batch_size={global_batch_size} "
                                    f"must be a multiple of the {jax.device_count()} devices it is "
                                    "split over; pass such a size, or a sharding=")
-        settings = self._settings(global_batch_size // n, drop_last, local_shuffle_buffer_size,
-                                  local_shuffle_seed, prefetch_batches, "global_batch_size")
-        return self._open(settings, global_batches.ToGlobal(sharding, global_batch_size))
+        settings = self._settings(global_batch_size, drop_last, local_shuffle_buffer_size,
+                                  local_shuffle_seed, prefetch_batches, "global_batch_size", unit)
+        each = settings["each"]
+        return self._open(settings, global_batches.ToGlobal(sharding, each * n))
 
     # ---- internals ---------------------------------------------------------------------
 
-    def _settings(self, batch_size: Any, drop_last: bool, shuffle: Any, seed: Any,
-                  prefetch: Any, what: str) -> dict[str, Any]:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
-            raise DatasetError(f"dataset {self.name!r}: {what} must be a positive int, "
-                               f"got {batch_size!r}")
-        if batch_size > self.rows:
-            n = self.num_processes
-            asked, most = (f"batch_size={batch_size}", self.rows) if what == "batch_size" else \
-                (f"global_batch_size={batch_size * n} ({batch_size} per process)", self.rows * n)
+    def _settings(self, asked: Any, drop_last: bool, shuffle: Any, seed: Any,
+                  prefetch: Any, what: str, unit: int = 1) -> dict[str, Any]:
+        if isinstance(asked, bool) or not isinstance(asked, int) or asked <= 0:
+            raise DatasetError(f"dataset {self.name!r}: {what} must be a positive int, got {asked!r}")
+        n = self.num_processes
+        total = asked * self.reference if what == "batch_size" else asked
+        each = total // n // unit * unit
+        if each > self.rows or each == 0:
+            shown = f"batch_size={asked}" if what == "batch_size" else \
+                f"global_batch_size={asked} ({each} per process)"
             raise DatasetError(
-                f"dataset {self.name!r}: {asked} is larger than this process's share "
-                f"({self.rows} of {self.source.length} rows over "
-                f"{plural(n, 'process', 'processes')}); pass at most {most}")
+                f"dataset {self.name!r}: {shown} is {'larger than' if each else 'no rows of'} "
+                "this process's share "
+                f"({self.rows} of {self.source.length} rows over {plural(n, 'process', 'processes')}); "
+                f"pass at most {self.rows if what == 'batch_size' else self.rows * n}")
+        if each * n != total:
+            self._note(UNEVEN.format(name=self.name, g=total, processes=plural(n, "process", "processes"),
+                                     each=each, taken=each * n, q=n))
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
             raise DatasetError(f"dataset {self.name!r}: prefetch_batches must be an int >= 0, "
                                f"got {prefetch!r}")
         if shuffle is not None and seed is None:
             seed = cast(int, np.random.SeedSequence().entropy) % (1 << 32)
-        return {"batch_size": batch_size, "drop_last": bool(drop_last),
+        return {"batch_size": asked, "what": what, "each": each, "drop_last": bool(drop_last),
                 "shuffle_seed": None if shuffle is None else int(seed), "prefetch": prefetch}
 
     def _open(self, settings: dict[str, Any], to_device: Any) -> BatchIterator:
         if self.current is not None:
             self.current.close()
-        state, taken = None, 0
+        start, taken = 0, 0
+        layout: dict[str, Any] = {"processes": self.num_processes, "seeds": None}
         if self._resume is not None:
             saved, self._resume = self._resume, None
-            settings, state = self._continue(saved, settings)
-            self._epoch, taken = int(saved["epoch"]), int(saved["taken"])
-            if taken >= saved["batches"]:  # that pass was read to its end: this is the next one
-                state, taken, self._epoch = None, 0, self._epoch + 1
+            settings = self._continue(saved, settings)
+            self._epoch, layout, start, taken = (int(saved["epoch"]), saved["layout"],
+                                                 int(saved["next"]), int(saved["taken"]))
+            if self._pass(settings, layout, start).batches == 0:  # that pass was read to its end
+                layout, start, taken, self._epoch = {"processes": self.num_processes, "seeds": None}, \
+                    0, 0, self._epoch + 1
         else:
             self._epoch += 1
-        self.current = BatchIterator(self, settings, self._epoch, state, to_device, taken)
+        if layout["seeds"] is None and settings["shuffle_seed"] is not None and \
+                layout["processes"] != self.num_processes:
+            raise DatasetError(f"dataset {self.name!r}: the shuffle seeds of the processes that "
+                               "began this epoch were not saved with it; start a new run "
+                               f"({example('name', 'new')})")
+        part = self._pass(settings, layout, start)
+        if part.cut:
+            self._note(CUT.format(name=self.name, cut=plural(part.cut, "row"), epoch=self._epoch,
+                                  processes=plural(self.num_processes, "process", "processes")))
+        self.current = BatchIterator(self, settings, part, to_device, taken)
         return self.current
 
-    def _continue(self, saved: dict[str, Any], settings: dict[str, Any]
-                  ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The saved pass's settings and position, when this pass asks for the same batches."""
-        if saved.get("num_processes") != self.num_processes or saved.get("rows") != self.source.length:
+    def _pass(self, settings: dict[str, Any], layout: dict[str, Any], start: int) -> Pass:
+        return Pass(self.source.length, layout, self._epoch, start, self.process, self.num_processes,
+                    settings["each"], settings["drop_last"], settings["shuffle_seed"])
+
+    def _note(self, line: str) -> None:
+        """Print ``line`` once (on every process alike: the notebook shows it once)."""
+        if line not in self._said:
+            self._said.add(line)
+            print(line, file=sys.stderr)
+
+    def _continue(self, saved: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+        """The saved pass's settings, when this pass asks for the same batches."""
+        if saved.get("rows") != self.source.length or "layout" not in saved:
             raise DatasetError(
-                f"dataset {self.name!r} was saved with {saved.get('rows')} rows over "
-                f"{saved.get('num_processes')} processes and now has {self.source.length} over "
-                f"{self.num_processes}: its position cannot be carried over exactly; resume with the "
-                "same dataset and number of processes, or start a new run "
-                f"({example('name', 'new')})")
-        for key in ("batch_size", "drop_last"):
-            if saved[key] != settings[key]:
-                raise DatasetError(
-                    f"dataset {self.name!r} was saved in batches of {key}={saved[key]!r}, this run asks "
-                    f"for {settings[key]!r}; pass the saved value to continue it exactly, or start a "
-                    f"new run ({example('name', 'new')})")
+                f"dataset {self.name!r} was saved with {saved.get('rows')} rows and now has "
+                f"{self.source.length}: its position cannot be carried over exactly; resume with "
+                f"the same dataset, or start a new run ({example('name', 'new')})")
+        asked = [(k, saved[k], settings[k]) for k in ("batch_size", "drop_last")
+                 if saved[k] != settings[k] or saved["what"] != settings["what"]]
+        if asked:
+            key, was, now = asked[0]
+            name = saved["what"] if key == "batch_size" else key
+            raise DatasetError(
+                f"dataset {self.name!r} was saved in batches of {name}={was!r}, this run asks for "
+                f"{settings['what'] if key == 'batch_size' else key}={now!r}; pass the saved value "
+                f"to continue it exactly, or start a new run ({example('name', 'new')})")
         if (saved["shuffle_seed"] is None) != (settings["shuffle_seed"] is None):
             raise DatasetError(
                 f"dataset {self.name!r} was saved {'un' if saved['shuffle_seed'] is None else ''}"
                 "shuffled; pass the same local_shuffle_buffer_size as the saved run")
-        return {**settings, "shuffle_seed": saved["shuffle_seed"]}, saved["state"]
+        return {**settings, "shuffle_seed": saved["shuffle_seed"]}
 
-    def batch_count(self, settings: dict[str, Any]) -> int:
-        """Batches in one pass over this share (the same on every process)."""
-        whole, rest = divmod(self.rows, settings["batch_size"])
-        return whole + (1 if rest and not settings["drop_last"] else 0)
-
-    def pipeline(self, settings: dict[str, Any], epoch: int, to_device: Any) -> Any:
-        """The Grain iterator over one epoch of this share: batch b reads its rows at once."""
-        p, n, rows, size = self.process, self.num_processes, self.rows, settings["batch_size"]
-        order = None
-        if settings["shuffle_seed"] is not None:  # a new permutation of the share each epoch
-            order = np.random.default_rng([settings["shuffle_seed"], epoch]).permutation(rows)
-        count = self.batch_count(settings)
-
-        def rows_of(b: int) -> np.ndarray:
-            at = np.arange(b * size, min((b + 1) * size, rows))
-            return p + n * (at if order is None else order[at])
-
-        ds = grain.MapDataset.range(count).map(rows_of).map(self.source.read)
+    def pipeline(self, settings: dict[str, Any], part: Pass, to_device: Any) -> Any:
+        """The Grain iterator over the pass: batch b reads its rows at once."""
+        ds = grain.MapDataset.range(part.batches).map(part.rows_of).map(self.source.read)
         prefetch = settings["prefetch"]
         it_ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=min(prefetch, 4),
                                                      prefetch_buffer_size=prefetch))

@@ -25,7 +25,7 @@ from jaxnb._engine.checkpoint import crash_points
 from jaxnb._engine.datasets import data_run
 from jaxnb._engine.memory import oom_note
 from jaxnb._engine.profile import recording
-from jaxnb._engine.run import cell_sources, monitoring, stopping, timing
+from jaxnb._engine.run import cell_sources, monitoring, resizing, stopping, timing
 from jaxnb._engine.run.publisher import BatchPublisher, datapub_sender
 from jaxnb._engine.run.values import user_namespace
 
@@ -63,6 +63,8 @@ class _Run:
     in_flight: deque = dataclasses.field(default_factory=deque)
     #: Messages name the magics' flags (the run was started by ``%jax_train``), else keywords.
     as_flags: bool = False
+    #: ``min_processes``: whether to end at a checkpoint for a size change.
+    resize: resizing.Agreement | None = None
 
 
 _run: _Run | None = None
@@ -111,6 +113,7 @@ def report(metrics: dict[str, Any], checkpoint: Any = None, *, step_fn: Any = No
     }
     positions = data_run.record(step, checkpoint is not None)
     monitoring.at_report(step_fn)
+    saved = None
     if checkpoint is not None:
         crash_points.reached("saving", step)
         with timing.counting("checkpoint"):
@@ -123,6 +126,8 @@ def report(metrics: dict[str, Any], checkpoint: Any = None, *, step_fn: Any = No
         crash_points.reached("reported", step)
     _bound_in_flight(run, metrics)
     recording.step_reported(step)  # %jax_train --profile-steps: opens/closes the trace window
+    if run.resize is not None and saved is not None and not saved.user_managed:
+        run.resize.at_checkpoint(step)  # a size change waits for this checkpoint: end here
 
 
 def get_checkpoint() -> Any:
@@ -172,6 +177,9 @@ def _prepare(spec: dict[str, Any]) -> dict[str, Any]:
 
         gather.clear_keys()
     stopping.arm()
+    elastic = bool(spec.get("elastic"))
+    if elastic:
+        resizing.arm()
     _run = _Run(
         run_dir=spec["run_dir"],
         process=process,
@@ -182,8 +190,10 @@ def _prepare(spec: dict[str, Any]) -> dict[str, Any]:
         run_id=str(spec["run_id"]),
         base_step=resume.step if resume is not None else 0,
         as_flags=bool(spec.get("as_flags")),
+        resize=resizing.Agreement(str(spec["run_id"]), process, n) if elastic else None,
     )
-    return {"error": None, "process": process}
+    meshes = resizing.meshes(user_namespace()) if elastic and process == 0 else {}
+    return {"error": None, "process": process, "meshes": meshes}
 
 
 def execute() -> dict[str, Any]:
@@ -195,11 +205,13 @@ def execute() -> dict[str, Any]:
     sampler = monitoring.start(run.fn)
     run.publisher = BatchPublisher(datapub_sender(), monitor=sampler,
                                    monitor_every=monitoring.SAMPLE_SECONDS)
-    ok = False
+    ok, resized_at = False, None
     try:
         with spelled(run.as_flags):
             run.fn(*run.args)
         ok = True
+    except resizing.ResizeAtCheckpoint as end:  # every process ends here together
+        ok, resized_at = True, end.step
     except BaseException as exc:
         from jaxnb._engine.debug import kept
 
@@ -215,7 +227,8 @@ def execute() -> dict[str, Any]:
         run.publisher.close()
         if run.store is not None and ok:
             run.store.close()
-    return {"reports": run.count, "batches": run.publisher.batches, "stopped": run.stop.stopped}
+    return {"reports": run.count, "batches": run.publisher.batches, "stopped": run.stop.stopped,
+            "resized_at": resized_at}
 
 
 # ---- helpers -------------------------------------------------------------------------
