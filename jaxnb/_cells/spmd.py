@@ -15,6 +15,8 @@ from jaxnb._core.contract import EngineCall
 from jaxnb._core.errors import remote_error
 from jaxnb._core.notebook_cells import as_compiled
 from jaxnb._core.state import Group
+from jaxnb._failures import stale
+from jaxnb._failures.cause import NOT_VALID
 from jaxnb._failures.watch import Watch
 
 POLL_SECONDS = 0.02
@@ -101,13 +103,15 @@ def run_cell(
                 break
             done = {p for p, f in futures.items() if f.done()}
             watch.check(done, by_process)
+        watch.check_dead(by_process)  # a death is the error, whatever the others returned
     except BaseException as e:
         if isinstance(e, KeyboardInterrupt):
             watch.interrupted(by_process)
+        if getattr(e, "mismatch", False) and any(md["stdout"] for md in by_process.values()):
+            print(NOT_VALID)  # not shown as if it were valid
         if merged:  # what arrived so far, in tidy form, instead of a stale live view
             _feed(out, err, live, by_process, final=True)
         raise
-    watch.check_dead(by_process)  # a death is the error, whatever the others returned
     ar.wait_for_output(timeout=2)
     outcome = _collect(by_process, futures)
     if merged:
@@ -125,7 +129,7 @@ def run_cell(
         _show_raw(chosen, by_process)
     if outcome.errors:
         group.mark_suspect_after_errors(len(outcome.errors), len(processes))
-        raise remote_error(outcome.errors)
+        raise remote_error(outcome.errors, stale.cause(group, outcome.errors, code))
     return outcome
 
 

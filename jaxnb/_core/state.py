@@ -94,6 +94,9 @@ class Group:
     spare_pids: set[int] = dataclasses.field(default_factory=set)
     #: The environment the engines were started with (spares get the same).
     engine_env: dict[str, str] | None = None
+    #: When the group was last repaired in place (``"cell 7"``, or the time outside a notebook):
+    #: arrays, meshes and shardings made before it belong to the old group.
+    repaired_at: str | None = None
 
     @property
     def running(self) -> bool:
@@ -155,3 +158,4 @@ class Group:
         self.current_run = None
         self.spare_pids = set()
         self.engine_env = None
+        self.repaired_at = None
