@@ -12,13 +12,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from jaxnb._cells.pull import note_size
-from jaxnb._core import ipp_internals, spelling
+from jaxnb._core import ipp_internals, run_folder, spelling
 from jaxnb._core.contract import EngineCall
 from jaxnb._core.errors import ClusterStateError, remote_error
 from jaxnb._core.messages import BUSY, RESET, RESTART
-from jaxnb._core.run_folder import check_fresh_run
 from jaxnb._core.spelling import example, option
 from jaxnb._core.state import Group, Suspect
+from jaxnb._failures import stale
 from jaxnb._train import dataset_names, function, handover
 from jaxnb._train.interrupts import InterruptCounter
 from jaxnb._train.monitor import Monitor
@@ -92,17 +92,22 @@ def train(
         note_size(f"`{spec['label']}` with what it uses from the notebook", len(spec["pickled"]),
                   group.size)
     run_dir = os.path.abspath(os.path.join(os.fspath(storage or DEFAULT_STORAGE), run))
-    resume_from = check_fresh_run(run_dir, resume)
+    resume_from = run_folder.check_fresh_run(run_dir, resume)
     if resume and resume_from is None:
         print(NO_CHECKPOINT_YET.format(name=run))
-    os.makedirs(run_dir, exist_ok=True)
+    made = run_folder.make(run_dir)  # removed again if the run leaves it empty
     spec.update(run_dir=run_dir, run_id=uuid.uuid4().hex, resume=resume_from,
                 as_flags=spelling.active())
-    _prepare(group, spec)
+    try:
+        _prepare(group, spec)
+    except BaseException:
+        run_folder.remove_if_empty(made)
+        raise
 
     result = Result(run, run_dir)
     result.checkpoint = resume_from  # until the run saves a newer one (it may have nothing left to do)
     attempts = _Attempts(group, spec, result, Recovery(max_failures, restart, run_dir, run))
+    attempts.made = made
     if background:
         monitor = _launch(group, result, total, attempts, view=view)
         follow = contextvars.copy_context().run  # output goes to the cell that started the run
@@ -143,6 +148,7 @@ class _Attempts:
         self.interrupts: InterruptCounter | None = None
         self.ended_in_recovery = ""
         self.resumed: tuple[Any, float] | None = None  # the last failure, when its attempt began
+        self.made: list[str] = []  # the folders the run made: removed at its end if left empty
 
     def request_stop(self) -> None:
         """Stop: the running attempt stops at ``should_stop()``; a recovery under way ends."""
@@ -310,7 +316,7 @@ def _conclude(
         errors = monitor.finish()
     finally:
         group.busy_with = None
-    error = monitor.gave_up or (remote_error(errors) if errors else None)
+    error = monitor.gave_up or (remote_error(errors, stale.cause(group, errors)) if errors else None)
     if errors and monitor.gave_up is None:
         group.mark_suspect_after_errors(len(errors), len(monitor.processes))
     summaries = [f.result() for f in monitor.futures.values() if f.done()]
@@ -324,6 +330,7 @@ def _conclude(
     if error is not None:
         error.result = result  # type: ignore[attr-defined]
     status, message = _status(result, monitor, attempts)
+    run_folder.remove_if_empty(attempts.made)
     try:
         monitor.dashboard.finish(status, message)
     finally:
