@@ -10,6 +10,7 @@ files come back over the engines → merge, step table, timeline.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -22,7 +23,7 @@ from jaxnb._cells import spmd
 from jaxnb._core.contract import EngineCall
 from jaxnb._core.errors import ClusterStateError
 from jaxnb._core.state import Group
-from jaxnb._failures import free
+from jaxnb._failures import detect, free
 from jaxnb._profile import folder as run_folder
 from jaxnb._profile import merge as merging
 from jaxnb._profile import show as showing
@@ -75,7 +76,9 @@ def profile(
     if error is None:
         stopped, missing = _stop_all(group, STOP_AGREE_S)
     else:
-        stopped, missing = _stop_all(group, FAILED_AGREE_S, still=free.busy(group))
+        dead = detect.dead_processes(group)
+        still = [p for p in free.busy(group) if p not in dead]
+        stopped, missing = _stop_all(group, FAILED_AGREE_S, still)
     try:
         result, parts = collect(group, where, started, stopped, missing)
     except Exception as exc:
@@ -126,7 +129,8 @@ def _stop_all(
             stopped[p] = ar.get(timeout=max(0.1, deadline - time.monotonic()))
         except BaseException as exc:
             missing[p] = f"its trace could not be stopped ({_short(exc)})"
-            group.engine(p).apply_async(_ABORT)  # after the stop: its files are removed
+            with contextlib.suppress(Exception):  # (a dead engine: nothing to remove)
+                group.engine(p).apply_async(_ABORT)  # after the stop: its files are removed
     return stopped, missing
 
 
