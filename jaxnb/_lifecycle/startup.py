@@ -56,6 +56,8 @@ def start_engines(group: Group) -> None:
     deadline = time.monotonic() + options.init_timeout
     while len(client.ids) < n:
         raise_if_engines_exited(group)
+        for note in where.while_registering(ipp_cluster, options):  # Slurm: its nodes checked
+            print(note)
         if time.monotonic() > deadline:
             raise StartError(
                 f"only {len(client.ids)} of {n} engines registered within "
