@@ -7,7 +7,6 @@ be built or Slurm is not installed (``.ci/run`` installs ``slurm-wlm munge``).""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
@@ -55,17 +54,6 @@ def slurm_lab(make_lab):
 def slurm_kernel(slurm_lab, make_kernel):
     """A real kernel that reaches the lab's Slurm and ssh (their settings are in the environment)."""
     return make_kernel(None)
-
-
-def lab_engines(lab: Lab) -> list[int]:
-    """The pids of jaxnb engines running on the lab's hosts."""
-    found = []
-    for host in lab.hosts:
-        for pid in host.pids():
-            with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"jaxnb._engine" in f.read():
-                    found.append(pid)
-    return found
 
 
 @pytest.fixture
@@ -190,7 +178,7 @@ def test_a_node_with_another_jaxnb_ends_the_start_named_before_any_engine(slurm_
     second = slurm_lab.hosts[1]
     assert f"    labhost2 ({second.address}): jaxnb 0.0.9 (here {ours}); install jaxnb {ours} there" in text
     assert "labhost1" not in text, text
-    assert lab_engines(slurm_lab) == []
+    assert slurm_lab.engines() == []
     wait_no_job(slurm_lab)  # the start cancelled it
     assert slurm_kernel.value("__import__('jaxnb').current_cluster() is None")
 
@@ -200,10 +188,7 @@ def test_a_workdir_the_nodes_do_not_share_is_copied_to_them_before_the_engines_s
         slurm_lab, slurm_kernel):
     """The folder lies in the lab's private folder: no node sees it (nor do the engines Slurm
     starts there), so each gets a copy over ssh, and its engines start in it."""
-    project = os.path.join(slurm_lab.private_dir, "slurmproj")
-    os.makedirs(project)
-    with open(os.path.join(project, "mymodel.py"), "w") as f:
-        f.write("VALUE = 42\n")
+    project = slurm_lab.private_project("slurmproj")
     copies = []
     try:
         out = slurm_kernel.ok(start_line(slurm_lab, f"--workdir {project}"), timeout=240)
@@ -224,4 +209,4 @@ def test_a_workdir_the_nodes_do_not_share_is_copied_to_them_before_the_engines_s
             shutil.rmtree(copy, ignore_errors=True)
     assert len(copies) == 2
     wait_no_job(slurm_lab)
-    assert lab_engines(slurm_lab) == []
+    assert slurm_lab.engines() == []
