@@ -14,7 +14,9 @@ from jaxnb._core.options import ClusterOptions
 from jaxnb._core.run_folder import (
     Checkpoint,
     check_fresh_run,
+    hold,
     make,
+    release,
     remember_user_checkpoint,
     remove_if_empty,
 )
@@ -86,3 +88,16 @@ def test_a_run_folder_left_empty_goes_with_the_folders_made_for_it(tmp_path):
     remove_if_empty(made)  # the run saved something: all stays
     assert os.listdir(tmp_path / "kept" / "fit") == ["checkpoints"]
     assert make(str(tmp_path / "kept")) == []  # there before: never removed
+
+
+def test_a_run_folder_holding_only_its_lock_goes_when_the_run_ends(tmp_path):
+    run_dir = str(tmp_path / "runs" / "fit")
+    made = make(run_dir)
+    release(hold(run_dir), made)  # a run that saved nothing: its lock file is not kept either
+    assert os.listdir(tmp_path) == []
+    made = make(run_dir)
+    lock = hold(run_dir)
+    (tmp_path / "runs" / "fit" / "metrics.json").write_text("{}")
+    release(lock, made)
+    assert sorted(os.listdir(run_dir)) == ["metrics.json", "run.lock"]
+    assert not lock.held

@@ -16,6 +16,7 @@ from jaxnb._core.errors import ClusterStateError
 from jaxnb._core.messages import BUSY, NOT_STARTED
 from jaxnb._core.options import ClusterOptions
 from jaxnb._core.replay import Replay
+from jaxnb._core.temp_folders import TempFolders
 
 
 class Suspect(str, enum.Enum):
@@ -97,6 +98,8 @@ class Group:
     #: When the group was last repaired in place (``"cell 7"``, or the time outside a notebook):
     #: arrays, meshes and shardings made before it belong to the old group.
     repaired_at: str | None = None
+    #: Folders this cluster's cells made under the temporary directory (removed at its stop).
+    temp_folders: TempFolders = dataclasses.field(default_factory=TempFolders)
 
     @property
     def running(self) -> bool:

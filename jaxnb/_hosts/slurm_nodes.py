@@ -18,19 +18,16 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import time
 from typing import Any
 
 from jaxnb._core.errors import StartError
-from jaxnb._core.host_entries import HostEntry
+from jaxnb._core.host_entries import HostEntry, is_host
 from jaxnb._core.options import ClusterOptions
 from jaxnb._core.spelling import example
 from jaxnb._hosts import preflight, remote_start, ssh_connections
 
-#: What a node name or address from Slurm may look like before it goes to ssh (never an option).
-_HOST = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]*$")
 #: How often the job's state is asked while it has not started.
 LOOK_SECONDS = 0.2
 #: The word's folder on the batch node, for ssh (relative to the home folder).
@@ -55,7 +52,7 @@ def job_nodes(job_id: str) -> tuple[list[tuple[str, str]], str]:
     found = dict(line.split("|", 1) for line in _slurm(
         "sinfo", "-h", "-N", "-n", ",".join(names), "-o", "%N|%o").split() if "|" in line)
     nodes = [(name, found.get(name) or name) for name in names]
-    bad = [text for node in nodes for text in node if not _HOST.match(text)]
+    bad = [text for node in nodes for text in node if not is_host(text)]  # never an option
     if bad or not nodes:
         raise StartError(f"Slurm names job {job_id}'s nodes {bad or names!r}, which jaxnb will not "
                          "pass to ssh; check the job (squeue) and its nodes (sinfo)")
@@ -91,7 +88,7 @@ def give_word(job_id: str, batch_address: str, workdirs: dict[str, str], control
     word = f"{_WORD_FOLDER}/{job_id}.go"
     command = f"mkdir -p {_WORD_FOLDER} && cat > {word}.part && mv -f {word}.part {word}"
     out = subprocess.run(
-        ["ssh", *ssh_connections.ssh_options(control_dir), batch_address, command],
+        ["ssh", *ssh_connections.ssh_options(control_dir), "--", batch_address, command],
         input=json.dumps(workdirs), capture_output=True, text=True, timeout=30,
     )
     if out.returncode != 0:
