@@ -210,4 +210,4 @@ def test_a_divergence_in_jax_train_shows_the_users_frames_and_its_run_leaves_no_
     kernel.ok(f"%jax_train plain --storage {tmp_path}")
     kernel.ok(f"%jax_train saves --storage {tmp_path}")
     assert sorted(os.listdir(tmp_path)) == ["saved.ipynb", "saves"], os.listdir(tmp_path)
-    assert os.listdir(tmp_path / "saves") == ["checkpoints"]
+    assert sorted(os.listdir(tmp_path / "saves")) == ["checkpoints", "run.lock"]  # the lock stays

@@ -27,6 +27,8 @@ def test_job_script_waits_for_the_notebooks_word_before_its_engines_start():
     assert "  if [ $polls -ge 150 ]; then" in lines  # 30 s in 0.2 s polls
     assert lines[-4:] == ['done', 'JAXNB_WORKDIR_BY_HOST=$(cat "$word"); export JAXNB_WORKDIR_BY_HOST',
                           'rm -f "$word"', "srun {program_and_args}"]
+    # srun's step inherits the job's --export list: it must name the word's variable
+    assert "JAXNB_WORKDIR_BY_HOST" in slurm.exported({}, {})
     assert "{" not in "".join(lines[word:-1])  # nothing there for ipyparallel to format
 
 

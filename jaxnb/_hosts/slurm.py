@@ -55,9 +55,11 @@ def missing() -> str | None:
 def exported(engine_env: dict[str, str], kernel_env: dict[str, str]) -> list[str]:
     """The variables a job exports (``--export``; Slurm adds its own ``SLURM_*``): the engines'
     own (jaxnb's, ipyparallel's and ``env=``) and the :data:`BASICS` the kernel has (``LC_*``
-    too); the values come from ``sbatch``'s environment."""
+    too); the values come from ``sbatch``'s environment. Also the variable the job script sets
+    from the notebook's word (:data:`ENV_WORKDIR_BY_HOST`): ``srun``'s step inherits the job's
+    ``--export`` list, so a variable it does not name never reaches the engines."""
     basics = [k for k in kernel_env if k in BASICS or k.startswith("LC_")]
-    return sorted(k for k in {*engine_env, *basics} if VARIABLE_NAME.match(k))
+    return sorted(k for k in {*engine_env, *basics, ENV_WORKDIR_BY_HOST} if VARIABLE_NAME.match(k))
 
 
 def batch_template(
