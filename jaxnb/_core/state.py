@@ -98,6 +98,9 @@ class Group:
     #: When the group was last repaired in place (``"cell 7"``, or the time outside a notebook):
     #: arrays, meshes and shardings made before it belong to the old group.
     repaired_at: str | None = None
+    #: ``%jax_debug -c`` given when no process held a failure: the commands that answer the
+    #: ``jaxnb.breakpoint()`` stops of the next cell or run that reaches one (then forgotten).
+    breakpoint_commands: list[str] | None = None
     #: Folders this cluster's cells made under the temporary directory (removed at its stop).
     temp_folders: TempFolders = dataclasses.field(default_factory=TempFolders)
 

@@ -93,3 +93,19 @@ def fold(text: str) -> Folded:
     drop = {n for a, b, _ in hidden for n in range(a, b)}
     kept = [line for n, line in enumerate(lines) if n not in drop]
     return Folded("\n".join(kept), counts)
+
+
+def is_hidden(header: str) -> bool:
+    """Whether the frame with this first line (``File PATH:LINE, in NAME``) is jaxnb's or
+    ipyparallel's (never the user's). JAX's frames are folded only in tracebacks: the debugger
+    may step into them."""
+    return _owner(header) not in (None, "JAX")
+
+
+def is_entry(file: str, func: str) -> bool:
+    """The frame that runs the user's code on an engine: IPython's cell runner, or
+    ipyparallel's ``apply`` (the frames below it are the kernel's, never shown)."""
+    path = file.replace("\\", "/")
+    return path.endswith("IPython/core/interactiveshell.py") or (
+        path.endswith("ipyparallel/engine/kernel.py") and func == "do_apply"
+    )
