@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from ipyparallel.error import RemoteError as IppRemoteError
 
-from jaxnb._failures.cause import death_failure, first_deaths, tracebacks
+from jaxnb._failures.cause import death_failure, first_deaths, size_mismatch, tracebacks
+from jaxnb._failures.explain import log_tail
 
 ABORTED = (
     "F1123 client.h:80] Terminating process because the JAX distributed service detected "
@@ -55,4 +56,59 @@ def test_followers_are_named_after_the_cause():
 
 def test_tracebacks_lose_their_colours():
     error = IppRemoteError("ValueError", "bad", ["\x1b[31mValueError\x1b[0m: bad"])
-    assert tracebacks({2: error}) == "---- [p2] ----\nValueError: bad"
+    assert tracebacks({2: error}) == ("---- [p2] ----\nValueError: bad",) * 2
+
+
+def test_the_survivors_tracebacks_show_the_users_frames_and_keep_every_frame():
+    text = ("Cell In[4], line 2\n----> 2 total(1.0)\n\n"
+            "File /v/site-packages/jax/_src/interpreters/pxla.py:395, in __call__\n--> 395   x\n\n"
+            "JaxRuntimeError: Gloo all-reduce failed")
+    gloo = IppRemoteError("JaxRuntimeError", "Gloo all-reduce failed", text)
+    failure = death_failure({1: "was killed by SIGKILL"}, {0: gloo}, {}, describe, one_line)
+    assert "pxla.py" not in str(failure) and "(1 frame of JAX not shown; " in str(failure)
+    assert "----> 2 total(1.0)" in str(failure)
+    assert "pxla.py:395" in failure.full_traceback and "[p1] was killed" in failure.full_traceback
+
+
+#: What a process aborted by gloo wrote (recorded): another thread's abort and faulthandler's
+#: line may cut into it.
+GLOO_ABORT = (
+    "terminate called after throwing an instance of 'Fatal Python error: Aborted\n"
+    "Extension modules: jaxlib.cpu_feature_guard, numpy.random.bit_generatorgloo::EnforceNotMet'\n"
+    "  what():  [enforce fail at external/gloo/gloo/transport/tcp/pair.cc:459] "
+    "op.preamble.length <= op.nbytes. 18 vs 4. Received data size doesn't match expected size. "
+    "Is there a distributed collective mismatch in your code?\n"
+)
+
+
+def test_a_collective_size_mismatch_leads_the_error_with_gloos_sizes():
+    assert size_mismatch(GLOO_ABORT) == "gloo's sizes 18 vs 4"
+    assert size_mismatch("Received data size doesn't match expected size.") == ""
+    assert size_mismatch(ABORTED) is None
+    failure = death_failure({0: "was killed by SIGABRT", 1: "was killed by SIGABRT"}, {},
+                            {0: GLOO_ABORT, 1: ABORTED}, describe, one_line)
+    assert failure.summary.startswith(
+        "collective size mismatch: the processes passed arrays of different sizes to one "
+        "collective ([p0] got more than it expected, gloo's sizes 18 vs 4), so gloo aborted [p0]; "
+        "[p0] was killed by SIGABRT; then [p1] failed as a consequence; "), failure.summary
+    assert failure.mismatch
+    assert not death_failure({1: "was killed by SIGKILL"}, {}, {1: ABORTED}, describe, one_line).mismatch
+
+
+def test_a_crash_is_quoted_with_what_led_to_it_and_what_arrived_after_the_dump():
+    log = ("Handling execute_request: 1\nterminate called after throwing an instance of 'gloo'\n"
+           "  what():  [enforce fail] Received data size doesn't match expected size.?Fatal Python "
+           "error: Aborted\n\nThread 0x7f (most recent call first):\n  File \"x.py\", line 3 in f\n\n"
+           "Extension modules: numpy (total: 1)\nthe tee's late line\n")
+    assert log_tail(log) == [
+        "Handling execute_request: 1", "terminate called after throwing an instance of 'gloo'",
+        "  what():  [enforce fail] Received data size doesn't match expected size.?Fatal Python "
+        "error: Aborted", "the tee's late line"]
+
+
+def test_the_names_a_cell_reads_are_asked_about_first():
+    from jaxnb._failures.stale import names_read
+
+    assert names_read("y = f(mesh, g)\nprint(y.sum())") == ["f", "mesh", "g", "print", "y"]
+    assert names_read("%time x = 1\nz = g") == ["get_ipython", "g"]
+    assert names_read("def (") == []

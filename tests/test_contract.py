@@ -11,7 +11,15 @@ from jaxnb._cells.pull import choose
 from jaxnb._core.contract import ELSEWHERE, MISSING, EngineCall, JoinParams, stack_file
 from jaxnb._core.join_plan import join_params, placements
 from jaxnb._core.options import ClusterOptions
-from jaxnb._core.run_folder import Checkpoint, check_fresh_run, remember_user_checkpoint
+from jaxnb._core.run_folder import (
+    Checkpoint,
+    check_fresh_run,
+    hold,
+    make,
+    release,
+    remember_user_checkpoint,
+    remove_if_empty,
+)
 
 
 def test_placements_rank_processes_within_their_host():
@@ -67,3 +75,29 @@ def test_a_run_folder_remembers_the_users_own_checkpoint(tmp_path):
         check_fresh_run(run, resume=False)
     with Checkpoint(7, "/data/ckpt-7").as_directory() as path:
         assert path == "/data/ckpt-7"
+
+
+def test_a_run_folder_left_empty_goes_with_the_folders_made_for_it(tmp_path):
+    (tmp_path / "kept").mkdir()
+    made = make(str(tmp_path / "runs" / "fit"))
+    assert made == [str(tmp_path / "runs" / "fit"), str(tmp_path / "runs")]
+    remove_if_empty(made)
+    assert sorted(os.listdir(tmp_path)) == ["kept"]
+    made = make(str(tmp_path / "kept" / "fit"))
+    (tmp_path / "kept" / "fit" / "checkpoints").mkdir()
+    remove_if_empty(made)  # the run saved something: all stays
+    assert os.listdir(tmp_path / "kept" / "fit") == ["checkpoints"]
+    assert make(str(tmp_path / "kept")) == []  # there before: never removed
+
+
+def test_a_run_folder_holding_only_its_lock_goes_when_the_run_ends(tmp_path):
+    run_dir = str(tmp_path / "runs" / "fit")
+    made = make(run_dir)
+    release(hold(run_dir), made)  # a run that saved nothing: its lock file is not kept either
+    assert os.listdir(tmp_path) == []
+    made = make(run_dir)
+    lock = hold(run_dir)
+    (tmp_path / "runs" / "fit" / "metrics.json").write_text("{}")
+    release(lock, made)
+    assert sorted(os.listdir(run_dir)) == ["metrics.json", "run.lock"]
+    assert not lock.held

@@ -119,6 +119,17 @@ def test_summary_has_final_values(loaded: Dashboard) -> None:
         assert text in html
 
 
+def test_a_failed_runs_static_text_has_its_quotes_not_html_entities() -> None:
+    """What a text viewer (``python -m jaxnb.show_notebook``) reads of the saved summary."""
+    from jaxnb._widgets._display import html_to_text
+
+    board = Dashboard("it's \"quoted\"", 2)
+    board.finish("failed", "ValueError: bad 'shard' <3>")
+    text = html_to_text(board.summary_html())
+    assert "failed — ValueError: bad 'shard' <3>" in text and "it's \"quoted\"" in text, text
+    assert "&" not in text
+
+
 def test_families_share_a_panel() -> None:
     assert [family(n) for n in ("loss", "train_loss", "val_loss", "eval/acc", "acc_test",
                                 "validation-loss", "test")] == [

@@ -153,7 +153,8 @@ def test_a_slurm_job_exports_the_engines_variables_and_a_logins_basics_only():
     kernel_env = {"PATH": "/usr/bin", "HOME": "/root", "LC_ALL": "C", "AWS_SECRET_ACCESS_KEY": "k",
                   "GITHUB_TOKEN": "t", "HF_TOKEN": "t", "SSH_AUTH_SOCK": "/tmp/agent"}
     assert slurm.exported(engine_env, kernel_env) == [
-        "HOME", "IPP_CONNECTION_INFO", "JAX_PLATFORMS", "LC_ALL", "PATH", "WANDB_MODE"]
+        "HOME", "IPP_CONNECTION_INFO", "JAXNB_WORKDIR_BY_HOST", "JAX_PLATFORMS", "LC_ALL", "PATH",
+        "WANDB_MODE"]  # the workdirs: set by the job script from the notebook's word
     script = slurm.batch_template()
     assert "#SBATCH --export={exported}" in script.splitlines() and "ALL" not in script
 

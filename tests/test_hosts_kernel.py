@@ -11,13 +11,11 @@ machine do not count.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import tempfile
 
 import pytest
-from lab.lab import Lab
 
 pytestmark = pytest.mark.engines
 PORT = 2222
@@ -55,17 +53,6 @@ def jaxnb_folders(tmp: str) -> list[str]:
     return sorted(name for name in os.listdir(tmp) if name.startswith("jaxnb-"))
 
 
-def engines_on(lab: Lab) -> list[int]:
-    """The pids of jaxnb engines in the lab hosts' process tables."""
-    found = []
-    for host in lab.hosts:
-        for pid in host.pids():
-            with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"jaxnb._engine" in f.read():
-                    found.append(pid)
-    return found
-
-
 def start_on_aliases(kernel, lab) -> list:
     out = kernel.ok("%jax_cluster start --hosts gpu1,gpu2", timeout=240)
     assert "labhost1" in out.shown and "labhost2" in out.shown, out.shown
@@ -101,7 +88,7 @@ def test_ssh_config_aliases_with_hostname_user_and_port_need_no_address(kernel, 
     made = jaxnb_folders(kernel.tmp)
     assert any(n.startswith("jaxnb-ssh-") for n in made) and os.path.basename(folder) in made, made
     kernel.ok("%jax_cluster stop")
-    assert not engines_on(lab)
+    assert not lab.engines()
     assert jaxnb_folders(kernel.tmp) == []
 
 
@@ -116,7 +103,7 @@ def test_a_stop_after_a_failure_leaves_no_folder_either(kernel, lab):
     assert "[p1]" in out.shown and "was killed by SIGKILL" in out.shown, out.shown
     assert (out.error or {}).get("ename") == "ProcessFailure" or "UsageError" in out.shown, out.shown
     kernel.ok("%jax_cluster stop")
-    assert not engines_on(lab)
+    assert not lab.engines()
     assert jaxnb_folders(kernel.tmp) == []
 
 
@@ -125,5 +112,5 @@ def test_a_start_that_fails_leaves_no_folder(kernel, lab):
                      f"--address {lab.bridge_address}", timeout=120)  # --address: this test only
     assert "no interpreter /no/such/python" in out.shown, out.shown
     assert kernel.value("jaxnb.current_cluster() is None")
-    assert not engines_on(lab)
+    assert not lab.engines()
     assert jaxnb_folders(kernel.tmp) == []

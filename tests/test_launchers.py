@@ -18,6 +18,20 @@ def test_job_script_has_the_users_options_and_keeps_their_braces():
     assert "--partition" not in slurm.batch_template()
 
 
+def test_job_script_waits_for_the_notebooks_word_before_its_engines_start():
+    """The word (the nodes passed the preflight; where each node's --workdir is) comes over ssh
+    (jaxnb._hosts.slurm_nodes); without it the job ends after the time given."""
+    lines = slurm.batch_template(wait_seconds=30).splitlines()
+    word = lines.index('word="$HOME/.cache/jaxnb/slurm/$SLURM_JOB_ID.go"')
+    assert lines.index('while [ ! -f "$word" ]; do') > word
+    assert "  if [ $polls -ge 150 ]; then" in lines  # 30 s in 0.2 s polls
+    assert lines[-4:] == ['done', 'JAXNB_WORKDIR_BY_HOST=$(cat "$word"); export JAXNB_WORKDIR_BY_HOST',
+                          'rm -f "$word"', "srun {program_and_args}"]
+    # srun's step inherits the job's --export list: it must name the word's variable
+    assert "JAXNB_WORKDIR_BY_HOST" in slurm.exported({}, {})
+    assert "{" not in "".join(lines[word:-1])  # nothing there for ipyparallel to format
+
+
 def test_mpiexec_gets_the_hosts_with_their_counts():
     args = mpi.mpi_args(parse_hosts("h1:2,bob@h2"), ["-o", "BatchMode=yes"], "127.0.0.1")
     assert args[:2] == ["--host", "h1:2,h2:1"]

@@ -25,7 +25,7 @@ MAGICS = {"jax_cluster", "jax_train", "jax_mesh", "jax_pull", "jax_push", "jax_t
 #: Flags of other programs that jaxnb runs (in shell commands, not in messages).
 OTHER_PROGRAMS_FLAGS = {
     "--ppid",  # ps(1), on a remote host
-    "--gres", "--nodelist", "--export", "--job-name", "--ntasks",  # sbatch/srun (Slurm)
+    "--gres", "--nodelist", "--exclude", "--export", "--job-name", "--ntasks",  # sbatch/srun (Slurm)
     "--logdir", "--port",  # xprof / tensorboard, in the commands %%jax_profile prints
 }
 

@@ -5,7 +5,6 @@ be built or ``mpiexec`` is missing (``.ci/run`` installs ``openmpi-bin``)."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import time
@@ -44,10 +43,7 @@ def test_mpi_start_psum_across_hosts_stop_leaves_nothing(mpi_lab, ip, capsys):
     """With a --workdir the hosts lack: each rank starts in its host's copy."""
     previous = current_cluster(ip)
     use_cluster(None, ip)
-    project = os.path.join(mpi_lab.private_dir, "proj")
-    os.makedirs(project)
-    with open(os.path.join(project, "mymodel.py"), "w") as f:
-        f.write("VALUE = 42\n")
+    project = mpi_lab.private_project("proj")
     copies = []
     try:
         with capture_output() as shown:

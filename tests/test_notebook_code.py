@@ -104,5 +104,5 @@ def test_a_remote_error_counts_the_frames_it_left_out():
         text = (jaxnb_frame + "\n") * frames + users + "\n" + end
         return RemoteError("ZeroDivisionError", "division by zero", text)
 
-    assert "(1 frame of jaxnb and ipyparallel not shown;" in str(remote_error({0: error(1)}))
-    assert "(2 frames of jaxnb and ipyparallel not shown;" in str(remote_error({0: error(2)}))
+    assert "(1 frame of jaxnb not shown;" in str(remote_error({0: error(1)}))
+    assert "(2 frames of jaxnb not shown;" in str(remote_error({0: error(2)}))

@@ -57,6 +57,13 @@ def test_no_straggler_when_processes_match():
     assert steps.straggler(slow) == (2, "compute_ms")
 
 
+def test_a_failed_cell_names_no_straggler():
+    result = ProfileResult(path="/p", perfetto=None, steps=rows_of(recorded()), straggler=None,
+                           error=ValueError("boom"))
+    assert result.verdict().startswith("no straggler named: the cell failed")
+    assert "straggler: p1" not in show.table_text(result)
+
+
 def test_union_counts_overlap_once():
     assert trace._union([(0, 10), (5, 15), (20, 25), (21, 22)]) == 20
 

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
+import sys
+import tempfile
 import time
 
 import pytest
@@ -42,7 +45,15 @@ DAEMONS = ("sshd", "slurmd")
 
 @pytest.fixture(scope="module")
 def slurm_lab(make_lab):
-    return make_lab(2, slurm=True)
+    """Two lab hosts running slurmd; each sees its own empty ``lab.private_dir`` (as ssh does):
+    what the notebook's machine has there, the nodes do not."""
+    return make_lab(2, slurm=True, private=(tempfile.mkdtemp(prefix="jaxnb-private-"),))
+
+
+@pytest.fixture(scope="module")
+def slurm_kernel(slurm_lab, make_kernel):
+    """A real kernel that reaches the lab's Slurm and ssh (their settings are in the environment)."""
+    return make_kernel(None)
 
 
 @pytest.fixture
@@ -133,6 +144,75 @@ def test_slurm_flags_need_engines_slurm(ip):
     says = "--partition is for --engines slurm only; add --engines slurm or drop it"
     with pytest.raises(UsageError, match=says):
         ip.run_line_magic("jax_cluster", "start --partition gpu")
+
+
+def start_line(lab: Lab, more: str = "") -> str:
+    return (f"%jax_cluster start --engines slurm -n 2 --address {lab.bridge_address} --partition lab "
+            f"--time-limit 10 --sbatch=--nodes=2 {more}")
+
+
+def wait_no_job(lab: Lab) -> None:
+    deadline = time.monotonic() + 30
+    while jobs(lab) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not jobs(lab), jobs(lab)
+
+
+@pytest.mark.engines
+def test_a_node_with_another_jaxnb_ends_the_start_named_before_any_engine(slurm_lab, slurm_kernel,
+                                                                         tmp_path):
+    """labhost2's interpreter sees jaxnb 0.0.9 (a dist-info first on its path, as an older `pip
+    install` leaves); labhost1's the notebook's own. Slurm places the job on both."""
+    dist = tmp_path / "old" / "jaxnb-0.0.9.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: jaxnb\nVersion: 0.0.9\n")
+    wrapper = tmp_path / "python"
+    wrapper.write_text("#!/bin/sh\n"
+                       f'if [ "$(hostname)" = labhost2 ]; then export PYTHONPATH={dist.parent}; fi\n'
+                       f'exec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    out = slurm_kernel.run(start_line(slurm_lab, f"--python {wrapper}"), timeout=240)
+    import importlib.metadata
+
+    ours = importlib.metadata.version("jaxnb")
+    text = out.shown
+    assert re.search(r"preflight: 1 of 2 nodes of Slurm job \d+ differ from this notebook; nothing "
+                     r"was launched; its engines did not start", text), text
+    second = slurm_lab.hosts[1]
+    assert f"    labhost2 ({second.address}): jaxnb 0.0.9 (here {ours}); install jaxnb {ours} there" in text
+    assert "labhost1" not in text, text
+    assert slurm_lab.engines() == []
+    wait_no_job(slurm_lab)  # the start cancelled it
+    assert slurm_kernel.value("__import__('jaxnb').current_cluster() is None")
+
+
+@pytest.mark.engines
+def test_a_workdir_the_nodes_do_not_share_is_copied_to_them_before_the_engines_start(
+        slurm_lab, slurm_kernel):
+    """The folder lies in the lab's private folder: no node sees it (nor do the engines Slurm
+    starts there), so each gets a copy over ssh, and its engines start in it."""
+    project = slurm_lab.private_project("slurmproj")
+    copies = []
+    try:
+        out = slurm_kernel.ok(start_line(slurm_lab, f"--workdir {project}"), timeout=240)
+        for host in slurm_lab.hosts:
+            line = next((ln for ln in out.stdout.splitlines() if f"copied to {host.address}:" in ln), "")
+            assert f"-{host.hostname} (1 file, 11 B in " in line and "rsync)" in line, out.shown
+            copies.append(line.split(f"{host.address}:", 1)[1].split(" (")[0])
+        out = slurm_kernel.ok(
+            "%%jax_cluster\nimport os, socket, mymodel\n"
+            f"print('seen', os.path.exists({project!r}), mymodel.VALUE,\n"
+            "      os.getcwd().endswith('-' + socket.gethostname()))")
+        assert "seen False 42 True" in out.stdout and "[p" not in out.stdout, out.shown
+        slurm_kernel.ok("%jax_cluster stop")
+    finally:
+        if slurm_kernel.value("__import__('jaxnb').current_cluster() is not None"):
+            slurm_kernel.ok("%jax_cluster stop")
+        for copy in copies:
+            shutil.rmtree(copy, ignore_errors=True)
+    assert len(copies) == 2
+    wait_no_job(slurm_lab)
+    assert slurm_lab.engines() == []
 
 
 @pytest.mark.engines

@@ -214,11 +214,14 @@ def test_tutorial_executes(name, with_kernel, tmp_path):
 
 
 def test_tutorials_are_well_formed():
-    """Every tutorial has a papermill parameters cell and ends by stopping the cluster."""
+    """Every tutorial has its number in its title, a papermill parameters cell, and ends by
+    stopping the cluster."""
     assert NOTEBOOKS, "no tutorials found"
     for name in NOTEBOOKS:
         nb = nbformat.read(TUTORIALS / name, as_version=4)
         nbformat.validate(nb)
+        title = nb.cells[0].source.splitlines()[0]
+        assert title.startswith(f"# {name[:2]} · "), f"{name}: its title says {title!r}"
         tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
         assert len(tagged) == 1, f"{name}: needs exactly one cell tagged 'parameters'"
         code_cells = [c for c in nb.cells if c.cell_type == "code"]

@@ -16,7 +16,8 @@ from jaxnb._core.errors import RemoteError, remote_error
 from jaxnb._core.notebook_cells import as_compiled
 from jaxnb._core.state import Group
 from jaxnb._debug.stops import Stops
-from jaxnb._failures import out_of_memory
+from jaxnb._failures import out_of_memory, stale
+from jaxnb._failures.cause import NOT_VALID
 from jaxnb._failures.watch import Watch
 
 POLL_SECONDS = 0.02
@@ -106,18 +107,17 @@ def run_cell(
             done = {p for p, f in futures.items() if f.done()}
             if not stops.check(done, {p: by_process[p].get("error") for p in done}):
                 watch.check(done, by_process)
+        watch.check_dead(by_process)  # a death is the error, whatever the others returned
     except BaseException as e:
         if isinstance(e, KeyboardInterrupt):
             watch.interrupted(by_process)
+        if getattr(e, "mismatch", False) and any(md["stdout"] for md in by_process.values()):
+            print(NOT_VALID)  # not shown as if it were valid
         if merged:  # what arrived so far, in tidy form, instead of a stale live view
             _feed(out, err, live, by_process, final=True)
         if isinstance(e, RemoteError):  # a divergence: one process may have run out of memory
             out_of_memory.explain(group, e, _errors(by_process))
         raise
-    try:
-        watch.check_dead(by_process)  # a death is the error, whatever the others returned
-    except RemoteError as e:
-        raise out_of_memory.explain(group, e, _errors(by_process)) from None
     ar.wait_for_output(timeout=2)
     outcome = _collect(by_process, futures)
     if merged:
@@ -135,7 +135,8 @@ def run_cell(
         _show_raw(chosen, by_process)
     if outcome.errors:
         group.mark_suspect_after_errors(len(outcome.errors), len(processes))
-        raise out_of_memory.explain(group, remote_error(outcome.errors), outcome.errors)
+        error = remote_error(outcome.errors, stale.cause(group, outcome.errors, code))
+        raise out_of_memory.explain(group, error, outcome.errors)
     return outcome
 
 

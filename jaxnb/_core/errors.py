@@ -5,16 +5,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from jaxnb._core.messages import labels, plural
-from jaxnb._core.tracebacks import user_frames
+from jaxnb._core.messages import labels
+from jaxnb._core.tracebacks import fold
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _CELL_NUMBER = re.compile(r"Cell In\[\d+\]")
-#: The note under a traceback whose jaxnb/ipyparallel frames were left out.
-HIDDEN = (
-    "{frames} of jaxnb and ipyparallel not shown; every frame: "
-    "`import sys; print(sys.last_value.full_traceback)`"
-)
 
 
 class JaxnbError(Exception):
@@ -33,7 +28,7 @@ class RemoteError(JaxnbError):
     """An exception raised on one or more JAX processes.
 
     ``processes`` lists the process indices that raised; the message shows
-    each distinct remote traceback once, with the user's frames only (jaxnb's,
+    each distinct remote traceback once, with the user's frames only (JAX's, jaxnb's,
     ipyparallel's and ``threading``'s left out); ``full_traceback`` has every
     frame. IPython renders it without the local (jaxnb-internal) traceback,
     the one-line cause first.
@@ -64,10 +59,15 @@ class RemoteError(JaxnbError):
 class ProcessFailure(RemoteError):
     """A process died, the processes diverged, or a cell timed out."""
 
+    #: The processes passed arrays of different sizes to one collective: what they computed
+    #: after it (and printed) is not valid.
+    mismatch: bool = False
 
-def remote_error(errors: dict[int, Any]) -> RemoteError:
+
+def remote_error(errors: dict[int, Any], cause: str = "") -> RemoteError:
     """One exception for the processes that raised (JAX index → ipyparallel's error), each
-    distinct traceback shown once under the labels of the processes that raised it."""
+    distinct traceback shown once under the labels of the processes that raised it; led by
+    ``cause`` when jaxnb knows why (then the error follows it)."""
     groups: dict[str, list[int]] = {}
     texts: dict[str, str] = {}
     for p, e in sorted(errors.items()):
@@ -77,16 +77,26 @@ def remote_error(errors: dict[int, Any]) -> RemoteError:
         texts.setdefault(key, text)
     tracebacks, full = [], []
     for key, procs in groups.items():
-        shown, hidden = user_frames(texts[key])
-        note = f"\n({HIDDEN.format(frames=plural(hidden, 'frame'))})" if hidden else ""
-        tracebacks.append(f"---- {labels(procs)} ----\n{shown.rstrip()}{note}")
-        full.append(f"---- {labels(procs)} ----\n{texts[key]}")
+        shown, every = sections(procs, texts[key])
+        tracebacks.append(shown)
+        full.append(every)
     first = errors[min(errors)]
     name = getattr(first, "ename", type(first).__name__)
     value = getattr(first, "evalue", str(first))
     count = "process" if len(errors) == 1 else "processes"
     summary = f"{name}: {value} (on {count} {labels(errors)})"
+    if cause:
+        summary = f"{cause}; {summary}"
     return RemoteError(summary, sorted(errors), tracebacks, "\n".join(full))
+
+
+def sections(processes: list[int], text: str) -> tuple[str, str]:
+    """``---- [p0], [p1] ----`` and a remote traceback: as shown (the user's frames, a note on
+    the others) and whole (for ``full_traceback``)."""
+    head = f"---- {labels(processes)} ----\n"
+    folded = fold(text)
+    note = f"\n{folded.note()}" if folded.count else ""
+    return f"{head}{folded.text.rstrip()}{note}", f"{head}{text}"
 
 
 #: Errors an engine raises whose message is already the user's one line (a name not defined

@@ -69,6 +69,45 @@ class Checkpoint:
         return _RESTORE(self, target)
 
 
+def make(run_dir: str) -> list[str]:
+    """Make a run's folder (and the folders above it that are missing); those made, deepest
+    first (see :func:`remove_if_empty`)."""
+    made = []
+    folder = os.path.abspath(run_dir)
+    while not os.path.isdir(folder) and folder != os.path.dirname(folder):
+        made.append(folder)
+        folder = os.path.dirname(folder)
+    os.makedirs(run_dir, exist_ok=True)
+    return made
+
+
+def release(lock: FileLock, made: list[str]) -> None:
+    """End a run's hold on its folder (:func:`hold`): the folders :func:`make` made go when the
+    run left nothing in them but the lock file (a refused run, a run without checkpoints)."""
+    if made and lock.held and _entries(made[0]) == [LOCK_FILE]:
+        with contextlib.suppress(OSError):
+            os.unlink(lock.path)  # still held: no other run can have started in the folder
+    lock.release()
+    remove_if_empty(made)
+
+
+def _entries(folder: str) -> list[str]:
+    try:
+        return os.listdir(folder)
+    except OSError:
+        return []
+
+
+def remove_if_empty(made: list[str]) -> None:
+    """Remove the folders :func:`make` made that the run left empty (a refused run, a run
+    without checkpoints): nothing is left behind that holds nothing."""
+    for folder in made:
+        try:
+            os.rmdir(folder)  # only when empty
+        except OSError:
+            return
+
+
 def checkpoint_dir(run_dir: str) -> str:
     """Where a run keeps jaxnb's own checkpoints."""
     return os.path.join(os.path.abspath(run_dir), "checkpoints")

@@ -95,6 +95,9 @@ class Group:
     spare_pids: set[int] = dataclasses.field(default_factory=set)
     #: The environment the engines were started with (spares get the same).
     engine_env: dict[str, str] | None = None
+    #: When the group was last repaired in place (``"cell 7"``, or the time outside a notebook):
+    #: arrays, meshes and shardings made before it belong to the old group.
+    repaired_at: str | None = None
     #: ``%jax_debug -c`` given when no process held a failure: the commands that answer the
     #: ``jaxnb.breakpoint()`` stops of the next cell or run that reaches one (then forgotten).
     breakpoint_commands: list[str] | None = None
@@ -169,3 +172,4 @@ class Group:
         self.current_run = None
         self.spare_pids = set()
         self.engine_env = None
+        self.repaired_at = None

@@ -14,6 +14,8 @@ STDERR_TAIL_LINES = 12
 NOTHING_WRITTEN = "it wrote nothing to its stderr during this cell"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _FATAL = "Fatal Python error:"
+#: The lines of faulthandler's dump after its first line.
+_DUMP = re.compile(r"^(?:Thread 0x|Current thread 0x|  File |  <no Python frame>|Extension modules: )")
 
 
 def engine_log(group: Group, p: int) -> str:
@@ -53,9 +55,11 @@ def log_tail(log: str, lines: int = STDERR_TAIL_LINES) -> list[str]:
     """The last non-empty lines of an engine log, or the lines that led to a crash."""
     kept = [ln.rstrip() for ln in log.splitlines()]
     kept = [ln for ln in kept if ln.strip() and not ln.startswith("[Gloo]")]
-    fatal = next((i for i in range(len(kept) - 1, -1, -1) if kept[i].startswith(_FATAL)), None)
-    if fatal is not None:  # a crash: its faulthandler dump ends the log; show what led to it
-        return kept[max(0, fatal - lines) : fatal + 1]
+    # (another thread's last words may run into faulthandler's line: "...?Fatal Python error")
+    fatal = next((i for i in range(len(kept) - 1, -1, -1) if _FATAL in kept[i]), None)
+    if fatal is not None:  # a crash: what led to it, and what arrived after faulthandler's dump
+        after = [ln for ln in kept[fatal + 1 :] if not _DUMP.match(ln)]
+        return kept[max(0, fatal - lines) : fatal + 1] + after[-lines:]
     return kept[-lines:]
 
 

@@ -159,9 +159,23 @@ def reset(group: Group) -> str:
         )
     group.clear_suspect()
     group.group_cut = False
+    group.repaired_at = now()
     total = time.monotonic() - start
     warning = OLD_OBJECTS if free.can_cut(group) else OLD_OBJECTS_REMOTE
     return f"repaired the jax.distributed group in place in {total:.1f} s. {warning}"
+
+
+def now() -> str:
+    """This moment as a user finds it again: the notebook cell running (``cell 7``), or the time."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        get_ipython = None
+    shell = get_ipython() if get_ipython is not None else None
+    stored = getattr(getattr(shell, "history_manager", None), "input_hist_raw", None)
+    if stored and len(stored) > 1:  # IPython stores a cell's input before it runs it
+        return f"cell {len(stored) - 1}"
+    return time.strftime("%H:%M:%S")
 
 
 def _free(group: Group, cut: bool) -> list[int]:

@@ -16,7 +16,7 @@ from typing import Any
 
 import psutil
 
-from jaxnb._core.errors import ProcessFailure, traceback_text
+from jaxnb._core.errors import ProcessFailure, sections, traceback_text
 from jaxnb._core.messages import RESET, RESTART, first_line, label, labels
 from jaxnb._core.notebook_cells import remember_cell
 from jaxnb._core.state import Group, Suspect
@@ -52,7 +52,7 @@ def died(
             f"jaxnb stopped {labels(survivors)}: without {labels(list(dead))} they could "
             "only wait for JAX's heartbeat timeout."
         )
-    logs = {p: "\n".join(explain.stderr_tail(group, p)) for p in dead}
+    logs = {p: explain.engine_log(group, p) for p in dead}
     return cause.death_failure(
         dead, errors or {}, logs,
         lambda d: explain.describe_dead(group, d, code),
@@ -207,15 +207,13 @@ class Watch:
         where = "\n".join(stacks.section(self.group, p, dumps.get(p), self.code) for p in running)
         released = free.release(self.group, running)
         self.group.mark_suspect(reason)
-        notes = [
-            _traceback(p, by_process[p]["error"])
-            for p in sorted(by_process)
-            if p not in running and by_process[p].get("error") is not None
-        ]
-        notes.append("Where each still-running process was:\n" + where)
-        notes.append(_release_note(running, released))
+        raised = [sections([p], traceback_text(by_process[p]["error"])) for p in sorted(by_process)
+                  if p not in running and by_process[p].get("error") is not None]
+        notes = ["Where each still-running process was:\n" + where, _release_note(running, released)]
         then = AFTER_CUT if released.cut else AFTER
-        raise ProcessFailure(f"{what}. jaxnb interrupted {labels(running)}; {then}", running, notes)
+        raise ProcessFailure(f"{what}. jaxnb interrupted {labels(running)}; {then}", running,
+                             [shown for shown, _ in raised] + notes,
+                             "\n".join([full for _, full in raised] + notes))
 
     # ---- interrupts ------------------------------------------------------------------
 
@@ -268,6 +266,3 @@ def _release_note(running: list[int], released: free.Released) -> str:
 def _errors_of(by_process: dict[int, dict]) -> dict[int, Any]:
     return {p: md["error"] for p, md in by_process.items() if md.get("error") is not None}
 
-
-def _traceback(p: int, error: Any) -> str:
-    return f"---- {label(p)} ----\n{traceback_text(error)}"

@@ -104,6 +104,13 @@ def mismatch_lines(here: dict, reports: dict[str, dict], python: str) -> list[st
     return lines
 
 
+def refusal(lines: list[str], checked: int, hosts: str, fix: str) -> str:
+    """The error of a preflight that found ``lines`` (one a host that differs) among ``checked``
+    ``hosts`` ("hosts", "nodes of Slurm job 12"): cause first, then each host's line."""
+    return (f"preflight: {len(lines)} of {checked} {hosts} differ from this notebook; nothing was "
+            f"launched; {fix}\n" + "\n".join(f"    {line}" for line in lines))
+
+
 def counted_entries(entries: tuple[HostEntry, ...], reports: dict[str, dict]) -> tuple[HostEntry, ...]:
     """``--platform gpu``: an entry without ``:count`` gets one engine per GPU its host has."""
     import dataclasses

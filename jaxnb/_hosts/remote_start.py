@@ -18,7 +18,7 @@ from traitlets.config import Config
 
 from jaxnb._core.contract import ENV_WORKDIR_BY_HOST
 from jaxnb._core.errors import StartError
-from jaxnb._core.host_entries import engine_counts
+from jaxnb._core.host_entries import HostEntry, engine_counts
 from jaxnb._core.options import ClusterOptions
 from jaxnb._hosts import preflight, reachability, remote_launchers, ssh, ssh_connections, workdir
 
@@ -62,21 +62,13 @@ def start_launch(
     def check() -> None:
         if not remote:
             return
-        reports = ssh_connections.check_hosts(
-            remote, options.resolved_python(), forward,
-            directory, ssh.remote_log_dir(ipp_cluster.profile_dir),
-            timeout=min(options.init_timeout, 20.0), count_gpus=options.platform == "gpu",
-        )
-        here = preflight.local_report()
-        lines = preflight.mismatch_lines(here, reports, options.resolved_python())
+        reports, lines = check_versions(remote, options, forward, directory,
+                                        ssh.remote_log_dir(ipp_cluster.profile_dir))
         if options.platform == "gpu":
             lines += preflight.no_gpu_lines(remote, reports)
         if lines:
-            raise StartError(
-                f"preflight: {len(lines)} of {len(reports)} hosts differ from this notebook; "
-                "nothing was launched; fix them or leave them out of --hosts\n"
-                + "\n".join(f"    {line}" for line in lines)
-            )
+            raise StartError(preflight.refusal(lines, len(reports), "hosts",
+                                               "fix them or leave them out of --hosts"))
         if options.platform == "gpu":
             entries = preflight.counted_entries(options.host_entries(), reports)
             launched[0] = entries
@@ -84,13 +76,10 @@ def start_launch(
             if options.n is None:
                 ipp_cluster.n = sum(e.count for e in entries)
         if options.workdir:  # the folder on every host (copied where it is not the same)
-            placed = workdir.place(
-                [e.target for e in remote], options.workdir, options.workdir_exclude,
-                options.resolved_python(), ssh_connections.ssh_options(directory),
-            )
+            placed, said = place_workdir(options, [e.target for e in remote], directory)
             ipp_cluster.config.FastSSHEngineSetLauncher.workdirs = {p.target: p.folder for p in placed}
             env[ENV_WORKDIR_BY_HOST] = json.dumps({p.hostname: p.folder for p in placed})
-            notes.extend(workdir.summary(options.workdir, placed))
+            notes.extend(said)
 
     def check_then_launch() -> None:
         try:
@@ -113,6 +102,34 @@ def start_launch(
         return (options if hosts == options.hosts else dataclasses.replace(options, hosts=hosts)), notes
 
     return join
+
+
+def check_versions(
+    entries: tuple[HostEntry, ...], options: ClusterOptions, forward: dict[str, str],
+    control_dir: str, log_dir: str, names: dict[str, str] | None = None,
+    leave_out: str = "leave them out of --hosts",
+) -> tuple[dict[str, dict], list[str]]:
+    """Reach every host at once (opening its shared connection; a :class:`StartError` names the
+    hosts that cannot run an engine, and says to fix or ``leave_out`` them); each host's preflight
+    report, and one line per host whose versions differ from the notebook's (the host called by
+    ``names`` when given)."""
+    reports = ssh_connections.check_hosts(
+        entries, options.resolved_python(), forward, control_dir, log_dir,
+        timeout=min(options.init_timeout, 20.0), count_gpus=options.platform == "gpu",
+        leave_out=leave_out,
+    )
+    named = {(names or {}).get(target, target): report for target, report in reports.items()}
+    return reports, preflight.mismatch_lines(preflight.local_report(), named, options.resolved_python())
+
+
+def place_workdir(
+    options: ClusterOptions, targets: list[str], control_dir: str
+) -> tuple[list[workdir.Placed], list[str]]:
+    """``--workdir`` on every host (copied where it is not the same); lines to show."""
+    assert options.workdir is not None
+    placed = workdir.place(targets, options.workdir, options.workdir_exclude,
+                           options.resolved_python(), ssh_connections.ssh_options(control_dir))
+    return placed, workdir.summary(options.workdir, placed)
 
 
 def send_connection_file(ipp_cluster: ipp.Cluster, timeout: float) -> None:

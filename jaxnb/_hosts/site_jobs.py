@@ -102,6 +102,11 @@ class Site:
         """Engines just launched that wait for the controller's connection file get it (here
         there are none: the info is in their environment)."""
 
+    def while_registering(self, ipp_cluster: Any, options: ClusterOptions) -> list[str]:
+        """Called while the engines have not all registered: what their launcher's job needs
+        from the notebook once it runs (none here); lines to show."""
+        return []
+
     def pending_note(self, ipp_cluster: Any) -> str:
         """Why the engines have not registered yet, as their launcher says ("": it says nothing)."""
         return ""

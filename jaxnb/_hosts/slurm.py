@@ -23,13 +23,21 @@ from typing import Any
 from ipyparallel.cluster.launcher import SlurmEngineSetLauncher
 from traitlets.config import Config
 
+from jaxnb._core.contract import ENV_WORKDIR_BY_HOST
 from jaxnb._core.options import VARIABLE_NAME, ClusterOptions
 from jaxnb._core.spelling import example
 from jaxnb._core.state import Group
+from jaxnb._hosts import slurm_nodes
 from jaxnb._hosts.site_jobs import Site
 
 #: How long ``stop`` waits for Slurm to stop listing the cancelled job.
 CANCEL_WAIT_SECONDS = 30.0
+#: Where (under the home folder of the job's batch node) the notebook's word waits for the job.
+GO_FOLDER = "$HOME/.cache/jaxnb/slurm"
+#: How often the job script looks for the notebook's word.
+POLL_SECONDS = 0.2
+#: How much longer than ``--init-timeout`` the job waits for the word (then it ends).
+WORD_MARGIN_SECONDS = 60.0
 #: What the engines' Python and the job's shell need of the kernel's environment (when set
 #: there), besides the engines' own variables: a login's basics, never keys or tokens.
 BASICS = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR",
@@ -47,20 +55,28 @@ def missing() -> str | None:
 def exported(engine_env: dict[str, str], kernel_env: dict[str, str]) -> list[str]:
     """The variables a job exports (``--export``; Slurm adds its own ``SLURM_*``): the engines'
     own (jaxnb's, ipyparallel's and ``env=``) and the :data:`BASICS` the kernel has (``LC_*``
-    too); the values come from ``sbatch``'s environment."""
+    too); the values come from ``sbatch``'s environment. Also the variable the job script sets
+    from the notebook's word (:data:`ENV_WORKDIR_BY_HOST`): ``srun``'s step inherits the job's
+    ``--export`` list, so a variable it does not name never reaches the engines."""
     basics = [k for k in kernel_env if k in BASICS or k.startswith("LC_")]
-    return sorted(k for k in {*engine_env, *basics} if VARIABLE_NAME.match(k))
+    return sorted(k for k in {*engine_env, *basics, ENV_WORKDIR_BY_HOST} if VARIABLE_NAME.match(k))
 
 
 def batch_template(
-    lines: tuple[str, ...] = (), partition: str = "", time_limit: str = "", account: str = ""
+    lines: tuple[str, ...] = (), partition: str = "", time_limit: str = "", account: str = "",
+    wait_seconds: float = 120.0,
 ) -> str:
     """The job script: ipyparallel's, with jaxnb's job name, the variables exported (filled in
     at submission: ``{exported}``), the user's partition, time limit, account and extra
-    ``#SBATCH`` lines (braces are kept: the launcher formats the script)."""
+    ``#SBATCH`` lines (braces are kept: the launcher formats the script).
+
+    Before ``srun`` starts the engines, the script waits (at most ``wait_seconds``) for the
+    notebook's word that the job's nodes passed its checks (:mod:`.slurm_nodes`): a file on the
+    batch node that holds where each node's ``--workdir`` is."""
     given = [f"--partition={partition}" if partition else "", f"--time={time_limit}" if time_limit else "",
              f"--account={account}" if account else "", *lines]
     extra = "".join(f"#SBATCH {line.replace('{', '{{').replace('}', '}}')}\n" for line in given if line)
+    polls = max(1, int(wait_seconds / POLL_SECONDS))
     return (
         "#!/bin/sh\n"
         "#SBATCH --export={exported}\n"
@@ -68,6 +84,19 @@ def batch_template(
         "#SBATCH --ntasks={n}\n"
         "#SBATCH --output={output_file}\n"
         f"{extra}"
+        "# jaxnb checks the nodes over ssh (versions, --workdir), then writes this file\n"
+        f'word="{GO_FOLDER}/$SLURM_JOB_ID.go"\n'
+        "polls=0\n"
+        'while [ ! -f "$word" ]; do\n'
+        f"  if [ $polls -ge {polls} ]; then\n"
+        f'    echo "jaxnb: no word from the notebook within {wait_seconds:g} s: no engine started" >&2\n'
+        "    exit 1\n"
+        "  fi\n"
+        f"  sleep {POLL_SECONDS:g} 2>/dev/null || sleep 1\n"
+        "  polls=$((polls + 1))\n"
+        "done\n"
+        f'{ENV_WORKDIR_BY_HOST}=$(cat "$word"); export {ENV_WORKDIR_BY_HOST}\n'
+        'rm -f "$word"\n'
         "srun {program_and_args}\n"
     )
 
@@ -177,11 +206,20 @@ class SlurmSite(Site):
         given = dict(options.slurm)
         config.JaxnbSlurmEngineSetLauncher.batch_template = batch_template(
             tuple(given["sbatch"].split("\n")) if given.get("sbatch") else (),
-            given.get("partition", ""), given.get("time_limit", ""), given.get("account", ""))
+            given.get("partition", ""), given.get("time_limit", ""), given.get("account", ""),
+            wait_seconds=options.init_timeout + WORD_MARGIN_SECONDS)
         config.JaxnbSlurmEngineSetLauncher.batch_file_name = os.path.join(folder, "jaxnb-engines.sbatch")
 
     def launcher(self, options: ClusterOptions) -> type:
         return JaxnbSlurmEngineSetLauncher
+
+    def while_registering(self, ipp_cluster: Any, options: ClusterOptions) -> list[str]:
+        """Once the job runs: its nodes checked over ssh (preflight, ``--workdir``), then its
+        engines let start (:mod:`.slurm_nodes`)."""
+        for engine_set in ipp_cluster.engines.values():
+            if isinstance(engine_set, JaxnbSlurmEngineSetLauncher):
+                return slurm_nodes.when_running(engine_set, options)
+        return []
 
     def pending_note(self, ipp_cluster: Any) -> str:
         return pending_note(list(ipp_cluster.engines.values()))

@@ -62,12 +62,13 @@ def new_control_dir() -> str:
 
 def check_hosts(
     entries: tuple[HostEntry, ...], python: str, env: dict[str, str], control_dir: str,
-    log_dir: str, timeout: float, count_gpus: bool = False,
+    log_dir: str, timeout: float, count_gpus: bool = False, leave_out: str = "leave them out of --hosts",
 ) -> dict[str, dict]:
     """Reach every host at once (opening its shared connection); check its interpreter and jaxnb;
     return each host's preflight report (versions, GPUs: see :mod:`jaxnb._hosts.preflight`).
 
-    Raises :class:`StartError` naming every host that failed, with what it printed.
+    Raises :class:`StartError` naming every host that failed, with what it printed, and that
+    the user may fix them or ``leave_out`` them.
     """
     from jaxnb._hosts import preflight
 
@@ -104,7 +105,7 @@ def check_hosts(
         raise StartError(
             f"{len(problems)} of {len(targets)} hosts cannot run an engine "
             f"({', '.join(problems)}); fix them (ssh access, --python {python}, jaxnb installed "
-            "there) or leave them out of --hosts\n" + "\n".join(lines)
+            f"there) or {leave_out}\n" + "\n".join(lines)
         )
     return reports
 

@@ -165,9 +165,9 @@ def _tar(target: str, folder: str, copy: str, excludes: tuple[str, ...], ssh_arg
     rules = [f"--exclude={p}" for p in excludes]
     unpack = f"rm -rf {shlex.quote(copy)} && mkdir -p {shlex.quote(copy)} && tar -C {shlex.quote(copy)} -xf -"
     tar = subprocess.Popen(["tar", "-C", folder, *rules, "-cf", "-", "."], stdout=subprocess.PIPE)
-    out = subprocess.run(["ssh", *ssh_args, "--", target, unpack], stdin=tar.stdout, capture_output=True,
-                         text=True, timeout=3600)
-    tar.wait()
+    with tar:  # its stdout closed with it
+        out = subprocess.run(["ssh", *ssh_args, "--", target, unpack], stdin=tar.stdout, capture_output=True,
+                             text=True, timeout=3600)
     if out.returncode != 0 or tar.returncode != 0:
         raise StartError(f"{bare('workdir')}: copying to {target}:{copy} failed: {out.stderr.strip()[-300:]}")
     return tree(folder, excludes)[2]

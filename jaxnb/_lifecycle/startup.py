@@ -66,6 +66,8 @@ def start_engines(group: Group, at_least: int | None = None) -> None:
             left_out = [line for line, _ in exited_engines(group)]
             if n - len(left_out) < at_least:
                 raise_if_engines_exited(group)
+        for note in where.while_registering(ipp_cluster, options):  # Slurm: its nodes checked
+            print(note)
         if time.monotonic() > deadline:
             raise StartError(
                 f"only {len(client.ids)} of {n} engines registered within "

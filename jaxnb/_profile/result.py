@@ -41,7 +41,10 @@ class ProfileResult:
         return step_logic.medians(self.steps)
 
     def verdict(self) -> str:
-        """One line: the straggler and where its extra time goes, or that there is none."""
+        """One line: the straggler and where its extra time goes, or that there is none (none is
+        named for a cell that failed: its steps end at the error)."""
+        if self.error is not None:
+            return "no straggler named: the cell failed, so each process's steps end at its error"
         return step_logic.explain(self.steps)
 
     def __repr__(self) -> str:

@@ -10,18 +10,20 @@ files come back over the engines → merge, step table, timeline.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from jaxnb._cells import spmd
 from jaxnb._core.contract import EngineCall
 from jaxnb._core.errors import ClusterStateError
 from jaxnb._core.state import Group
+from jaxnb._failures import detect, free
 from jaxnb._profile import folder as run_folder
 from jaxnb._profile import merge as merging
 from jaxnb._profile import show as showing
@@ -37,6 +39,9 @@ _PREPARE = EngineCall("jaxnb._engine.profile.parts:prepare")
 START_AGREE_S = 60.0
 #: Seconds a process waits at the stop for the others before it stops alone.
 STOP_AGREE_S = 10.0
+#: After a cell failed: seconds a process waits at the stop for the others (one may still be
+#: running the cell; it is not waited for).
+FAILED_AGREE_S = 1.0
 #: Seconds for one engine call (a stop, a chunk of a file).
 CALL_S = 120.0
 
@@ -66,8 +71,14 @@ def profile(
         spmd.run_cell(group, code, timeout=timeout)
     except BaseException as exc:  # kept: the trace up to the error is still collected
         error = exc
-    # After an error or interrupt a process may still be running the cell: wait less for it.
-    stopped, missing = _stop_all(group, CALL_S if error is None else STOP_AGREE_S + 20)
+    # A cell that failed: its profile comes back as fast as it failed, from the processes
+    # done with it (one still running it drops its trace when it gets there).
+    if error is None:
+        stopped, missing = _stop_all(group, STOP_AGREE_S)
+    else:
+        dead = detect.dead_processes(group)
+        still = [p for p in free.busy(group) if p not in dead]
+        stopped, missing = _stop_all(group, FAILED_AGREE_S, still)
     try:
         result, parts = collect(group, where, started, stopped, missing)
     except Exception as exc:
@@ -77,6 +88,8 @@ def profile(
               file=sys.stderr)
         raise error from None
     result.error = error
+    if error is not None:  # its steps end at the error: no process is slower for a reason
+        result.straggler = result.cause = None
     if on_result is not None:
         on_result(result)
     if display:
@@ -99,18 +112,25 @@ def _start_all(group: Group, key: str) -> dict[int, dict[str, Any]]:
     return dict(zip(group.indices, replies, strict=True))  # the view is in process order
 
 
-def _stop_all(group: Group, timeout: float) -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
-    """Each process's stop reply; the processes that gave none within ``timeout``, with the reason
-    (a process still busy stops its trace when it gets to the request)."""
-    pending = {p: group.engine(p).apply_async(_STOP, STOP_AGREE_S) for p in group.indices}
+def _stop_all(
+    group: Group, agree_s: float, still: Collection[int] = ()
+) -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
+    """Each process's stop reply (each waits ``agree_s`` for the others); the processes that
+    gave none, with the reason. The processes ``still`` running the cell are not waited for:
+    each stops its trace when it gets to the request, then drops it."""
+    pending = {p: group.engine(p).apply_async(_STOP, agree_s) for p in group.indices}
     stopped: dict[int, dict[str, Any]] = {}
     missing: dict[int, str] = {}
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + CALL_S
     for p, ar in pending.items():
         try:
+            if p in still:
+                raise TimeoutError
             stopped[p] = ar.get(timeout=max(0.1, deadline - time.monotonic()))
         except BaseException as exc:
             missing[p] = f"its trace could not be stopped ({_short(exc)})"
+            with contextlib.suppress(Exception):  # (a dead engine: nothing to remove)
+                group.engine(p).apply_async(_ABORT)  # after the stop: its files are removed
     return stopped, missing
 
 

@@ -18,7 +18,7 @@ from jaxnb._core.errors import ClusterStateError, RemoteError, remote_error
 from jaxnb._core.file_lock import FileLock
 from jaxnb._core.messages import BUSY, RESET, RESTART
 from jaxnb._core.state import Group, Suspect
-from jaxnb._failures import out_of_memory
+from jaxnb._failures import out_of_memory, stale
 from jaxnb._train import dataset_names, function, handover
 from jaxnb._train.interrupts import InterruptCounter
 from jaxnb._train.monitor import Monitor
@@ -100,6 +100,7 @@ def train(
         note_size(f"`{spec['label']}` with what it uses from the notebook", len(spec["pickled"]),
                   group.size)
     run_dir = os.path.abspath(os.path.join(os.fspath(storage or DEFAULT_STORAGE), run))
+    made = run_folder.make(run_dir)  # removed again if the run leaves nothing in it
     lock = run_folder.hold(run_dir)  # one live run per folder, until _conclude releases it
     try:
         earlier = run_folder.left_by_earlier_run(run_dir)
@@ -119,7 +120,7 @@ def train(
             resize = Resize(group, min_processes, sizes, run, config)
             resize.meshes = prepared[0].get("meshes") or {}
         attempts = _Attempts(group, spec, result, Recovery(max_failures, restart, run_dir, run), resize)
-        attempts.lock = lock
+        attempts.lock, attempts.made = lock, made
         attempts.launched = called
         if background:
             monitor = _launch(group, result, total, attempts, view=view)
@@ -132,7 +133,7 @@ def train(
             monitor = _launch(group, result, total, attempts, view=view)
             error = _follow_blocking(monitor, on_result, ctrl_c, attempts)
     except BaseException:
-        lock.release()  # it never started, or _conclude released it already
+        run_folder.release(lock, made)  # it never started, or _conclude released it already
         raise
     if error is not None:
         raise error
@@ -154,6 +155,7 @@ class _Attempts:
         self.launched = time.monotonic()  # when train() was called: the run's wall time
         self.recovery_seconds = 0.0  # from each death seen to the resumed function's start
         self.lock: FileLock | None = None  # the run folder's, held until the run is concluded
+        self.made: list[str] = []  # the folders the run made: removed at its end if left empty
 
     def request_stop(self) -> None:
         """Stop: the running attempt stops at ``should_stop()``; a recovery under way ends."""
@@ -361,7 +363,7 @@ def _conclude(
         errors = monitor.finish()
     finally:
         group.busy_with = None
-    error = monitor.gave_up or (remote_error(errors) if errors else None)
+    error = monitor.gave_up or (remote_error(errors, stale.cause(group, errors)) if errors else None)
     if isinstance(error, RemoteError):  # one process may have run out of memory: say what filled it
         out_of_memory.explain(group, error, monitor.errors())
     if errors and monitor.gave_up is None:
@@ -381,8 +383,8 @@ def _conclude(
         monitor.dashboard.finish(status, message)
     finally:  # the wall time goes to the end of the run as the notebook shows it
         result.conclude_samples(time.monotonic() - attempts.launched, attempts.recovery_seconds)
-        if attempts.lock is not None:
-            attempts.lock.release()  # before set_done: a waiter may start the same run at once
+        if attempts.lock is not None:  # before set_done: a waiter may start the same run at once
+            run_folder.release(attempts.lock, attempts.made)
         result.set_done()
         if on_result is not None:
             on_result(result)

@@ -69,11 +69,13 @@ def png_img(png: bytes, width: int | None = None) -> str:
 
 
 def html_to_text(html: str) -> str:
-    """A plain-text reading of a static widget rendering: one line per row, paragraph, title."""
+    """A plain-text reading of a static widget rendering: one line per row, paragraph, title;
+    the characters HTML escapes (``&quot;``, ``&#x27;``, ``&lt;``) as themselves."""
+    import html as entities
     import re
 
     text = re.sub(r"<(br|table|/tr|/p|/h\d|/div)[^>]*>", "\n", html)
     text = re.sub(r"</t[dh]>", "  ", text)
-    text = re.sub(r"<[^>]+>", "", text)
+    text = entities.unescape(re.sub(r"<[^>]+>", "", text))
     lines = [line.rstrip() for line in text.splitlines()]
     return "\n".join(line for line in lines if line.strip())

@@ -252,6 +252,26 @@ class Lab:
                 f.write(f"SetEnv PATH={':'.join(self.path)}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin\n")
         return path
 
+    def private_project(self, name: str, files: dict[str, str] | None = None) -> str:
+        """A folder in the first private folder (none of the hosts sees it) holding ``files``
+        (name -> text; by default ``mymodel.py`` with ``VALUE = 42``)."""
+        folder = os.path.join(self.private_dir, name)
+        os.makedirs(folder)
+        for file, text in (files or {"mymodel.py": "VALUE = 42\n"}).items():
+            with open(os.path.join(folder, file), "w") as f:
+                f.write(text)
+        return folder
+
+    def engines(self) -> list[int]:
+        """The pids of jaxnb engines in the hosts' process tables."""
+        found = []
+        for host in self.hosts:
+            for pid in host.pids():
+                with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if b"jaxnb._engine" in f.read():
+                        found.append(pid)
+        return found
+
     def leftovers(self, besides: tuple[str, ...] = ("sshd",)) -> list[str]:
         """What still runs on the hosts besides the daemons named (``host: command``)."""
         import psutil

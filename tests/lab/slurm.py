@@ -5,7 +5,8 @@ sockets, spool, state, pid and log files, per node where Slurm allows ``%n``);
 no cgroup plugin (``proctrack/linuxproc``, ``task/none``). ``munged`` and
 ``slurmctld`` run in this machine's network namespace (``slurmctld`` on the
 bridge address, in a UTS namespace named ``labctl``), each ``slurmd`` in its
-host's namespace as node ``labhostN`` at the host's address. Clients (``sbatch``,
+host's network namespace and its sshd's mount namespace (so a job sees the host's private
+folders as ssh does) as node ``labhostN`` at the host's address. Clients (``sbatch``,
 ``squeue``, ``scancel``) find it through ``SLURM_CONF``.
 """
 
@@ -75,10 +76,13 @@ class Slurm:
         ])
         for host in self.lab.hosts:
             os.makedirs(os.path.join(self.dir, f"spool-{host.hostname}"))
-            # `ip netns exec` mounts a fresh /sys: slurmd 22.05 loads its cgroup plugin even with
-            # no cgroup plugin configured, so it gets a cgroup v1 tree (in its mount namespace).
+            # The host's own files, as its sshd sees them (the lab's private folders): slurmd runs
+            # in sshd's mount namespace. Its fresh /sys (from `ip netns exec`) gets a cgroup v1
+            # tree: slurmd 22.05 loads its cgroup plugin even with no cgroup plugin configured.
+            assert host.sshd is not None
             self._start(f"slurmd{host.index}", [
-                "ip", "netns", "exec", host.netns, "unshare", "--uts", "sh", "-c",
+                "ip", "netns", "exec", host.netns, "nsenter", f"--mount=/proc/{host.sshd.pid}/ns/mnt",
+                "unshare", "--uts", "sh", "-c",
                 f"hostname {host.hostname} && {_CGROUP_V1} && "
                 f"exec {_which('slurmd')} -D -N {host.hostname} -f {self.conf}",
             ])

@@ -14,7 +14,7 @@ import sys
 
 def main() -> None:
     """Prepare this process, then hand over to ``ipyparallel.engine``."""
-    from jaxnb._engine.boot import bars, enter_workdir, stack_dumps, watchdog
+    from jaxnb._engine.boot import bars, enter_workdir, stack_dumps, stderr_tee, watchdog
 
     enter_workdir.enter()  # --workdir: before ipyparallel takes the working folder
     bars.install()
@@ -29,7 +29,7 @@ def main() -> None:
 
     gc.freeze()  # what was imported stays: later collections need not scan it
     gc.enable()  # off while importing, when started by jaxnb._lifecycle.launch.python_cmd
-    ipengine_main()
+    ipengine_main(out_stream_factory=stderr_tee.OutStream)  # fd 2: logged before it is shown
 
 
 if __name__ == "__main__":

@@ -54,6 +54,39 @@ def _same(x: Any) -> Any:
     return x
 
 
+def made_before(names: list[str] | None = None) -> list[str]:
+    """The user's variables (those of ``names``, else all) that hold a ``jax.Array``, a mesh or
+    a sharding (or a list, tuple or dict of them) of the devices before the last
+    :func:`reinitialize`: their collectives go to the old group, whose connections are closed."""
+    import jax
+
+    from jaxnb._engine.run.values import user_namespace
+
+    current = set(jax.devices())
+    namespace = user_namespace()
+    chosen = names if names is not None else [n for n in namespace if not n.startswith("_")]
+    return [name for name in chosen if name in namespace and _of_old_devices(namespace[name], current)]
+
+
+def _of_old_devices(value: Any, current: set, depth: int = 0) -> bool:
+    """Whether ``value`` (or, in a container, one of its first items) lives on devices not in
+    ``current``."""
+    import jax
+
+    devices: Any = ()
+    with contextlib.suppress(Exception):  # a deleted array, an object that only looks alike
+        if isinstance(value, jax.Array):
+            devices = value.devices()
+        elif isinstance(value, jax.sharding.Mesh):
+            devices = value.devices.flat
+        elif isinstance(value, jax.sharding.Sharding):
+            devices = value.device_set
+        elif isinstance(value, (list, tuple, dict)) and depth < 3:
+            items = list(value.values() if isinstance(value, dict) else value)[:100]
+            return any(_of_old_devices(item, current, depth + 1) for item in items)
+    return any(d not in current for d in devices)
+
+
 def reinitialize(params: JoinParams) -> float:
     """Leave the group, drop JAX's backends, join a new group at ``params.coordinator``;
     seconds taken.

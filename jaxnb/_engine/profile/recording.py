@@ -30,6 +30,8 @@ ANCHOR = trace_events.ANCHOR
 _PREFIX = "jaxnb/profile"
 
 _state: dict[str, Any] = {}
+#: Folders of stopped traces whose files the notebook has not taken yet.
+_unfetched: set[str] = set()
 
 
 def start(session: str, timeout_s: float) -> dict[str, Any]:
@@ -40,7 +42,7 @@ def start(session: str, timeout_s: float) -> dict[str, Any]:
     """
     import jax
 
-    if _state:  # left by a profile whose stop never came (the notebook gave up on it): drop it
+    if _state or _unfetched:  # left by a profile the notebook gave up on: drop it
         abort()
     client = jax_internals.distributed_client()
     index, count = jax.process_index(), jax.process_count()
@@ -75,6 +77,7 @@ def stop(timeout_s: float) -> dict[str, Any]:
         together = False
     state = dict(_state)
     _state.clear()
+    _unfetched.add(state["folder"])
     jax.profiler.stop_trace()
     xplane = _one(state["folder"], "*.xplane.pb")
     trace = _one(state["folder"], "*.trace.json.gz")
@@ -100,6 +103,7 @@ def read_chunk(path: str, offset: int, size: int) -> bytes:
 
 def discard(folder: str) -> None:
     """Remove a trace's temporary folder once the notebook has its files."""
+    _unfetched.discard(folder)
     if os.path.basename(folder).startswith("jaxnb-profile-"):
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -150,9 +154,12 @@ def _clock_offset(client: Any, session: str, index: int, count: int, timeout_s: 
 
 
 def abort() -> None:
-    """Stop a trace this process may have started, without waiting for the others; drop it."""
+    """Stop a trace this process may have started, without waiting for the others; drop it,
+    and the files of a stopped trace the notebook did not wait for."""
     import jax
 
+    for folder in list(_unfetched):
+        discard(folder)
     if _state:
         folder = _state["folder"]
         _state.clear()

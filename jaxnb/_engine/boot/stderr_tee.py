@@ -1,0 +1,90 @@
+"""What an engine writes to fd 2 from C or C++ reaches its log at once, and the cell's output.
+
+ipykernel points an engine's fd 2 at a pipe that one of its threads reads and forwards to
+the notebook and to the log. A process that aborts right after writing (``std::terminate``
+with gloo's "Received data size doesn't match expected size", a failed XLA ``CHECK``) dies
+before that thread has read or echoed the words, and the one line that says why is lost.
+
+So jaxnb's engines keep ipykernel off fd 2 (:class:`OutStream`, ipyparallel's
+``IPEngine.out_stream_factory``) and point it at a small tee process instead: it writes what
+arrives to the log first, then back to the engine, whose thread forwards it to the cell as
+ipykernel's would. An engine that dies has had every byte it wrote logged already.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import threading
+from typing import Any
+
+from ipykernel.iostream import OutStream as _KernelOutStream
+
+#: The tee: copy stdin to the log, then to the engine's pipe (which fails once the engine is
+#: gone: the log still gets the rest). Exits at EOF: when the engine, and every process that
+#: inherited its fd 2, have ended.
+_TEE = """
+import os, sys
+source, log, engine = (int(a) for a in sys.argv[1:4])
+while data := os.read(source, 65536):
+    os.write(log, data)
+    if engine >= 0:
+        try:
+            os.write(engine, data)
+        except OSError:
+            os.close(engine)
+            engine = -1
+"""
+
+_tee: list[subprocess.Popen] = []
+
+
+class OutStream(_KernelOutStream):
+    """ipykernel's output stream; for ``stderr``, fd 2 goes through the tee (see the module)."""
+
+    def __init__(self, session: Any, pub_thread: Any, name: str, *args: Any, **kwargs: Any) -> None:
+        if name != "stderr":
+            super().__init__(session, pub_thread, name, *args, **kwargs)
+            return
+        super().__init__(session, pub_thread, name, *args, **{**kwargs, "watchfd": False})
+        started = start()
+        if started is not None:
+            back, log = started
+            # Where ipyparallel then points its own log handlers (as for ipykernel's capture):
+            # the log itself, not fd 2 (which would bring its lines back into the cell).
+            self._original_stdstream_copy = log
+            threading.Thread(target=self._forward, args=(back,), name="jaxnb-stderr", daemon=True).start()
+
+    def _forward(self, back: int) -> None:
+        """What reached fd 2, to the cell's stderr (as ipykernel's own thread would)."""
+        with contextlib.suppress(OSError):
+            while data := os.read(back, 65536):
+                self.write(data.decode(errors="replace"))
+
+
+def start() -> tuple[int, int] | None:
+    """Point fd 2 at a new tee into the log (fd 2 as this process started); the descriptor
+    where what it wrote comes back, and one of the log (``None``: no tee, fd 2 as it was)."""
+    if _tee:
+        return None
+    to_tee, from_engine = os.pipe()
+    back, to_engine = os.pipe()
+    log = os.dup(2)
+    try:
+        _tee.append(subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", _TEE, "0", str(log), str(to_engine)],
+            stdin=to_tee, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            pass_fds=(log, to_engine), start_new_session=True,
+        ))
+    except OSError:
+        for fd in (to_tee, from_engine, back, to_engine, log):
+            os.close(fd)
+        return None
+    for fd in (to_tee, to_engine):
+        os.close(fd)
+    sys.stderr.flush()
+    os.dup2(from_engine, 2)
+    os.close(from_engine)
+    return back, log
