@@ -36,6 +36,8 @@ import sys
 import tempfile
 import time
 
+from bench._results import Results
+
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 SETUP = """
@@ -86,7 +88,7 @@ def good_then_bad(trial):
     return {"x": trial.suggest_float("x_far", 8.0, 9.0)}
 
 
-def prune_latency(cluster, trials: int, storage: str) -> None:
+def prune_latency(cluster, trials: int, storage: str, results: Results) -> None:
     """Section 4: reports and engine time from the judged report to the end of each pruned trial."""
     cluster.run(PRUNE_SETUP)
     with quiet():
@@ -109,10 +111,13 @@ def prune_latency(cluster, trials: int, storage: str) -> None:
     states = [t.state for t in search.trials]
     print(f"pruning: {trials} trials of up to 20000 steps (all-reduce + report, no should_stop); "
           f"states {states}")
+    results.add(prune_states=states)
     if not after:
         print("pruning: no trial was pruned")
         return
     step = statistics.median(steps_ms)
+    results.add(prune_step_ms=step, prune_reports_after=after, prune_end_ms=after_ms,
+                prune_end_ms_median=statistics.median(after_ms))
     print(f"step time (median over the completed trials)     : {step:8.3f} ms")
     print(f"reports after the judged one, per pruned trial   : {after} (median "
           f"{statistics.median(after):g})")
@@ -146,6 +151,7 @@ def main() -> None:
 
     from jaxnb import JaxCluster, tune
 
+    results = Results("tune")
     config = {"steps": args.steps, "lr": 1e-3}
     storage = tempfile.mkdtemp(prefix="jaxnb-bench-tune-")
     with JaxCluster(n=2) as cluster:
@@ -167,7 +173,7 @@ def main() -> None:
                                           name=f"loop{k}").history)
         loop_cpu = time.process_time() - cpu
         if args.prune_trials:
-            prune_latency(cluster, args.prune_trials, storage)
+            prune_latency(cluster, args.prune_trials, storage, results)
     fresh = []
     for _ in range(args.fresh):
         with JaxCluster(n=2) as cluster, quiet():
@@ -189,6 +195,11 @@ def main() -> None:
     print(f"kernel CPU per report, loop of train()           : {loop_cpu / n_loop * 1e6:8.1f} us")
     print(f"steps/s in a trial, tune / train loop            : {r_tune:.0f} / {r_loop:.0f} = "
           f"{r_tune / r_loop:.3f} (target >= 0.95)")
+    results.add(trials=args.trials, steps=args.steps, states=states, gap_tune_ms=g_tune * 1000,
+                gap_loop_ms=g_loop * 1000, gap_fresh_ms=g_fresh * 1000,
+                cpu_per_report_tune_us=tune_cpu / n_tune * 1e6,
+                cpu_per_report_loop_us=loop_cpu / n_loop * 1e6, steps_ratio=r_tune / r_loop)
+    results.write()
     sys.stdout.flush()
 
 

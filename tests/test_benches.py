@@ -38,10 +38,11 @@ SMALL_RUNS = [
     ("checkpoint_save", ["--mb", "1", "--rounds", "1"]),
     ("recovery", ["--repeats", "1", "--only", "local"]),
     ("browser_latency", ["--only", "draw"]),
+    ("tune", ["--trials", "2", "--steps", "20", "--fresh", "1", "--prune-trials", "0"]),
 ]
 #: The benches that write their figures as JSON, and a figure each must hold.
 WRITES = {"profile": "clock_error_ms", "recovery": "2 local processes",
-          "browser_latency": "refresh_cpu_ms"}
+          "browser_latency": "refresh_cpu_ms", "tune": "gap_tune_ms"}
 
 
 @pytest.mark.engines
