@@ -38,7 +38,7 @@ SMALL_RUNS = [
     ("checkpoint_save", ["--mb", "1", "--rounds", "1"]),
     ("recovery", ["--repeats", "1", "--only", "local"]),
     ("browser_latency", ["--only", "draw"]),
-    ("tune", ["--trials", "2", "--steps", "20", "--fresh", "1", "--prune-trials", "0"]),
+    ("tune", ["--trials", "2", "--steps", "20", "--fresh", "2", "--prune-trials", "0"]),
 ]
 #: The benches that write their figures as JSON, and a figure each must hold.
 WRITES = {"profile": "clock_error_ms", "recovery": "2 local processes",
