@@ -95,6 +95,9 @@ class Group:
     spare_pids: set[int] = dataclasses.field(default_factory=set)
     #: The environment the engines were started with (spares get the same).
     engine_env: dict[str, str] | None = None
+    #: ``%jax_debug -c`` given when no process held a failure: the commands that answer the
+    #: ``jaxnb.breakpoint()`` stops of the next cell or run that reaches one (then forgotten).
+    breakpoint_commands: list[str] | None = None
     #: Folders this cluster's cells made under the temporary directory (removed at its stop).
     temp_folders: TempFolders = dataclasses.field(default_factory=TempFolders)
 
