@@ -13,8 +13,15 @@ step with the engine's clock (``t``). Measured, medians over trials:
 2. kernel CPU per report (this process's CPU time, all threads, / reports):
    (a) vs (b), i.e. what Optuna and the tune view add per report.
 3. steps/s inside a trial, (a) vs (b). Target >= 0.95.
+4. how soon a pruned trial ends: a search whose first 2 trials are good and the
+   others bad, of steps that end in an all-reduce (the processes go in step) and
+   ``report()`` every step, with no ``should_stop()`` (a Ray loop as written). For
+   each pruned trial: the reports made after the one the pruner judged, before every
+   process ended at the same report, and the engine time between the two, against
+   the step time. The stop goes report -> notebook (batched) -> pruner -> signal,
+   then the processes agree (key-value store) and end at their next report.
 
-    python -m bench.tune [--trials 8] [--steps 200] [--fresh 4]
+    python -m bench.tune [--trials 8] [--steps 200] [--fresh 4] [--prune-trials 6]
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ import statistics
 import sys
 import tempfile
 import time
+
+from bench._results import Results
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -52,6 +61,71 @@ def bench_trial(config):
 """
 
 
+#: A step that ends in an all-reduce over every process's device (they go in step), no should_stop().
+PRUNE_SETUP = """
+import time
+import jax
+import jax.numpy as jnp
+import numpy as np
+import jaxnb
+from jax.sharding import NamedSharding, PartitionSpec
+
+def bench_pruned(config):
+    mesh = jax.make_mesh((jax.device_count(),), ("d",))
+    ones = jax.make_array_from_process_local_data(NamedSharding(mesh, PartitionSpec("d")),
+                                                  np.ones(jax.local_device_count(), np.float32))
+    total = jax.jit(lambda v: v.sum())
+    for step in range(1, config["steps"] + 1):
+        float(total(ones))
+        jaxnb.report({"loss": (config["x"] - 2.0) ** 2 + 1.0 / step, "step": step, "t": time.time()})
+"""
+
+
+def good_then_bad(trial):
+    """The first 2 trials near the optimum, the others far: the median pruner stops those."""
+    if trial.number < 2:
+        return {"x": trial.suggest_float("x", 1.9, 2.1)}
+    return {"x": trial.suggest_float("x_far", 8.0, 9.0)}
+
+
+def prune_latency(cluster, trials: int, storage: str, results: Results) -> None:
+    """Section 4: reports and engine time from the judged report to the end of each pruned trial."""
+    cluster.run(PRUNE_SETUP)
+    with quiet():
+        search = cluster.tune("bench_pruned", good_then_bad, trials=trials, metric="loss",
+                              config={"steps": 20_000}, pruner="median", storage=storage,
+                              name="prune", seed=0)
+    steps_ms, after, after_ms = [], [], []
+    for t in search.trials:
+        times = {h["step"]: h["t"] for h in t.history}
+        if t.state == "COMPLETE":  # whole runs: the step time after warm-up dominates
+            steps_ms.append((max(times.values()) - min(times.values())) / (len(times) - 1) * 1e3)
+        if t.state != "PRUNED":
+            continue
+        judged = getattr(t, "pruned_at", None)
+        if judged is None:  # a jaxnb before pruned_at: Optuna was told nothing after the judged report
+            judged = search.study.trials[t.number].last_step
+        end = getattr(t, "stopped_at", None) or max(times)
+        after.append(end - judged)
+        after_ms.append((times[end] - times[judged]) * 1e3)
+    states = [t.state for t in search.trials]
+    print(f"pruning: {trials} trials of up to 20000 steps (all-reduce + report, no should_stop); "
+          f"states {states}")
+    results.add(prune_states=states)
+    if not after:
+        print("pruning: no trial was pruned")
+        return
+    step = statistics.median(steps_ms)
+    results.add(prune_step_ms=step, prune_reports_after=after, prune_end_ms=after_ms,
+                prune_end_ms_median=statistics.median(after_ms))
+    print(f"step time (median over the completed trials)     : {step:8.3f} ms")
+    print(f"reports after the judged one, per pruned trial   : {after} (median "
+          f"{statistics.median(after):g})")
+    print(f"judged report -> end, engine time                : "
+          f"{', '.join(f'{ms:.1f}' for ms in after_ms)} ms (median {statistics.median(after_ms):.1f} ms "
+          f"= {statistics.median(after_ms) / step:.1f} steps)")
+
+
 def gaps(histories: list[list[dict]]) -> list[float]:
     """Engine time from each trial's last report to the next trial's first."""
     return [b[0]["t"] - a[-1]["t"] for a, b in itertools.pairwise(histories) if a and b]
@@ -71,10 +145,13 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=8)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--fresh", type=int, default=4, help="trials with a fresh cluster each")
+    parser.add_argument("--prune-trials", type=int, default=6,
+                        help="trials of the pruning search (section 4; 0: skip it)")
     args = parser.parse_args()
 
     from jaxnb import JaxCluster, tune
 
+    results = Results("tune")
     config = {"steps": args.steps, "lr": 1e-3}
     storage = tempfile.mkdtemp(prefix="jaxnb-bench-tune-")
     with JaxCluster(n=2) as cluster:
@@ -95,6 +172,8 @@ def main() -> None:
                 loop.append(cluster.train("bench_trial", config, storage=storage,
                                           name=f"loop{k}").history)
         loop_cpu = time.process_time() - cpu
+        if args.prune_trials:
+            prune_latency(cluster, args.prune_trials, storage, results)
     fresh = []
     for _ in range(args.fresh):
         with JaxCluster(n=2) as cluster, quiet():
@@ -116,6 +195,11 @@ def main() -> None:
     print(f"kernel CPU per report, loop of train()           : {loop_cpu / n_loop * 1e6:8.1f} us")
     print(f"steps/s in a trial, tune / train loop            : {r_tune:.0f} / {r_loop:.0f} = "
           f"{r_tune / r_loop:.3f} (target >= 0.95)")
+    results.add(trials=args.trials, steps=args.steps, states=states, gap_tune_ms=g_tune * 1000,
+                gap_loop_ms=g_loop * 1000, gap_fresh_ms=g_fresh * 1000,
+                cpu_per_report_tune_us=tune_cpu / n_tune * 1e6,
+                cpu_per_report_loop_us=loop_cpu / n_loop * 1e6, steps_ratio=r_tune / r_loop)
+    results.write()
     sys.stdout.flush()
 
 

@@ -40,6 +40,7 @@ SMALL_RUNS = [
     ("monitoring", ["--steps", "20", "--warmup", "3", "--rounds", "1"]),
     ("resize", ["--only", "local", "--steps", "40"]),
     ("browser_latency", ["--only", "draw"]),
+    ("tune", ["--trials", "2", "--steps", "20", "--fresh", "2", "--prune-trials", "0"]),
     ("train_throughput", ["--steps", "3", "--warmup", "2", "--repeats", "1", "--din", "16",
                           "--hidden", "16", "--batch", "16", "--rate", "20", "--seconds", "0.5"]),
     ("gloo_stress", ["-K", "1", "--steps", "3", "--launches", "1", "--din", "8", "--hidden", "8"]),
@@ -54,6 +55,7 @@ WRITES = {
                          "ratio", "target", "latency", "startup_s"),
     "monitoring": ("median_ratio",),
     "resize": ("local",),
+    "tune": ("gap_tune_ms",),
     "gloo_stress": ("config", "launches", "hangs", "exit_hangs", "errors", "median_steps_per_s"),
 }
 

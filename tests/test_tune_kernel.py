@@ -1,13 +1,17 @@
-"""``%jax_tune`` in a real Jupyter kernel: pruning stops bad trials early; ``--resume`` after
-the kernel died in the middle of a trial."""
+"""``%jax_tune`` in a real Jupyter kernel: pruning stops bad trials early, at the same report on
+every process, whether or not the loop asks (a Ray loop as written), however fast its steps;
+``--resume`` after the kernel died in the middle of a trial, and a resumed search shows each
+trial as it was; a Ray ``param_space`` nested under ``train_loop_config``."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import optuna
 import pytest
 from support.factories import started_kernel
+from support.stop_loops import LOOPS, ends
 
 #: Starts kernels and engines: not in `bash dev test fast`.
 pytestmark = pytest.mark.engines
@@ -34,6 +38,84 @@ def good_then_bad(trial):
 
 #: The kernel every test here starts: a 2-process cluster and the train functions.
 KERNEL = ("-n 2 --devices-per-process 1", FUNCS)
+
+
+@pytest.fixture(scope="module")
+def kernel(make_kernel):
+    """One kernel for the tests that leave it as they found it: the train functions and the loops
+    of ``support.stop_loops``."""
+    return make_kernel(KERNEL[0], FUNCS + LOOPS)
+
+
+def search_of(kernel, fn: str, tmp_path, steps: int, sleep: float = 0.0, trials: int = 4,
+              extra: str = "", var: str = "search"):
+    """Run ``%jax_tune FN`` over ``good_then_bad`` (2 good trials, then bad ones); its output and
+    each trial as the TuneResult has it."""
+    out = kernel.ok(f"%jax_tune {fn} --space good_then_bad --trials {trials} --metric loss "
+                    f"--config dict(steps={steps}, sleep={sleep}, log={str(tmp_path / 'ends')!r}) "
+                    f"--storage {tmp_path} --name s {extra} -o {var}", timeout=300)
+    return out, trials_of(kernel, var)
+
+
+def trials_of(kernel, var: str) -> list[dict]:
+    return kernel.value(f"[dict(state=t.state, value=t.value, config=t.config, steps=t.steps, "
+                        f"history=t.history, "
+                        f"seconds=t.seconds, stopped_at=t.stopped_at, pruned_at=t.pruned_at) "
+                        f"for t in {var}.trials]")
+
+
+def test_a_ray_loop_that_never_asks_is_pruned_at_the_same_report_everywhere(kernel, tmp_path):
+    """The issue: trials marked PRUNED still ran all their steps (60 of 60), silently."""
+    _, trials = search_of(kernel, "ray_loop", tmp_path, steps=60, sleep=0.02)
+    assert [t["state"] for t in trials] == ["COMPLETE", "COMPLETE", "PRUNED", "PRUNED"]
+    for t, (p0, p1) in zip(trials, ends(tmp_path / "ends"), strict=True):
+        assert p0["last"] == p1["last"] == t["steps"][-1]  # the same report on every process
+        complete = t["state"] == "COMPLETE"
+        assert p0["after_loop"] is p1["after_loop"] is complete  # never half-way on some
+        if not complete:
+            assert t["pruned_at"] <= t["stopped_at"] == p0["last"] < 60, t
+    optuna_values = kernel.value("[t.value for t in search.study.trials]")
+    assert optuna_values == [t["value"] for t in trials]  # one value: the last report's
+
+
+def test_fast_steps_end_within_one_report_of_the_stop_on_every_process(kernel, tmp_path):
+    """Tutorial 06's shape (should_stop() at every step) with ~1 ms steps: every PRUNED trial ran
+    all its steps, the stop agreement (every 0.1 s) being slower than the steps."""
+    _, trials = search_of(kernel, "fast_steps", tmp_path, steps=3000)
+    assert [t["state"] for t in trials] == ["COMPLETE", "COMPLETE", "PRUNED", "PRUNED"]
+    for t, (p0, p1) in zip(trials, ends(tmp_path / "ends"), strict=True):
+        assert p0["last"] == p1["last"] == t["steps"][-1], (p0, p1)  # the same step everywhere
+        if t["state"] == "PRUNED":
+            assert p0["last"] < 3000
+            for p in (p0, p1):  # at most one report after the stop reached this process
+                assert p["seen"] is None or p["last"] <= p["seen"] + 1, (p0, p1)
+            print(f"pruned at step {t['pruned_at']}, ended at {t['stopped_at']}")
+
+
+def test_a_resumed_search_shows_each_trial_as_it_was(kernel, tmp_path):
+    """The issue: after --resume a PRUNED trial's 0.81544 at step 69 became 0.48658 at step 23
+    (Optuna's record); each trial keeps its value, steps, time and whole curve."""
+    first, before = search_of(kernel, "ray_loop", tmp_path, steps=30, sleep=0.01, trials=3)
+    assert [t["state"] for t in before] == ["COMPLETE", "COMPLETE", "PRUNED"]
+    again, after = search_of(kernel, "ray_loop", tmp_path, steps=30, sleep=0.01, trials=4,
+                             extra="--resume", var="more")
+    assert after[:3] == before
+    rows = [table_rows(out.displays[-1]["data"]["text/html"]) for out in (first, again)]
+    assert rows[1][:3] == rows[0], rows  # the same rows in the view: value, state, steps, time
+
+
+def table_rows(html: str) -> list[str]:
+    """The trials table's body rows (the head left out)."""
+    return re.findall(r"<tr><th[^>]*>\d.*?</tr>", html)
+
+
+def test_a_ray_param_space_nested_under_train_loop_config(kernel, tmp_path):
+    """Ray's ``param_space={"train_loop_config": {...}}`` searches the config (it was refused)."""
+    kernel.ok("param_space = {'train_loop_config': {'x': tune.uniform(1.9, 2.1)}}")
+    kernel.ok(f"%jax_tune ray_loop --space param_space --trials 2 --metric loss --config "
+              f"dict(steps=3, sleep=0, log={str(tmp_path / 'ends')!r}) --storage {tmp_path} -o ray")
+    assert kernel.value("[t.state for t in ray.trials]") == ["COMPLETE", "COMPLETE"]
+    assert kernel.value("all(1.9 <= t.config['x'] <= 2.1 for t in ray.trials)")
 
 
 def test_pruning_stops_bad_trials_early_in_a_notebook(tmp_path):

@@ -157,3 +157,12 @@ def test_a_recovered_trial_redraws_from_the_resumed_step_and_tells_optuna_each_s
     assert list(view.rows[trial.number].steps) == [1.0, 2.0, 3.0, 4.0, 5.0]
     assert study.trials[0].intermediate_values == {1: 1.0, 2: 0.5, 3: 1 / 3, 4: 0.25, 5: 9.0}
     assert "recovered 1×" in view.table_html()
+
+
+def test_a_ray_param_space_nested_under_train_loop_config_is_the_configs_space():
+    values = _sample({"train_loop_config": {"lr": tune.loguniform(1e-4, 1e-1),
+                                            "width": tune.choice([32, 64])}})
+    assert set(values) == {"lr", "width"}
+    with pytest.raises(space.SpaceError, match=r"also has 'scaling_config'; jaxnb searches only "
+                                               r"the config: pass \{'train_loop_config': "):
+        _sample({"train_loop_config": {"lr": tune.uniform(0, 1)}, "scaling_config": {}})

@@ -50,7 +50,7 @@ KUBEFLOW_VARIABLES = ("JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "JAX_COORDINATOR_AD
 
 #: Dump the main thread's Python stack to :func:`stack_file` (faulthandler, works in C code).
 STACK_SIGNAL = signal.SIGUSR1
-#: Ask a training run to stop: ``jaxnb.should_stop()`` turns True on every process together.
+#: Ask a training run to stop: every process ends it at the same ``jaxnb.report()``.
 STOP_SIGNAL = signal.SIGUSR2
 #: Ask a ``--min-processes`` run to end its attempt at the next checkpoint, so that the group
 #: restarts at another size (ignored by default: a late one never ends an engine).

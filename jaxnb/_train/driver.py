@@ -41,8 +41,8 @@ NOT_ANSWERING = (
     "with an earlier cell?); " + RESET + " or " + RESTART
 )
 FIRST_INTERRUPT = (
-    "jaxnb: stopping run {name!r}: every process stops at its next `jaxnb.should_stop()`. "
-    "Interrupt again to interrupt the processes."
+    "jaxnb: stopping run {name!r}: every process ends it at the same `jaxnb.report()` (or "
+    "`jaxnb.should_stop()`), the next one. Interrupt again to interrupt the processes."
 )
 SECOND_INTERRUPT = "jaxnb: interrupting every process (SIGINT); interrupt again to stop waiting."
 NO_CHECKPOINT_YET = "jaxnb: run {name!r} has no checkpoint yet; starting it from the beginning"
@@ -158,7 +158,8 @@ class _Attempts:
         self.made: list[str] = []  # the folders the run made: removed at its end if left empty
 
     def request_stop(self) -> None:
-        """Stop: the running attempt stops at ``should_stop()``; a recovery under way ends."""
+        """Stop: the running attempt ends at its next report on every process; a recovery under
+        way ends."""
         self.stop_wanted = True
         if self.monitor is not None:
             self.monitor.request_stop()
@@ -369,8 +370,10 @@ def _conclude(
     if errors and monitor.gave_up is None:
         group.mark_suspect_after_errors(len(errors), len(monitor.processes))
     summaries = [f.result() for f in monitor.futures.values() if f.done()]
-    result.stopped = error is None and any(
-        isinstance(s, dict) and s.get("stopped") for s in summaries)
+    stopped = [s for s in summaries if isinstance(s, dict) and s.get("stopped")]
+    result.stopped = error is None and bool(stopped)
+    if result.stopped:  # the step every process ended at (process 0's, the Result's own)
+        result.stopped_at = stopped[0].get("stopped_at")
     if attempts.ended_in_recovery:  # Stop or an interrupt during a recovery: a clean end
         error, result.stopped = None, True
     elif error is not None and attempts.recovery.enabled and not monitor.deaths:
@@ -402,5 +405,6 @@ def _status(result: Result, monitor: Monitor, attempts: _Attempts) -> tuple[str,
     if attempts.ended_in_recovery:
         return "stopped", f"on request: {attempts.ended_in_recovery}{recovered}"
     if result.stopped:
-        return "stopped", f"on request after {step} reports{recovered}"
+        at = f", at step {result.stopped_at}" if result.stopped_at is not None else ""
+        return "stopped", f"on request after {step} reports{at}{recovered}"
     return "finished", recovered.strip(" ()")

@@ -1,6 +1,7 @@
 """Count kernel interrupts during a blocking run instead of raising at a random line.
 
-First Ctrl-C / "Interrupt kernel": the run is asked to stop (``should_stop()``).
+First Ctrl-C / "Interrupt kernel": the run is asked to stop (every process ends it at
+the same report).
 Second: every process is interrupted (SIGINT). Third: the notebook stops
 waiting and raises ``KeyboardInterrupt``.
 """

@@ -81,7 +81,7 @@ class Monitor:
     # ---- requests from the user ------------------------------------------------------
 
     def request_stop(self) -> None:
-        """Ask every process to stop at the same step (``should_stop()`` turns True)."""
+        """Ask every process to end the run at the same report (:mod:`jaxnb._engine.run.stopping`)."""
         if self.stop_requested or self.ar.ready():
             return
         self.stop_requested = True
@@ -210,7 +210,7 @@ class Monitor:
         by_process = self._outcomes()
         if not self._asked_others_to_stop and any(o["error"] is not None for o in by_process.values()):
             self._asked_others_to_stop = True
-            self._signal(STOP_SIGNAL)  # the others may stop cleanly at should_stop()
+            self._signal(STOP_SIGNAL)  # the others end cleanly at their next report
         done = {p for p, f in self.futures.items() if f.done()}
         try:
             if self.stops.check(done, {p: o["error"] for p, o in by_process.items()}):

@@ -42,7 +42,10 @@ class Result(Ongoing):
     ``metrics`` is process 0's last report, ``history`` every report of process 0
     in order, ``checkpoint`` the latest checkpoint (or None), ``path`` the run
     folder and ``error`` None when the run succeeded. ``stopped`` says the run
-    ended early because you asked it to; ``reports`` counts the reports received
+    ended early because it was asked to (Stop, ``stop()``, an interrupt, a pruned
+    trial), and ``stopped_at`` the step of the report where every process ended it
+    (the last report before, when ``should_stop()`` ended it); ``steps`` the step of
+    each report in ``history``; ``reports`` counts the reports received
     from each process. ``failures`` has one :class:`Failure` per recovery
     (``--max-failures``); after one, the reports redone from the checkpoint
     replace the lost ones in ``history``. ``profile``: the trace of ``profile_steps``, or None.
@@ -59,6 +62,7 @@ class Result(Ongoing):
     checkpoint: Checkpoint | None = None
     error: BaseException | None = None
     stopped: bool = False
+    stopped_at: int | None = None
     reports: dict[int, int] = dataclasses.field(default_factory=dict)
     failures: list[Failure] = dataclasses.field(default_factory=list)
     #: The ``ProfileResult`` of ``profile_steps`` (``--profile-steps``), else ``None``.
@@ -83,6 +87,11 @@ class Result(Ongoing):
         self._steps.append(step)
         self.metrics = metrics
 
+    @property
+    def steps(self) -> list[int]:
+        """The step of each report in ``history``, in order."""
+        return list(self._steps)
+
     def add_sample(self, process: int, sample: dict[str, Any]) -> None:
         """(jaxnb) Book a process's sample (memory, time parts, FLOPs per step)."""
         found = self._samples.get(process) or self._samples.setdefault(process, ProcessSamples())
@@ -105,7 +114,8 @@ class Result(Ongoing):
         return f"run {self.name!r}"
 
     def __repr__(self) -> str:
-        state = "running" if self.running else ("failed" if self.error else "finished")
+        state = ("running" if self.running else "failed" if self.error else
+                 "stopped" if self.stopped else "finished")
         parts = [
             f"name={self.name!r}",
             state,
@@ -115,7 +125,8 @@ class Result(Ongoing):
             f"path={self.path!r}",
         ]
         if self.stopped:
-            parts.append("stopped=True")
+            parts.append("stopped=True" + ("" if self.stopped_at is None
+                                           else f", stopped_at={self.stopped_at}"))
         if self.failures:
             parts.append(f"failures=[{len(self.failures)} recovered]")
         if self.error is not None:

@@ -7,7 +7,7 @@ A :class:`TrialFeed` stands in for the training dashboard of the trial's run
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from jaxnb._tune.view import TuneView
@@ -16,13 +16,19 @@ LEAD = 0  # process 0's reports are the run's (as for the Result)
 
 
 class TrialFeed:
-    """Feeds process 0's reports of ``metric`` to ``trial``; calls ``stop()`` once it should prune."""
+    """Feeds process 0's reports of ``metric`` to ``trial``; calls ``stop()`` once it should prune.
+
+    Reports that arrive after the prune (those the processes made before the stop
+    reached them) are told too, so that Optuna's value of the pruned trial is its last
+    report of the metric, as jaxnb's is.
+    """
 
     def __init__(self, trial: Any, metric: str, view: TuneView | None,
                  stop: Callable[[], None]) -> None:
         self.trial, self.metric, self.view, self._stop = trial, metric, view, stop
         self.number = trial.number
         self.pruned = False
+        self.pruned_at: int | None = None  # the step whose report the pruner judged
         self.reports = 0
         self.keys: set[str] = set()  # every metric name process 0 reported
         self.last: float | None = None
@@ -52,18 +58,18 @@ class TrialFeed:
             step = int(rec["step"])
             if self.view is not None:
                 self.view.saw_step(self.number, step)
-            value = _number(metrics.get(self.metric))
+            value = metric_value(metrics, self.metric)
             if value is None:
                 continue
             self.last, self.last_step = value, step
             if self.view is not None:
                 self.view.add(self.number, step, value)
-            if self.pruned or not math.isfinite(value) or step in self.told:
+            if not math.isfinite(value) or step in self.told:
                 continue  # a step redone after a recovery: Optuna already has it
             self.told.add(step)
             self.trial.report(value, step)
-            if self.trial.should_prune():
-                self.pruned = True
+            if not self.pruned and self.trial.should_prune():
+                self.pruned, self.pruned_at = True, step
                 self._stop()
 
     def add_sample(self, process: int, sample: dict[str, Any]) -> None:
@@ -89,7 +95,9 @@ class TrialFeed:
             self.view.rewind(self.number, step, self.recoveries)
 
 
-def _number(value: Any) -> float | None:
+def metric_value(metrics: Mapping[str, Any], metric: str) -> float | None:
+    """The number a report holds for ``metric``, or None (not there, or not a number)."""
+    value = metrics.get(metric)
     if value is None or isinstance(value, bool):
         return None
     try:

@@ -72,13 +72,18 @@ class TuneResult(Ongoing):
 
 @dataclasses.dataclass(eq=False, repr=False)
 class TrialResult(Result):
-    """One trial's training :class:`~jaxnb.Result`, plus ``number``, ``config``, ``state``, ``value``."""
+    """One trial's training :class:`~jaxnb.Result`, plus ``number``, ``config``, ``state``, ``value``.
+
+    A PRUNED trial also has ``pruned_at``, the step of the report the pruner judged; its run
+    ended at ``stopped_at``, the first report every process made after the stop reached it.
+    """
 
     number: int = -1
     config: dict[str, Any] = dataclasses.field(default_factory=dict)
     state: str = "RUNNING"  # then "COMPLETE", "PRUNED" or "FAIL"
     value: float | None = None  # the last report of the metric
     seconds: float | None = None  # how long the trial took
+    pruned_at: int | None = None  # the step the pruner judged (PRUNED trials)
 
     @classmethod
     def of(cls, result: Result, number: int, config: dict[str, Any], state: str,
@@ -90,6 +95,8 @@ class TrialResult(Result):
     def __repr__(self) -> str:
         return (f"TrialResult(number={self.number}, state={self.state!r}, value={self.value!r}, "
                 f"config={self.config!r}, steps={len(self.history)}, path={self.path!r}"
+                + (f", pruned_at={self.pruned_at}, stopped_at={self.stopped_at}"
+                   if self.state == "PRUNED" else "")
                 + (f", error={_first_line(self.error)!r}" if self.error is not None else "") + ")")
 
 

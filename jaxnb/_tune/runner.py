@@ -17,10 +17,10 @@ from jaxnb._failures import detect
 from jaxnb._train import driver, function
 from jaxnb._train.recovery import Restart
 from jaxnb._train.result import Result
-from jaxnb._tune import keys
+from jaxnb._tune import keys, trial_record
 from jaxnb._tune import space as spaces
 from jaxnb._tune import study as studies
-from jaxnb._tune.feed import TrialFeed
+from jaxnb._tune.feed import TrialFeed, metric_value
 from jaxnb._tune.options import TuneOptions, make_pruner
 from jaxnb._tune.result import TrialResult, TuneResult
 from jaxnb._tune.view import TuneView
@@ -187,13 +187,13 @@ class _Search:
             self.study.tell(trial, state=TrialState.FAIL)
             self._record(trial.number, Result(run_name, os.path.join(self.result.path, run_name),
                                               error=exc if isinstance(exc, Exception) else None),
-                         config, "FAIL", None)
+                         params, "FAIL", None)
             if isinstance(exc, ClusterStateError):
                 return CANNOT_GO_ON.format(why=str(exc).splitlines()[0])
             raise
         assert run is not None
         state, why = self._conclude(trial, feed, run, error, first)
-        self._record(trial.number, run, config, state, feed.last)
+        self._record(trial.number, run, params, state, feed.last, pruned_at=feed.pruned_at)
         if error is not None:
             print(f"jaxnb: trial {trial.number} failed: {getattr(error, 'summary', error)}",
                   file=sys.stderr)
@@ -233,13 +233,15 @@ class _Search:
         self.study.tell(trial, feed.last)
         return "COMPLETE", None
 
-    def _record(self, number: int, run: Result, config: dict[str, Any], state: str,
-                value: float | None) -> None:
-        trial = TrialResult.of(run, number, config, state, value)
+    def _record(self, number: int, run: Result, params: dict[str, Any], state: str,
+                value: float | None, pruned_at: int | None = None) -> None:
+        trial = TrialResult.of(run, number, {**(self.opts.config or {}), **params}, state, value)
         trial.seconds = time.monotonic() - self._started
+        trial.pruned_at = pruned_at if state == "PRUNED" else None
+        trial_record.write(trial, params)  # a resumed search shows this trial as it is now
         self.result.trials.append(trial)
         if self.view is not None:
-            self.view.trial_ended(number, state, value)
+            self.view.trial_ended(number, state, value, seconds=trial.seconds)  # as a resume shows it
 
     def _stop_current(self) -> None:
         monitor = self.group.current_run
@@ -250,15 +252,19 @@ class _Search:
         if self.view is None:
             return
         self.view.trial_started(past.number, params)
-        for record in past.history:
-            self.view.add(past.number, record["step"], record[self.opts.metric])
-            self.view.saw_step(past.number, record["step"])
+        for step, metrics in zip(past.steps, past.history, strict=True):
+            value = metric_value(metrics, self.opts.metric)
+            if value is not None:
+                self.view.add(past.number, step, value)
+        if past.steps:
+            self.view.saw_step(past.number, past.steps[-1])
         self.view.trial_ended(past.number, past.state, past.value, seconds=past.seconds)
 
 
 def _past_trials(study: Any, folder: str, metric: str, base: Mapping[str, Any] | None
                  ) -> list[tuple[TrialResult, dict[str, Any]]]:
-    """The finished trials of a resumed study, as TrialResults (history from Optuna's record)."""
+    """The finished trials of a resumed study, as TrialResults: as the search showed them (their
+    ``trial.json``), else from Optuna's record (a study from an older jaxnb)."""
     from optuna.trial import TrialState
 
     past = []
@@ -266,14 +272,23 @@ def _past_trials(study: Any, folder: str, metric: str, base: Mapping[str, Any] |
         if t.state not in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL):
             continue
         name = t.user_attrs.get("run", trial_run_name(t.number))
-        history = [{"step": s, metric: v} for s, v in sorted(t.intermediate_values.items())]
-        run = Result(name, os.path.join(folder, name), metrics=history[-1] if history else None,
-                     history=history)
+        run = Result(name, os.path.join(folder, name))
         run.set_done()
-        value = t.value if t.state == TrialState.COMPLETE else (
-            history[-1][metric] if history else None)
-        trial = TrialResult.of(run, t.number, {**(base or {}), **t.params}, t.state.name, value)
-        if t.datetime_start and t.datetime_complete:
-            trial.seconds = (t.datetime_complete - t.datetime_start).total_seconds()
-        past.append((trial, dict(t.params)))
+        past.append(trial_record.read(run, t.number, base)
+                    or _from_optuna(t, run, metric, {**(base or {}), **t.params}))
     return past
+
+
+def _from_optuna(t: Any, run: Result, metric: str, config: dict[str, Any]
+                 ) -> tuple[TrialResult, dict[str, Any]]:
+    """Trial ``t`` and its parameters from what Optuna kept: the metric at each step it was told."""
+    from optuna.trial import TrialState
+
+    for step, value in sorted(t.intermediate_values.items()):
+        run.add_report({"step": step, metric: value}, step)
+    value = t.value if t.state == TrialState.COMPLETE else (
+        run.history[-1][metric] if run.history else None)
+    trial = TrialResult.of(run, t.number, config, t.state.name, value)
+    if t.datetime_start and t.datetime_complete:
+        trial.seconds = (t.datetime_complete - t.datetime_start).total_seconds()
+    return trial, dict(t.params)

@@ -9,6 +9,8 @@ from jaxnb._core.spelling import Code, bare, example
 from jaxnb._tune.domains import Domain
 
 EXAMPLE = Code("dict(lr=jaxnb.tune.loguniform(1e-4, 1e-1), width=jaxnb.tune.choice([32, 64]))")
+#: A Ray Trainer's ``param_space`` nests the searched config under this key.
+RAY_CONFIG = "train_loop_config"
 
 
 class SpaceError(ValueError):
@@ -19,9 +21,11 @@ Sampler = Callable[[Any], dict[str, Any]]
 
 
 def sampler(space: Any) -> Sampler:
-    """A function ``trial -> dict`` of sampled values for ``space``; checked before any trial runs."""
+    """A function ``trial -> dict`` of sampled values for ``space``; checked before any trial runs.
+
+    A Ray Trainer's ``param_space`` (``{"train_loop_config": {...}}``) searches its config."""
     if isinstance(space, Mapping):
-        return _dict_sampler(space)
+        return _dict_sampler(_ray_config(space))
     if callable(space):
         return _function_sampler(space)
     raise SpaceError(f"{bare('space')} must be a dict of distributions or a function trial -> "
@@ -47,6 +51,20 @@ def distribution(key: str, value: Any) -> Any:
     raise SpaceError(f"{bare('space')}[{key!r}] is a {type(value).__name__}, not a distribution; "
                      "use jaxnb.tune.uniform/loguniform/randint/choice or an optuna distribution "
                      f"(fixed values go in {bare('config')})")
+
+
+def _ray_config(space: Mapping[Any, Any]) -> Mapping[Any, Any]:
+    """``space``, or the config a Ray Trainer's ``param_space`` nests under ``train_loop_config``."""
+    nested = space.get(RAY_CONFIG)
+    if not isinstance(nested, Mapping):
+        return space
+    others = [k for k in space if k != RAY_CONFIG]
+    if others:
+        raise SpaceError(f"{bare('space')} nests the config under {RAY_CONFIG!r} (a Ray Trainer's "
+                         f"param_space) but also has {others[0]!r}; jaxnb searches only the config: "
+                         f"pass {{{RAY_CONFIG!r}: {{...}}}} alone (processes come from the cluster, "
+                         f"fixed values go in {bare('config')})")
+    return nested
 
 
 def _dict_sampler(space: Mapping[Any, Any]) -> Sampler:

@@ -1,13 +1,14 @@
 """The ``jax.distributed`` key-value store, through which the processes agree without XLA.
 
 No collective: nothing to compile, no device sync, nothing queued behind gloo work.
-``should_stop()`` (:mod:`jaxnb._engine.run.stopping`) and :mod:`.gather` use it.
+ending a run on request (:mod:`jaxnb._engine.run.stopping`) and :mod:`.gather` use it.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+import threading
+from typing import Any, overload
 
 #: Waits are cut in slices this long so that an interrupt gets through.
 WAIT_SLICE_MS = 1000
@@ -20,14 +21,22 @@ def client() -> Any | None:
     return distributed_client()
 
 
-def wait_for(kv: Any, key: str) -> str:
-    """The value of ``key`` once a process has set it (waited for in slices: interruptible)."""
-    while True:
+@overload
+def wait_for(kv: Any, key: str) -> str: ...
+@overload
+def wait_for(kv: Any, key: str, give_up: threading.Event) -> str | None: ...
+
+
+def wait_for(kv: Any, key: str, give_up: threading.Event | None = None) -> str | None:
+    """The value of ``key`` once a process has set it (waited for in slices: interruptible);
+    ``None`` if ``give_up`` is set first."""
+    while give_up is None or not give_up.is_set():
         try:
             return kv.blocking_key_value_get(key, WAIT_SLICE_MS)
         except Exception as exc:  # only a timeout slice is retried
             if "DEADLINE_EXCEEDED" not in str(exc):
                 raise
+    return None
 
 
 def delete(key: str) -> None:

@@ -3,7 +3,10 @@
 The notebook runs a training function in two requests on every engine:
 :func:`prepare` (find the function, arm the stop signal) then :func:`execute`
 (run it, with every report streamed back and the last batch flushed before
-it returns, also when it raises).
+it returns, also when it raises). A run asked to stop ends at the same
+``report()`` on every process (:mod:`~jaxnb._engine.run.stopping`), whether or
+not the function calls ``should_stop()``: that report raises ``StopRun``, which
+:func:`execute` catches.
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ class _Run:
     fn: Callable[..., Any]
     args: tuple[Any, ...]
     resume: Checkpoint | None
-    stop: stopping.StopAgreement
+    stop: stopping.StopPoints
     run_id: str = ""
     publisher: BatchPublisher | None = None
     count: int = 0
@@ -65,6 +68,10 @@ class _Run:
     as_flags: bool = False
     #: ``min_processes``: whether to end at a checkpoint for a size change.
     resize: resizing.Agreement | None = None
+    #: The step of the last report.
+    last_step: int | None = None
+    #: The run was ended on request (at ``stop.end``; ``should_stop()`` may have said so).
+    stopped: bool = False
 
 
 _run: _Run | None = None
@@ -85,6 +92,10 @@ def report(metrics: dict[str, Any], checkpoint: Any = None, *, step_fn: Any = No
     so far (continuing from the resumed checkpoint's step). It does not wait on
     the device, except to keep at most :data:`MAX_IN_FLIGHT` reported values
     computing (1 with several CPU devices per process).
+
+    Once the run is asked to stop (Stop, an interrupt, a pruned trial), the
+    report where every process agreed to end is sent, then ends the function
+    (as Ray ends a stopped trial), unless ``should_stop()`` already said True.
 
     ``step_fn``: the compiled step (``jax.jit(step).lower(...).compile()``, or the jitted
     function itself), once: the dashboard's FLOP/s and MFU come from XLA's cost analysis of it.
@@ -122,12 +133,16 @@ def report(metrics: dict[str, Any], checkpoint: Any = None, *, step_fn: Any = No
         record["checkpoint"] = saved.path
         record["checkpoint_user"] = saved.user_managed
     run.publisher.add(record)
+    run.last_step = step
     if checkpoint is not None:
         crash_points.reached("reported", step)
     _bound_in_flight(run, metrics)
     recording.step_reported(step)  # %jax_train --profile-steps: opens/closes the trace window
     if run.resize is not None and saved is not None and not saved.user_managed:
         run.resize.at_checkpoint(step)  # a size change waits for this checkpoint: end here
+    if not run.stopped and run.stop.reached():  # after should_stop() said True, reports go on
+        run.stopped = True
+        raise stopping.StopRun(f"the run was asked to stop; every process ends at step {step}")
 
 
 def get_checkpoint() -> Any:
@@ -140,8 +155,17 @@ def get_checkpoint() -> Any:
 
 
 def should_stop() -> bool:
-    """True on every process at the same call once the user asked the run to stop."""
-    return _run.stop() if _run is not None else False
+    """True on every process at the same call once the run was asked to stop (then it stays True).
+
+    Optional: without it the run ends at a ``report()``. With it, the function
+    ends itself, and may still report and save (a last checkpoint) after the loop.
+    """
+    run = _run
+    if run is None:
+        return False
+    if not run.stopped and run.stop.reached():
+        run.stopped = True
+    return run.stopped
 
 
 # ---- the two requests the notebook sends -------------------------------------------
@@ -186,7 +210,7 @@ def _prepare(spec: dict[str, Any]) -> dict[str, Any]:
         fn=fn,
         args=args,
         resume=resume,
-        stop=stopping.StopAgreement(spec["run_id"], process, n),
+        stop=stopping.StopPoints(spec["run_id"], process, n),
         run_id=str(spec["run_id"]),
         base_step=resume.step if resume is not None else 0,
         as_flags=bool(spec.get("as_flags")),
@@ -205,6 +229,7 @@ def execute() -> dict[str, Any]:
     sampler = monitoring.start(run.fn)
     run.publisher = BatchPublisher(datapub_sender(), monitor=sampler,
                                    monitor_every=monitoring.SAMPLE_SECONDS)
+    run.stop.start()
     ok, resized_at = False, None
     try:
         with spelled(run.as_flags):
@@ -212,6 +237,8 @@ def execute() -> dict[str, Any]:
         ok = True
     except resizing.ResizeAtCheckpoint as end:  # every process ends here together
         ok, resized_at = True, end.step
+    except stopping.StopRun:
+        ok = True
     except BaseException as exc:
         from jaxnb._engine.debug import kept
 
@@ -221,14 +248,13 @@ def execute() -> dict[str, Any]:
     finally:
         monitoring.stop()
         _run = None
+        run.stop.finish()
         data_run.end()
-        if not ok:
-            run.stop.abort()
         run.publisher.close()
         if run.store is not None and ok:
             run.store.close()
-    return {"reports": run.count, "batches": run.publisher.batches, "stopped": run.stop.stopped,
-            "resized_at": resized_at}
+    return {"reports": run.count, "batches": run.publisher.batches, "stopped": run.stopped,
+            "stopped_at": run.last_step if run.stopped else None, "resized_at": resized_at}
 
 
 # ---- helpers -------------------------------------------------------------------------
