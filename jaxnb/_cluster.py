@@ -30,7 +30,7 @@ from jaxnb._core.options import (
 from jaxnb._core.spelling import example, option
 from jaxnb._core.state import Group, ProcessInfo
 from jaxnb._failures import detect, repair, stacks
-from jaxnb._lifecycle import lost_hosts, shutdown, spares, startup
+from jaxnb._lifecycle import compile_cache, lost_hosts, shutdown, spares, startup
 
 CPU_MULTI_DEVICE_NOTE = (
     "jaxnb: several CPU devices per process: gloo collectives can deadlock with many steps in "
@@ -71,6 +71,7 @@ class JaxCluster(ClusterJobs):
         timeout: float | None = None,
         init_timeout: float = DEFAULT_INIT_TIMEOUT,
         spares: int | None = None,
+        compile_cache: str | None = None,
         collective_timeout: int = DEFAULT_COLLECTIVE_TIMEOUT,
         env: Mapping[str, str] | None = None,
     ) -> None:
@@ -278,7 +279,8 @@ class JaxCluster(ClusterJobs):
         return pull.pull(self.group, name, self.options.timeout or DEFAULT_OPERATION_TIMEOUT)
 
     def status(self) -> list[ProcessInfo]:
-        """One entry per process, with its current state (idle, busy, dead)."""
+        """One entry per process, with its current state (idle, busy, dead) and, while the
+        engines are idle, its compilation cache (``compile_cache``: folder, size, hits)."""
         group = self.group
         group.require_running()
         queue = group.client.queue_status()
@@ -291,6 +293,8 @@ class JaxCluster(ClusterJobs):
                 info.state = f"busy ({group.busy_with})"
             else:
                 info.state = "busy" if q.get("queue", 0) else "idle"
+        if all(info.state == "idle" for info in group.processes):
+            compile_cache.ask(group)
         return group.processes
 
     def reset(self) -> str:

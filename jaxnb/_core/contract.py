@@ -36,6 +36,14 @@ ENV_CONTROLLER_ADDRESS = "JAXNB_CONTROLLER_ADDRESS"
 ENV_WORKDIR = "JAXNB_WORKDIR"
 #: ``--workdir`` copied to some hosts: JSON {hostname: its folder} (engines not started by ssh).
 ENV_WORKDIR_BY_HOST = "JAXNB_WORKDIR_BY_HOST"
+#: ``--compile-cache``: the folder of JAX's persistent compilation cache (a leading ``~`` is the
+#: engine's host's home), :data:`COMPILE_CACHE_OFF`, or empty: the default on each host
+#: (``$XDG_CACHE_HOME/jaxnb/xla``, else ``~/.cache/jaxnb/xla``).
+ENV_COMPILE_CACHE = "JAXNB_COMPILE_CACHE"
+COMPILE_CACHE_OFF = "off"
+#: Warm spares: the third-party modules the group's engines have imported (comma-separated),
+#: imported by a new engine before it registers.
+ENV_WARM_MODULES = "JAXNB_WARM_MODULES"
 
 # ---- set on every engine when it joins the group ---------------------------------------
 

@@ -48,6 +48,10 @@ class ProcessInfo:
     address: str = ""
     #: Its parent's pid (for an engine on another host: the shell that reports its exit).
     parent_pid: int = 0
+    #: JAX's persistent compilation cache as this process sees it (``status()`` asks while the
+    #: engines are idle): ``folder`` (``None``: off), ``entries`` and ``bytes`` on its host,
+    #: its ``hits``, ``lookups``, ``writes`` and ``saved_seconds`` since it started.
+    compile_cache: dict | None = None
 
 
 @dataclasses.dataclass

@@ -25,6 +25,9 @@ def main() -> None:
     import jax  # before registering: the first cell does not pay for it
 
     jax.config.update("jax_enable_preemption_service", False)
+    from jaxnb._engine.compile import cache
+
+    cache.enable_from_env()  # before anything compiles
     from ipyparallel.engine.app import main as ipengine_main
 
     gc.freeze()  # what was imported stays: later collections need not scan it
