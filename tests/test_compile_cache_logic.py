@@ -66,3 +66,11 @@ def test_status_shows_each_hosts_folder_and_each_process_hits():
     page = devices_html([_process(0, "a", _stats(None))])
     assert "compile cache: off" in page and cache_hits_text(_stats(None)) == "off"
     assert cache_hits_text(None) == "—"  # the engines were busy: not known
+
+
+def test_a_host_that_cannot_make_the_folder_says_so():
+    problem = {**_stats(None), "problem": "/nonexistent/.cache/jaxnb/xla cannot be made: Permission denied"}
+    page = devices_html([_process(0, "a", _stats("/c")), _process(1, "b", problem)])
+    assert "compile cache on b: off (/nonexistent/.cache/jaxnb/xla cannot be made: Permission " \
+           "denied; pass compile_cache=&#x27;DIR&#x27; with a folder it can write)" in page
+    assert "compile cache on a: /c" in page

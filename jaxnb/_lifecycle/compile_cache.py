@@ -12,7 +12,7 @@ from jaxnb._core.state import Group
 
 _DESCRIBE = EngineCall("jaxnb._engine.compile.cache:describe")
 #: How long ``status`` waits for the engines' answers (idle engines answer in milliseconds).
-ASK_SECONDS = 5.0
+ASK_SECONDS = 10.0
 
 
 def ask(group: Group) -> None:

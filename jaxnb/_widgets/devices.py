@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from jaxnb._core.messages import plural, size_text
+from jaxnb._core.spelling import example
 from jaxnb._widgets._display import display_widget
 from jaxnb._widgets.palette import process_colour
 
@@ -55,7 +56,7 @@ def cache_hits_text(cache: dict | None) -> str:
     if cache is None:
         return "—"
     if cache.get("folder") is None:
-        return "off"
+        return "off"  # asked for, or a folder its host cannot make (the line under the table)
     saved = cache.get("saved_seconds") or 0.0
     return f"{cache['hits']} of {cache['lookups']}" + (f" ({saved:.1f} s saved)" if saved else "")
 
@@ -63,16 +64,23 @@ def cache_hits_text(cache: dict | None) -> str:
 def cache_lines(processes: Sequence[Any]) -> list[str]:
     """One line per cache folder (each host has its own): where, how many entries, how big."""
     seen: dict[tuple[str, str], dict] = {}
+    problems: dict[str, str] = {}
     for p in processes:
         cache = p.compile_cache
         if cache is not None and cache.get("folder") is not None:
             seen.setdefault((p.host, cache["folder"]), cache)
-    if not seen and any(p.compile_cache is not None for p in processes):
+        elif cache is not None and cache.get("problem"):
+            problems.setdefault(p.host, cache["problem"])
+    hosts = {host for host, _ in seen} | set(problems)
+    lines = [f"compile cache{f' on {host}' if len(hosts) > 1 else ''}: {folder} — "
+             f"{plural(cache['entries'], 'entry', 'entries')}, {size_text(cache['bytes'])}"
+             for (host, folder), cache in seen.items()]
+    lines += [f"compile cache{f' on {host}' if len(hosts) > 1 else ''}: off ({problem}; "
+              f"pass {example('compile_cache', 'DIR')} with a folder it can write)"
+              for host, problem in problems.items()]
+    if not lines and any(p.compile_cache is not None for p in processes):
         return ["compile cache: off"]
-    hosts = {host for host, _ in seen}
-    return [f"compile cache{f' on {host}' if len(hosts) > 1 else ''}: {folder} — "
-            f"{plural(cache['entries'], 'entry', 'entries')}, {size_text(cache['bytes'])}"
-            for (host, folder), cache in seen.items()]
+    return lines
 
 
 

@@ -48,6 +48,8 @@ class _Stats:
         self.counts: collections.Counter[str] = collections.Counter()
         self.saved = 0.0
         self.folder: str | None = None
+        #: Why the cache is off on this host although it was asked for (a folder it cannot make).
+        self.problem: str | None = None
         self.listening = False
 
     def on_event(self, event: str, **_: Any) -> None:
@@ -97,10 +99,15 @@ def enable(folder: str | None) -> str | None:
         jax.monitoring.register_event_listener(_stats.on_event)
         jax.monitoring.register_event_duration_secs_listener(_stats.on_duration)
         _stats.listening = True
+    if folder is not None:
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError as exc:  # e.g. a host whose user has no home: go on without the cache
+            _stats.problem = f"{folder} cannot be made: {exc.strerror or exc}"
+            folder = None
     if folder is None:
         jax.config.update("jax_enable_compilation_cache", False)
         return None
-    os.makedirs(folder, exist_ok=True)
     jax.config.update("jax_compilation_cache_dir", folder)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)  # any size
@@ -112,7 +119,8 @@ def enable(folder: str | None) -> str | None:
 
 def describe() -> dict[str, Any]:
     """The cache as this process sees it: folder (``None``: off), its entries and bytes on this
-    host, and this process's hits, lookups, writes and compile seconds saved since it started."""
+    host, this process's hits, lookups, writes and compile seconds saved since it started, and
+    the problem that turned it off here (``None`` when none did)."""
     folder = _stats.folder
     entries = size = 0
     if folder is not None:
@@ -128,4 +136,4 @@ def describe() -> dict[str, Any]:
         counts = {name: _stats.counts[event] for event, name in _EVENTS.items()}
         saved = _stats.saved
     return {"folder": folder, "entries": entries, "bytes": size, **counts,
-            "saved_seconds": round(saved, 3)}
+            "saved_seconds": round(saved, 3), "problem": _stats.problem}
