@@ -12,7 +12,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -27,6 +26,7 @@ from jaxnb._core.options import (
     ClusterOptions,
     Platform,
 )
+from jaxnb._core.phases import JOIN, REPLAY, START, STOP, Stopwatch
 from jaxnb._core.spelling import example, option
 from jaxnb._core.state import Group, ProcessInfo
 from jaxnb._failures import detect, repair, stacks
@@ -99,13 +99,16 @@ class JaxCluster(ClusterJobs):
         self.group.setup.clear()  # new engines: nothing of the old setup is on them
         return self._start()
 
-    def _start(self) -> JaxCluster:
+    def _start(self, phases: Stopwatch | None = None) -> JaxCluster:
+        phases = Stopwatch() if phases is None else phases
         try:
-            startup.start_engines(self.group)
+            with phases.timed(START):
+                startup.start_engines(self.group)
             # After ipyparallel registered its own exit hook (when its controller started):
             # hooks run last-registered first, so this fast stop runs before its slow one.
             atexit.register(self.stop)
-            startup.join_group(self.group)
+            with phases.timed(JOIN):
+                startup.join_group(self.group)
             spares.top_up_later(self.group)  # warm spares, once the start is done with the CPU
         except BaseException as exc:
             self.stop()
@@ -140,12 +143,12 @@ class JaxCluster(ClusterJobs):
             self.group.setup.clear()  # the new engines start empty
         return self
 
-    def _swap_spares(self) -> bool:
+    def _swap_spares(self, phases: Stopwatch | None = None) -> bool:
         """Restart on the warm spares (only a join); False when none are ready."""
         if not self.running:
             return False
         try:
-            return spares.swap(self.group)
+            return spares.swap(self.group, phases)
         except Exception:  # a spare failed to join: restart the slow way
             return False
 
@@ -160,15 +163,18 @@ class JaxCluster(ClusterJobs):
         return group.setup.run(cell, lambda values: pull.push(group, values))
 
     def _recover(self) -> dict[str, float]:
-        """Restart with the same options and replay the setup (a training run's recovery)."""
-        started = time.monotonic()
-        lost_hosts.wait(self.group)
-        if not self._swap_spares():
-            self.stop()
-            self._start()
-        restarted = time.monotonic()
-        replayed = self._replay()
-        return {"restart": restarted - started, "replay": replayed}
+        """Restart with the same options and replay the setup (a training run's recovery);
+        the seconds of each phase (:mod:`jaxnb._core.phases`)."""
+        phases = Stopwatch()
+        with phases.timed(STOP):
+            lost_hosts.wait(self.group)  # hosts found unreachable answer again (or fail)
+        if not self._swap_spares(phases):
+            with phases.timed(STOP):
+                self.stop()
+            self._start(phases)
+        with phases.timed(REPLAY):
+            self._replay()
+        return dict(phases)
 
     def __enter__(self) -> JaxCluster:
         return self.start()

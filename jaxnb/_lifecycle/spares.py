@@ -25,6 +25,7 @@ from typing import Any
 
 from jaxnb._core import ipp_internals
 from jaxnb._core.contract import EngineCall
+from jaxnb._core.phases import JOIN, START, STOP, Stopwatch
 from jaxnb._core.state import Group
 from jaxnb._hosts import processes, site, ssh
 from jaxnb._lifecycle import startup
@@ -116,28 +117,34 @@ def _ready(group: Group) -> dict[int, int]:
     return found if sum(need.values()) == 0 else {}
 
 
-def swap(group: Group) -> bool:
-    """Replace the group's engines by spares and join them; False when too few are ready."""
+def swap(group: Group, phases: Stopwatch | None = None) -> bool:
+    """Replace the group's engines by spares and join them; False when too few are ready.
+    ``phases``: where the seconds of finding them, stopping the old engines and joining go."""
+    phases = Stopwatch() if phases is None else phases
     with _lock:
-        swapped = _swap(group)
+        swapped = _swap(group, phases)
     if swapped:
         top_up_later(group)
     return swapped
 
 
-def _swap(group: Group) -> bool:
-    spares = _ready(group)
+def _swap(group: Group, phases: Stopwatch) -> bool:
+    with phases.timed(START):
+        spares = _ready(group)
     if not spares:
         return False
-    site.kill(group, group.indices)  # the old engines, where they run
-    group.spare_pids.difference_update(spares.values())
-    group.view = group.client[list(spares)]
-    group.view.block = False
-    group.processes = []
-    group.remote_launchers = {}
-    group.clear_suspect()
-    group.group_cut, group.busy_with, group.current_run = False, None, None
-    startup.join_group(group)
+    with phases.timed(STOP):
+        site.kill(group, group.indices)  # the old engines, where they run
+    with phases.timed(START):
+        group.spare_pids.difference_update(spares.values())
+        group.view = group.client[list(spares)]
+        group.view.block = False
+        group.processes = []
+        group.remote_launchers = {}
+        group.clear_suspect()
+        group.group_cut, group.busy_with, group.current_run = False, None, None
+    with phases.timed(JOIN):
+        startup.join_group(group)
     return True
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from jaxnb._cells.pull import note_size
-from jaxnb._core import ipp_internals, spelling
+from jaxnb._core import ipp_internals, phases, spelling
 from jaxnb._core.contract import EngineCall
 from jaxnb._core.errors import ClusterStateError, remote_error
 from jaxnb._core.messages import BUSY, RESET, RESTART
@@ -142,7 +142,7 @@ class _Attempts:
         self.stop_wanted = False
         self.interrupts: InterruptCounter | None = None
         self.ended_in_recovery = ""
-        self.resumed: tuple[Any, float] | None = None  # the last failure, when its attempt began
+        self.resumed: tuple[Any, float] | None = None  # the last failure, when its replay ended
 
     def request_stop(self) -> None:
         """Stop: the running attempt stops at ``should_stop()``; a recovery under way ends."""
@@ -161,6 +161,7 @@ class _Attempts:
             return None
         monitor.finish()  # this attempt's last reports and output
         failure, refuse = recovery.record(monitor)
+        failure.phases[phases.DETECT] = monitor.unnoticed_seconds()
         if refuse is not None:
             give_up(monitor, refuse)
             return None
@@ -176,7 +177,8 @@ class _Attempts:
             return None
         try:
             assert recovery.restart is not None
-            failure.seconds.update(recovery.restart())
+            failure.phases.update(recovery.restart())
+            replayed = time.monotonic()
         except BaseException as exc:  # the restart or the replay failed: that is the run's end
             error = getattr(exc, "summary", None) or f"{type(exc).__name__}: {exc}"
             give_up(monitor, f"the recovery failed: {str(error).splitlines()[0]}")
@@ -198,14 +200,22 @@ class _Attempts:
             give_up(monitor, f"the recovery failed: {exc}")
             raise
         dashboard.set_status("running", recovery.counted())
-        self.resumed = (failure, time.monotonic())
+        self.resumed = (failure, replayed)
         return following
 
     def time_first_step(self, monitor: Monitor) -> None:
-        """Note in the last failure how long the resumed attempt took to its first report."""
-        if self.resumed is not None and monitor.first_report_at is not None:
-            failure, launched = self.resumed
-            failure.seconds.setdefault("restore_and_first_step", monitor.first_report_at - launched)
+        """Note in the last failure its restore and first step, once the resumed attempt
+        reported (or ended), and show the recovery's time on the dashboard."""
+        if self.resumed is None or monitor.first_report_at is None:
+            return
+        failure, replayed = self.resumed
+        self.resumed = None
+        restore = monitor.first_restore
+        failure.phases[phases.RESTORE] = restore
+        failure.phases[phases.FIRST_STEP] = max(0.0, monitor.first_report_at - replayed - restore)
+        failure.phases = phases.in_order(failure.phases)
+        failure.seconds = round(sum(failure.phases.values()), 3)
+        monitor.dashboard.recovery_took(failure.seconds, phases.largest(failure.phases))
 
     def _ended(self, monitor: Monitor, how: str) -> None:
         self.ended_in_recovery = how
@@ -262,6 +272,7 @@ def _follow_blocking(
     try:
         while True:
             while not monitor.poll():
+                attempts.time_first_step(monitor)
                 if ctrl_c.count >= 1 and not monitor.stop_requested:
                     print(FIRST_INTERRUPT.format(name=name))
                     monitor.request_stop()
@@ -287,7 +298,7 @@ def _follow_background(
     try:
         while True:
             while not monitor.poll():
-                pass
+                attempts.time_first_step(monitor)
             following = attempts.next(monitor)
             if following is None:
                 break

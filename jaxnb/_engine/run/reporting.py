@@ -23,7 +23,7 @@ from jaxnb._core.run_folder import Checkpoint
 from jaxnb._core.spelling import Code, bare, example, spelled
 from jaxnb._engine.datasets import data_run
 from jaxnb._engine.profile import recording
-from jaxnb._engine.run import cell_sources, stopping
+from jaxnb._engine.run import cell_sources, restore_clock, stopping
 from jaxnb._engine.run.publisher import BatchPublisher, datapub_sender
 from jaxnb._engine.run.values import user_namespace
 
@@ -101,6 +101,8 @@ def report(metrics: dict[str, Any], checkpoint: Any = None) -> None:
         "metrics": dict(metrics),
         "checkpoint": None,
     }
+    if run.count == 1:  # a recovery's restore phase
+        record["restore_seconds"] = restore_clock.seconds
     data_run.record(step, checkpoint is not None)
     if checkpoint is not None:
         saved = _save(run, step, checkpoint)
@@ -177,6 +179,7 @@ def execute() -> dict[str, Any]:
     if run is None:
         raise RuntimeError("no jaxnb training run was prepared on this process")
     run.publisher = BatchPublisher(datapub_sender())
+    restore_clock.reset()
     ok = False
     try:
         with spelled(run.as_flags):
