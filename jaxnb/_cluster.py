@@ -97,6 +97,7 @@ class JaxCluster(ClusterJobs):
         if self.running:
             raise ClusterStateError(ALREADY_RUNNING)
         self.group.setup.clear()  # new engines: nothing of the old setup is on them
+        self.group.warm_modules.clear()
         return self._start()
 
     def _start(self, phases: Stopwatch | None = None) -> JaxCluster:
@@ -269,6 +270,7 @@ class JaxCluster(ClusterJobs):
         )
         if process is None:  # succeeded on every process: part of the setup to replay
             self.group.setup.cell(code, timeout)
+            spares.warm(self.group, outcome.imported)  # and the spares import what it imported
         return outcome
 
     def push(self, **values: Any) -> None:

@@ -41,8 +41,8 @@ ENV_WORKDIR_BY_HOST = "JAXNB_WORKDIR_BY_HOST"
 #: (``$XDG_CACHE_HOME/jaxnb/xla``, else ``~/.cache/jaxnb/xla``).
 ENV_COMPILE_CACHE = "JAXNB_COMPILE_CACHE"
 COMPILE_CACHE_OFF = "off"
-#: Warm spares: the third-party modules the group's engines have imported (comma-separated),
-#: imported by a new engine before it registers.
+#: Set on spares only: the third-party modules the group's engines have imported
+#: (comma-separated), imported by the spare before it registers (see ``IMPORTED_KEY``).
 ENV_WARM_MODULES = "JAXNB_WARM_MODULES"
 
 # ---- set on every engine when it joins the group ---------------------------------------
@@ -65,6 +65,9 @@ STOP_SIGNAL = signal.SIGUSR2
 
 #: Report batches are published as ``f"{REPORT_KEY}{n}"``, n = 0, 1, … (ipyparallel datapub).
 REPORT_KEY = "jaxnb/"
+#: After a cell that imported third-party modules, an engine publishes their names under
+#: this key (ipyparallel datapub): what warm spares import.
+IMPORTED_KEY = "jaxnb-imported"
 #: ``%jax_pull``: what a process answers when the name is not defined there.
 MISSING = "__jaxnb_missing__"
 #: ``%jax_pull``: what processes other than 0 answer (process 0 sends the value).

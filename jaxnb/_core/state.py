@@ -98,6 +98,9 @@ class Group:
     spare_pids: set[int] = dataclasses.field(default_factory=set)
     #: The environment the engines were started with (spares get the same).
     engine_env: dict[str, str] | None = None
+    #: The third-party modules the setup's cells imported (what warm spares import); kept,
+    #: like ``setup``, across a stop.
+    warm_modules: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def running(self) -> bool:

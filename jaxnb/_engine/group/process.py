@@ -87,6 +87,9 @@ def initialize(params: JoinParams) -> dict[str, Any]:
         from jaxnb._engine.group import init_guard
 
         init_guard.install()  # Kubeflow-style code may call initialize() again
+    from jaxnb._engine.boot import warm
+
+    warm.watch_cells()  # what the cells import, spares import too
     return describe(params.process_id, touch_backend=params.init)
 
 
