@@ -15,7 +15,7 @@ from jaxnb import JaxCluster, tune
 #: Starts engines (or a kernel): not in `bash dev test fast`.
 pytestmark = pytest.mark.engines
 
-#: A step that takes well over the cache's 0.1 s minimum to compile (unrolled), run once on
+#: A step that takes well over the cache's 10 ms minimum to compile (unrolled), run once on
 #: each process's own device and once over every process's devices (a collective).
 SETUP = """\
 import jax, jax.numpy as jnp, numpy as np
@@ -106,3 +106,30 @@ def test_replay_recovery_and_trials_use_it(tmp_path):
         assert [t.state for t in search.trials] == ["COMPLETE", "COMPLETE"]
         after = [c["hits"] for c in _caches(cluster)]
         assert all(a >= b + 2 for a, b in zip(after, before, strict=True)), (before, after)
+
+
+@pytest.mark.timeout(600)
+def test_a_recovery_on_warm_spares_with_the_cache_ends_bit_identical(tmp_path):
+    """The defaults a user gets (warm spares, the cache on): p1 killed at step 12, the run
+    recovered on the spares, its step read from the cache; the final parameters are the
+    uninterrupted run's, bit for bit."""
+    import numpy as np
+    from support.clusters import wait_until
+    from test_recovery import checkpointed_loop
+
+    config = {"steps": 20, "every": 5}
+    with JaxCluster(n=2, compile_cache=str(tmp_path / "xla")) as cluster:
+        clean = cluster.train(checkpointed_loop, {**config, "out": str(tmp_path / "clean.npy")},
+                              name="clean", storage=tmp_path)
+        wait_until(lambda: len(cluster.group.spare_pids) == 2, 120, "the spares starting")
+        spares = set(cluster.group.spare_pids)
+        wait_until(lambda: len(cluster.client.ids) >= 4, 120, "the spares registering")
+        killed = cluster.train(
+            checkpointed_loop, {**config, "out": str(tmp_path / "killed.npy"),
+                                "kills": [(1, 12, str(tmp_path / "marker"))]},
+            name="killed", storage=tmp_path, max_failures=1)
+        assert killed.error is None and len(killed.failures) == 1, killed
+        assert {p.pid for p in cluster.processes} == spares  # recovered on the warm spares
+        assert all(c["hits"] >= 1 for c in _caches(cluster))  # the step came from the cache
+    assert [h["loss"] for h in killed.history] == [h["loss"] for h in clean.history]
+    assert np.load(tmp_path / "killed.npy").tobytes() == np.load(tmp_path / "clean.npy").tobytes()

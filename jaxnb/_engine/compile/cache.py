@@ -8,9 +8,12 @@ Set up when the engine starts, before anything compiles (:func:`enable_from_env`
 - every process writes it. JAX writes entries from process 0 only, so on a host without
   process 0 nothing would ever be cached, nor would any process's own computations (their
   devices differ, so do their keys): :func:`jaxnb._engine.jax_internals.cache_from_every_process`;
-- thresholds for interactive use: an executable that took :data:`MIN_COMPILE_SECONDS` to
-  compile is kept (JAX's default, 1 s, keeps almost nothing on CPU, where a training step
-  compiles in a few tenths of a second), of any size; the folder is bounded to
+- thresholds for interactive use: an executable that took :data:`MIN_COMPILE_SECONDS` (10 ms)
+  to compile is kept, of any size: reading one back takes a few milliseconds, and a model's
+  set-up compiles dozens of small programs (initialisers, optimizer state) of 10–150 ms each
+  besides its step, which a recovery or a replay would otherwise compile again. JAX's default,
+  1 s, keeps almost nothing on CPU, where even a training step compiles in tenths of a second;
+  below 10 ms are the one-operation programs of eager code. The folder is bounded to
   :data:`MAX_BYTES`, least recently used entries evicted first. The bound also turns on JAX's
   file lock (``filelock``), so processes sharing the folder never read half-written entries;
 - hits, lookups and the compile time they saved are counted from JAX's monitoring events
@@ -27,7 +30,7 @@ from typing import Any
 from jaxnb._core.contract import COMPILE_CACHE_OFF, ENV_COMPILE_CACHE
 
 #: Executables that took at least this long to compile are written (JAX's default: 1 s).
-MIN_COMPILE_SECONDS = 0.1
+MIN_COMPILE_SECONDS = 0.01
 #: The folder's bound (least recently used entries go first).
 MAX_BYTES = 2 * 1024**3
 
