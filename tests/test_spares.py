@@ -81,7 +81,8 @@ def test_spares_import_what_the_setup_imported_and_run_none_of_it(tmp_path):
     with JaxCluster(n=2) as cluster:
         wait_until(lambda: len(cluster.group.spare_pids) == 2, 60, "the spares starting")
         _spares_registered(cluster)
-        cluster.run(f"import optax\nmarker = 1\nopen({str(ran)!r}, 'a').write('x');")
+        # A cell without a last expression runs silent (IPython skips post_run_cell then).
+        cluster.run(f"import optax\nmarker = 1\nwith open({str(ran)!r}, 'a') as f:\n    f.write('x')")
         assert "optax" in cluster.group.warm_modules
 
         def warmed(ids: list[int]) -> list[dict]:

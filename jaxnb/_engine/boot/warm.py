@@ -96,7 +96,7 @@ def watch_cells() -> None:
     seen = set(sys.modules)
     count = [len(sys.modules)]
 
-    def after_cell(_result: object = None) -> None:
+    def after_cell() -> None:
         if len(sys.modules) == count[0]:
             return  # nothing imported (the common case: a length compared)
         count[0] = len(sys.modules)
@@ -108,5 +108,5 @@ def watch_cells() -> None:
 
             publish_data({IMPORTED_KEY: names})
 
-    shell.events.register("post_run_cell", after_cell)
+    shell.events.register("post_execute", after_cell)  # also after silent cells
     shell.jaxnb_watching_imports = True
