@@ -34,6 +34,7 @@ SMALL_RUNS = [
     ("profile", ["--steps", "3", "--rounds", "1"]),
     ("checkpoint_save", ["--mb", "1", "--rounds", "1"]),
     ("recovery", ["--repeats", "1", "--only", "local"]),
+    ("compile_cache", ["--repeats", "1"]),
 ]
 
 
