@@ -169,7 +169,9 @@ def _recovery(cluster, name: str) -> dict[str, float]:
         assert result.error is None and len(result.failures) == 1, result
         killed, resumed = _read(config)
     failure = result.failures[0]
+    (r0, r1), began = resumed["restore"], resumed["began"]
     return {**failure.phases, "detect": failure.time - killed,
+            "  of which model set-up": r0 - began, "  of which the step": resumed["first_report"] - r1,
             "total": resumed["first_report"] - killed}
 
 
@@ -189,7 +191,8 @@ def compare(where: str, repeats: int, found: dict, loads: list, **cluster_option
                                "no spares": [r["total"] for r in cold]}}
     print(f"jaxnb recovery, {where}, kill -> first report after the resume (median of {repeats}):")
     print(f"  {'phase':<32} {'spares':>7} {'none':>7}")
-    for key, label, _ in [*ROWS, ("total", "total", "")]:
+    inside = [(k, k, "") for k in ("  of which model set-up", "  of which the step")]
+    for key, label, _ in [*ROWS, *inside, ("total", "total", "")]:
         print(f"  {label:<32} {found[where]['spares'][key]:6.2f}s {found[where]['no spares'][key]:6.2f}s")
 
 

@@ -238,7 +238,7 @@ def _start_attempt(group: Group, result: Result, dashboard: Dashboard, attempts:
     ar = group.view.apply_async(_EXECUTE)
     group.busy_with = result.name
     try:
-        monitor = Monitor(group, ar, result, dashboard)
+        monitor = Monitor(group, ar, result, dashboard, recovers=attempts.recovery.has_retries())
     except BaseException:
         group.busy_with = None
         raise

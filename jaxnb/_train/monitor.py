@@ -39,7 +39,10 @@ class Monitor:
     booking of reports.
     """
 
-    def __init__(self, group: Group, ar: Any, result: Result, dashboard: Dashboard) -> None:
+    def __init__(self, group: Group, ar: Any, result: Result, dashboard: Dashboard,
+                 recovers: bool = False) -> None:
+        """``recovers``: a death will be recovered from (its error need not say where the
+        other processes were)."""
         self.group, self.ar, self.result, self.dashboard = group, ar, result, dashboard
         self.processes = group.indices
         explain.mark_logs(group, list(ar.msg_ids))
@@ -55,7 +58,7 @@ class Monitor:
         self.interrupted = False
         self.gave_up: BaseException | None = None
         # The same watch as a cell's: deaths, and processes left waiting once one finished.
-        self.watch = Watch(group)
+        self.watch = Watch(group, where_others=not recovers)
         self._asked_others_to_stop = False
         #: The processes found dead (index -> how they ended), when a death ended the run.
         self.deaths: dict[int, str] = {}
