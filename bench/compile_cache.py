@@ -22,9 +22,7 @@ import statistics
 import tempfile
 
 from bench import _results
-from bench.recovery import DEVICES, ROOT, SETUP_CELL
-
-os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+from bench._mlp_cell import DEVICES, SETUP_CELL
 
 
 def first_steps(config):

@@ -45,18 +45,10 @@ import time
 from collections.abc import Callable
 
 from bench import _results
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# Engines (and Ray's workers, and the lab hosts' engines) import bench._mlp from here.
-os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+from bench._mlp_cell import DEVICES, ROOT, SETUP_CELL
 
 KILL_AT = 12
 STEPS = 20
-DEVICES = 2
-#: The user's setup, replayed by a recovery: Flax and Optax, and the model's code.
-SETUP_CELL = ("import jax, jax.numpy as jnp, numpy as np, optax\nfrom flax import nnx\n"
-              "from bench import _mlp\nready = True")
 #: Row names of the side-by-side table: jaxnb's phase, and Ray's counterpart.
 ROWS = [
     ("detect", "kill -> death seen (bench clock)", "kill -> FailurePolicy RETRY logged"),
