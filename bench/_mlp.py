@@ -9,6 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 FEATURES, HIDDEN, OUTPUTS, BATCH = 64, 512, 16, 64
 
@@ -52,3 +54,21 @@ def batch(step: int, rows: int = BATCH, offset: int = 0) -> tuple[np.ndarray, np
     rng = np.random.default_rng([step, offset])
     x = rng.standard_normal((rows, FEATURES), dtype=np.float32)
     return x, np.tanh(x[:, :OUTPUTS] * 2.0)
+
+
+def on_devices(devices):
+    """The model, data-parallel over ``devices``: the batch's sharding, the parameters and
+    optimizer state (replicated) and the jitted step."""
+    mesh = Mesh(np.array(devices), ("data",))
+    rows, same = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
+    graphdef, params, optimizer, opt_state = make()
+    params, opt_state = jax.device_put((params, opt_state), same)
+    return rows, params, opt_state, step_function(graphdef, optimizer)
+
+
+def global_batch(step: int, rank: int, processes: int, rows):
+    """Step ``step``'s batch as global arrays laid out by ``rows``, each process its own part."""
+    local = BATCH // processes
+    x, y = batch(step, local, rank * local)
+    return (jax.make_array_from_process_local_data(rows, x, (BATCH, x.shape[1])),
+            jax.make_array_from_process_local_data(rows, y, (BATCH, y.shape[1])))

@@ -48,16 +48,13 @@ def ray_loop(config: dict[str, Any]) -> None:
     import jax
     import numpy as np
     import ray.train as train
-    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
     from bench import _mlp
 
-    mesh = Mesh(np.array(jax.local_devices()), ("data",))
-    rows, same = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
-    graphdef, params, optimizer, opt_state = _mlp.make()
-    params, opt_state = jax.device_put((params, opt_state), same)
-    step_fn = _mlp.step_function(graphdef, optimizer)
+    rows, params, opt_state, step_fn = _mlp.on_devices(jax.local_devices())
+    same = NamedSharding(rows.mesh, P())
     built = time.time()
     context = train.get_context()
     rank, n = context.get_world_rank(), context.get_world_size()

@@ -30,26 +30,15 @@ def first_steps(config):
     import time
 
     import jax
-    import numpy as np
-    from jax.sharding import Mesh, NamedSharding
-    from jax.sharding import PartitionSpec as P
 
     import jaxnb
     from bench import _mlp
 
     began = time.perf_counter()
     rank, n = jaxnb.get_context().get_world_rank(), jaxnb.get_context().get_world_size()
-    mesh = Mesh(np.array(jax.devices()), ("data",))
-    rows, same = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
-    graphdef, params, optimizer, opt_state = _mlp.make()
-    params, opt_state = jax.device_put((params, opt_state), same)
-    step_fn = _mlp.step_function(graphdef, optimizer)
-    local = _mlp.BATCH // n
+    rows, params, opt_state, step_fn = _mlp.on_devices(jax.devices())
     for step in range(1, 4):
-        x, y = _mlp.batch(step, local, rank * local)
-        gx = jax.make_array_from_process_local_data(rows, x, (_mlp.BATCH, x.shape[1]))
-        gy = jax.make_array_from_process_local_data(rows, y, (_mlp.BATCH, y.shape[1]))
-        params, opt_state, loss = step_fn(params, opt_state, gx, gy)
+        params, opt_state, loss = step_fn(params, opt_state, *_mlp.global_batch(step, rank, n, rows))
         if step == 1:
             jax.block_until_ready(loss)  # the step computed, not only dispatched
         seconds = time.perf_counter() - began if step == 1 else None

@@ -70,20 +70,13 @@ def jaxnb_loop(config):
     import time
 
     import jax
-    import numpy as np
-    from jax.sharding import Mesh, NamedSharding
-    from jax.sharding import PartitionSpec as P
 
     import jaxnb
     from bench import _mlp
 
     began = time.time()
     rank, n = jaxnb.get_context().get_world_rank(), jaxnb.get_context().get_world_size()
-    mesh = Mesh(np.array(jax.devices()), ("data",))
-    rows, same = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
-    graphdef, params, optimizer, opt_state = _mlp.make()
-    params, opt_state = jax.device_put((params, opt_state), same)
-    step_fn = _mlp.step_function(graphdef, optimizer)
+    rows, params, opt_state, step_fn = _mlp.on_devices(jax.devices())
     start, restored = 0, None
     checkpoint = jaxnb.get_checkpoint()
     if checkpoint is not None:
@@ -91,12 +84,8 @@ def jaxnb_loop(config):
         state = checkpoint.restore()
         params, opt_state, start = state["params"], state["opt"], int(state["step"])
         restored = (t0, time.time())
-    local = _mlp.BATCH // n
     for step in range(start + 1, config["steps"] + 1):
-        x, y = _mlp.batch(step, local, rank * local)
-        gx = jax.make_array_from_process_local_data(rows, x, (_mlp.BATCH, x.shape[1]))
-        gy = jax.make_array_from_process_local_data(rows, y, (_mlp.BATCH, y.shape[1]))
-        params, opt_state, loss = step_fn(params, opt_state, gx, gy)
+        params, opt_state, loss = step_fn(params, opt_state, *_mlp.global_batch(step, rank, n, rows))
         saved = {"params": params, "opt": opt_state, "step": step} if step % 5 == 0 else None
         jaxnb.report({"step": step, "loss": loss}, checkpoint=saved)
         if restored is not None and rank == 0:
@@ -162,8 +151,10 @@ def _recovery(cluster, name: str) -> dict[str, float]:
         killed, resumed = _read(config)
     failure = result.failures[0]
     (r0, r1), began = resumed["restore"], resumed["began"]
+    setup, step = r0 - began, resumed["first_report"] - r1
     return {**failure.phases, "detect": failure.time - killed,
-            "  of which model set-up": r0 - began, "  of which the step": resumed["first_report"] - r1,
+            "  of which launching": failure.phases["first step"] - setup - step,
+            "  of which model set-up": setup, "  of which the step": step,
             "total": resumed["first_report"] - killed}
 
 
@@ -183,7 +174,8 @@ def compare(where: str, repeats: int, found: dict, loads: list, **cluster_option
                                "no spares": [r["total"] for r in cold]}}
     print(f"jaxnb recovery, {where}, kill -> first report after the resume (median of {repeats}):")
     print(f"  {'phase':<32} {'spares':>7} {'none':>7}")
-    inside = [(k, k, "") for k in ("  of which model set-up", "  of which the step")]
+    inside = [(k, k, "") for k in ("  of which launching", "  of which model set-up",
+                                    "  of which the step")]
     for key, label, _ in [*ROWS, *inside, ("total", "total", "")]:
         print(f"  {label:<32} {found[where]['spares'][key]:6.2f}s {found[where]['no spares'][key]:6.2f}s")
 
