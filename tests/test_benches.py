@@ -7,6 +7,8 @@ figures are not checked (speed is measured in ``bench/``, never asserted here).
 
 from __future__ import annotations
 
+import json
+import os
 import pathlib
 import runpy
 import subprocess
@@ -38,10 +40,18 @@ SMALL_RUNS = [
 ]
 
 
+#: The benches of SMALL_RUNS that leave their figures in bench/results/NAME.json.
+WRITES_RESULTS = {"cluster", "recovery", "compile_cache"}
+
+
 @pytest.mark.engines
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name, flags", SMALL_RUNS, ids=[name for name, _ in SMALL_RUNS])
-def test_a_small_run_of_the_bench_ends_well(name, flags):
-    run = subprocess.run([sys.executable, "-m", f"bench.{name}", *flags], cwd=ROOT,
+def test_a_small_run_of_the_bench_ends_well(name, flags, tmp_path):
+    env = {**os.environ, "JAXNB_BENCH_RESULTS": str(tmp_path)}  # not over bench/results
+    run = subprocess.run([sys.executable, "-m", f"bench.{name}", *flags], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=280)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    if name in WRITES_RESULTS:  # date, machine, load average, command, figures
+        record = json.loads((tmp_path / f"{name}.json").read_text())
+        assert set(record) == {"date", "machine", "load_average", "command", "figures"}
