@@ -74,7 +74,8 @@ def train(
     gives the dashboard its progress bar and ETA. ``datasets`` maps names to
     engine-side variables for ``jaxnb.get_dataset_shard(name)``. ``view`` (jaxnb) replaces the
     dashboard: called like ``Dashboard(name, size, total_steps=, on_stop=)``,
-    it returns an object with Dashboard's ``show/add/refresh/set_status/finish``. A failure on
+    it returns an object with Dashboard's ``show/add/refresh/set_status/finish`` (and, with
+    ``max_failures``, ``set_recoveries/rewind/recovery_took``). A failure on
     any process raises :class:`jaxnb.RemoteError` (its ``.result`` holds the
     history so far). ``max_failures``: when a process dies or a host is lost,
     ``restart()`` (stop, start, replay the setup) and resume from the latest
