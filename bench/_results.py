@@ -1,6 +1,9 @@
-"""Where the benches leave their figures: ``bench/results/NAME.json`` (date, machine, load
-average, command, figures), written at the end of each run; the README's figures come from
-these files and the lines the benches print."""
+"""Where a bench writes its figures: ``bench/results/NAME.json`` (or ``$JAXNB_BENCH_RESULTS``).
+
+One JSON document a bench run: the date, the machine, its load average at the start and at
+the end, the command, and the figures the bench printed, so that the README and the docs can
+be made from what a bench measured rather than copied by hand.
+"""
 
 from __future__ import annotations
 
@@ -12,29 +15,39 @@ import platform
 import sys
 from typing import Any
 
-#: ``JAXNB_BENCH_RESULTS`` puts them elsewhere (the suite's small runs of the benches do).
-FOLDER = pathlib.Path(os.environ.get("JAXNB_BENCH_RESULTS")
-                      or pathlib.Path(__file__).resolve().parent / "results")
+#: Set to write results elsewhere (the test suite's small runs write to a temporary folder).
+ENV = "JAXNB_BENCH_RESULTS"
+DEFAULT = pathlib.Path(__file__).resolve().parent / "results"
 
 
-def load() -> list[float]:
-    """The load average (1, 5, 15 minutes) now."""
-    return [round(x, 2) for x in os.getloadavg()]
+class Results:
+    """A bench run's figures, written as JSON by :meth:`write` (started at construction)."""
 
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.started = datetime.datetime.now().astimezone()
+        self.load_at_start = os.getloadavg()
+        self.figures: dict[str, Any] = {}
 
-def write(name: str, figures: dict[str, Any], loads: list[list[float]] | None = None) -> pathlib.Path:
-    """Write ``bench/results/NAME.json``; ``loads``: the load averages seen during the run
-    (the load now is added)."""
-    FOLDER.mkdir(exist_ok=True)
-    record = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
-                    "system": platform.platform()},
-        "load_average": [*(loads or []), load()],
-        "command": " ".join(["python -m", f"bench.{name}", *sys.argv[1:]]),
-        "figures": figures,
-    }
-    path = FOLDER / f"{name}.json"
-    path.write_text(json.dumps(record, indent=1, default=str) + "\n")
-    print(f"figures written to {path}")
-    return path
+    def add(self, **figures: Any) -> None:
+        """Record figures (JSON values: numbers, strings, lists, dicts)."""
+        self.figures.update(figures)
+
+    def write(self) -> pathlib.Path:
+        """Write ``NAME.json``; print and return its path."""
+        folder = pathlib.Path(os.environ.get(ENV) or DEFAULT)
+        folder.mkdir(parents=True, exist_ok=True)
+        doc = {
+            "bench": self.name,
+            "date": self.started.isoformat(timespec="seconds"),
+            "ended": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "machine": {"host": platform.node(), "cpus": os.cpu_count(),
+                        "platform": platform.platform(), "python": platform.python_version()},
+            "load_average": {"start": list(self.load_at_start), "end": list(os.getloadavg())},
+            "command": " ".join(["python -m", f"bench.{self.name}", *sys.argv[1:]]),
+            "figures": self.figures,
+        }
+        path = folder / f"{self.name}.json"
+        path.write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"figures written to {path}")
+        return path

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-from bench import _results
+from bench._results import Results
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CPU_ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "1"}
@@ -147,8 +147,8 @@ def main() -> None:
     args = parser.parse_args()
 
     med = statistics.median
-    loads = [_results.load()]
-    print(f"load average at the start: {loads[0]}")
+    results = Results("cluster")
+    print(f"load average at the start: {results.load_at_start}")
     figures: dict = {}
     # N=1 and N=2, interleaved, so jaxnb and both baselines see the same machine load.
     starts = {}
@@ -162,7 +162,6 @@ def main() -> None:
         figures[f"N={n}"] = {"jaxnb_s": [r[0] for r in runs], "bare_s": bares,
                              "bare_waiting_s": waiting, "ratio": starts[n][0] / starts[n][1],
                              "ratio_waiting": starts[n][0] / starts[n][2]}
-        loads.append(_results.load())
     ready = starts[2][0]
     stop = med(r[1] for r in runs)
     cell, raw = med(r[2] for r in runs), med(r[3] for r in runs)
@@ -195,8 +194,8 @@ def main() -> None:
         r = jaxnb_cluster(n, max(10, args.cell_repeats // 4))
         print(f"{n:3d} {b:9.2f} {r[0]:10.2f} {r[0] / b:6.2f} {r[2] * 1e3:10.1f} {r[3] * 1e3:9.1f}")
         figures.setdefault("scaling", {})[n] = {"bare_s": b, "jaxnb_s": r[0], "cell_ms": r[2] * 1e3}
-    loads.append(_results.load())
-    _results.write("cluster", figures, loads)
+    results.add(**{str(k): v for k, v in figures.items()})
+    results.write()
 
 
 if __name__ == "__main__":

@@ -21,8 +21,8 @@ import os
 import statistics
 import tempfile
 
-from bench import _results
 from bench._mlp_cell import DEVICES, SETUP_CELL
+from bench._results import Results
 
 
 def first_steps(config):
@@ -66,12 +66,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    loads, rounds = [_results.load()], []
-    print(f"load average at the start: {loads[0]}")
+    results, rounds = Results("compile_cache"), []
+    print(f"load average at the start: {results.load_at_start}")
     for _ in range(args.repeats):
         with tempfile.TemporaryDirectory(prefix="jaxnb-bench-cache-") as folder:
             rounds.append(one_round(folder))
-        loads.append(_results.load())
     cold = statistics.median(r[0] for r in rounds)
     warm = statistics.median(r[1] for r in rounds)
     ratio = statistics.median(r[1] / r[0] for r in rounds)
@@ -83,8 +82,8 @@ def main() -> None:
     print(f"the warm run's process 0: {cache.get('hits')} hits of {cache.get('lookups')} lookups, "
           f"{cache.get('saved_seconds')} s of compiling saved; {cache.get('entries')} entries, "
           f"{cache.get('bytes')} bytes in the folder")
-    _results.write("compile_cache", {"cold_s": round(cold, 3), "warm_s": round(warm, 3),
-                                     "ratio": round(ratio, 3), "rounds": rounds}, loads)
+    results.add(cold_s=round(cold, 3), warm_s=round(warm, 3), ratio=round(ratio, 3), rounds=rounds)
+    results.write()
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ import statistics
 import tempfile
 import time
 
-from bench import _results
+from bench._results import Results
 
 PORT = pathlib.Path(__file__).resolve().parents[1] / "tests" / "gpt2_port.py"
 
@@ -168,14 +168,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    loads = [_results.load()]
-    print(f"load average at the start: {loads[0]}")
+    results = Results("datasets")
+    print(f"load average at the start: {results.load_at_start}")
     with tempfile.TemporaryDirectory(prefix="jaxnb-bench-data-") as folder:
         rows = rows_per_second(folder)
         print(f"iter_batches: {rows['iter_batches']:,.0f} rows/s per process; NumPy slicing of the "
               f"same memmap: {rows['numpy_slicing']:,.0f} rows/s; ratio {rows['ratio']:.2f}")
         feeds = gpt2_feed(args.steps, args.rounds, folder)
-    loads.append(_results.load())
     for feed_format, feed in feeds.items():
         print(f"GPT-2 loop, 2 processes, {FORMATS[feed_format]}: {feed['shard_steps_per_s']:.1f} "
               f"steps/s, from memory {feed['memory_steps_per_s']:.1f} steps/s; ratio "
@@ -184,7 +183,8 @@ def main() -> None:
     feed = feeds["records"]
     print(f"saved position: {feed['position_bytes']} bytes per dataset iterator; "
           f"{feed['log_line_bytes']} bytes per positions-log line (per process, per report)")
-    _results.write("datasets", {"rows": rows, "feeds": feeds}, loads)
+    results.add(rows=rows, feeds=feeds)
+    results.write()
 
 
 if __name__ == "__main__":

@@ -25,7 +25,10 @@ in one loop per repeat: a ``restart()``, then a recovery split into jaxnb's own 
       ~/venvs/ray/bin/pip install "ray[train]==2.60.0" flax optax   # the same JAX as jaxnb's
 
   Its phases come from Ray Train's own controller log (``bench/_ray_recovery.py``), side by
-  side with jaxnb's; then jaxnb (local, spares) ÷ Ray (goal ≤ 0.2, and ≤ 1.75 s).
+  side with jaxnb's; then jaxnb (local, spares) ÷ Ray (goal ≤ 0.2, and ≤ 1.75 s);
+
+and the resident memory (RSS) of each warm spare and of each group engine after it joined,
+before the first restart.
 
 Prints medians; writes them to ``bench/results/recovery.json``.
 """
@@ -44,8 +47,8 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from bench import _results
 from bench._mlp_cell import DEVICES, ROOT, SETUP_CELL
+from bench._results import Results
 
 KILL_AT = 12
 STEPS = 20
@@ -121,11 +124,24 @@ def _spares_ready(cluster, seconds: float = 120.0) -> None:
     time.sleep(1.0)  # the old engines' registrations are gone too; the spares' imports done
 
 
-def measure(repeats: int, loads: list, **cluster_options) -> tuple[list[float], list[dict[str, float]]]:
-    """One loop: per repeat, a restart's seconds, then one recovery split into phases."""
+def resident_mb(pids) -> list[float]:
+    """The resident memory (RSS, MB) of each process still running."""
+    import psutil
+
+    found = []
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            found.append(psutil.Process(pid).memory_info().rss / 1e6)
+    return found
+
+
+def measure(repeats: int, **cluster_options
+            ) -> tuple[list[float], list[dict[str, float]], dict[str, list[float]]]:
+    """One loop: per repeat, a restart's seconds, then one recovery split into phases; and the
+    memory of the spares and of the group's engines, once, before the first restart."""
     from jaxnb import JaxCluster
 
-    restarts, recoveries = [], []
+    restarts, recoveries, memory = [], [], {}
     quiet = contextlib.ExitStack()
     quiet.enter_context(contextlib.redirect_stdout(io.StringIO()))
     quiet.enter_context(contextlib.redirect_stderr(io.StringIO()))  # start notes, recovery lines
@@ -133,13 +149,15 @@ def measure(repeats: int, loads: list, **cluster_options) -> tuple[list[float], 
         cluster.run(SETUP_CELL)  # the setup a recovery replays
         for i in range(repeats):
             _spares_ready(cluster)
+            if i == 0:
+                memory = {"spare_mb": resident_mb(cluster.group.spare_pids),
+                          "engine_mb": resident_mb(p.pid for p in cluster.processes)}
             t0 = time.perf_counter()
             cluster.restart(replay=True)
             restarts.append(time.perf_counter() - t0)
             _spares_ready(cluster)
-            loads.append(_results.load())
             recoveries.append(_recovery(cluster, f"r{i}"))
-    return restarts, recoveries
+    return restarts, recoveries, memory
 
 
 def _recovery(cluster, name: str) -> dict[str, float]:
@@ -158,11 +176,12 @@ def _recovery(cluster, name: str) -> dict[str, float]:
             "total": resumed["first_report"] - killed}
 
 
-def compare(where: str, repeats: int, found: dict, loads: list, **cluster_options) -> None:
+def compare(where: str, repeats: int, found: dict, **cluster_options) -> None:
     """Restart and recovery with warm spares and without, on one kind of cluster; prints them
     and records the medians in ``found[where]``."""
-    warm_restarts, warm = measure(repeats, loads, spares=None, **cluster_options)
-    cold_restarts, cold = measure(repeats, loads, spares=0, **cluster_options)
+    warm_restarts, warm, memory = measure(repeats, spares=None, **cluster_options)
+    cold_restarts, cold, _ = measure(repeats, spares=0, **cluster_options)
+    spare, engine = memory.get("spare_mb") or [0.0], memory.get("engine_mb") or [0.0]
     for label, times in (("with warm spares (a join)", warm_restarts),
                          ("without spares (stop, start, join)", cold_restarts)):
         print(f"jaxnb restart --replay {label}, {where}: median {statistics.median(times):.2f} s "
@@ -171,25 +190,32 @@ def compare(where: str, repeats: int, found: dict, loads: list, **cluster_option
                                 "no spares": statistics.median(cold_restarts)},
                     "spares": _medians(warm), "no spares": _medians(cold),
                     "totals": {"spares": [r["total"] for r in warm],
-                               "no spares": [r["total"] for r in cold]}}
+                               "no spares": [r["total"] for r in cold]},
+                    "memory_mb": {"spare": statistics.median(spare),
+                                  "engine": statistics.median(engine),
+                                  "spares_measured": memory.get("spare_mb", []),
+                                  "engines_measured": memory.get("engine_mb", [])}}
     print(f"jaxnb recovery, {where}, kill -> first report after the resume (median of {repeats}):")
     print(f"  {'phase':<32} {'spares':>7} {'none':>7}")
     inside = [(k, k, "") for k in ("  of which launching", "  of which model set-up",
                                     "  of which the step")]
     for key, label, _ in [*ROWS, *inside, ("total", "total", "")]:
         print(f"  {label:<32} {found[where]['spares'][key]:6.2f}s {found[where]['no spares'][key]:6.2f}s")
+    print(f"jaxnb memory, {where}: a warm spare {statistics.median(spare):.0f} MB resident, a group "
+          f"engine after joining {statistics.median(engine):.0f} MB (medians of "
+          f"{len(memory.get('spare_mb', []))} spares, {len(memory.get('engine_mb', []))} engines)")
 
 
 def _medians(rows: list[dict[str, float]]) -> dict[str, float]:
     return {k: round(statistics.median(r.get(k, 0.0) for r in rows), 3) for k in rows[0]}
 
 
-def local_section(args: argparse.Namespace, found: dict, loads: list) -> None:
+def local_section(args: argparse.Namespace, found: dict) -> None:
     """2 processes × 2 CPU devices on this machine."""
-    compare("2 local processes", args.repeats, found, loads, n=2, devices_per_process=DEVICES)
+    compare("2 local processes", args.repeats, found, n=2, devices_per_process=DEVICES)
 
 
-def lab_section(args: argparse.Namespace, found: dict, loads: list) -> None:
+def lab_section(args: argparse.Namespace, found: dict) -> None:
     """One engine on each of two lab ssh hosts (root only: it builds the lab of tests/lab)."""
     from tests.lab.lab import Lab, missing
 
@@ -198,7 +224,7 @@ def lab_section(args: argparse.Namespace, found: dict, loads: list) -> None:
         print(f"jaxnb on two lab ssh hosts: not measured ({why})")
         return
     with Lab(2).running() as lab:
-        compare("2 lab ssh hosts", args.repeats, found, loads, hosts=lab.addresses,
+        compare("2 lab ssh hosts", args.repeats, found, hosts=lab.addresses,
                 devices_per_process=DEVICES)
 
 
@@ -211,7 +237,7 @@ def ray_python(given: str | None) -> str | None:
     return sys.executable if probe.returncode == 0 else None
 
 
-def ray_section(args: argparse.Namespace, found: dict, loads: list) -> None:
+def ray_section(args: argparse.Namespace, found: dict) -> None:
     """Ray Train's recovery of the same loop, in Ray's venv, and jaxnb's local one against it."""
     if args.no_ray:
         return
@@ -222,12 +248,10 @@ def ray_section(args: argparse.Namespace, found: dict, loads: list) -> None:
               "(or JAXNB_RAY_PYTHON)")
         return
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        loads.append(_results.load())
         run = subprocess.run([python, "-m", "bench._ray_recovery", "--repeats", str(args.repeats),
                               "--steps", str(STEPS), "--kill-at", str(KILL_AT), "--devices",
                               str(DEVICES), "--json", out.name], cwd=ROOT, capture_output=True,
                              text=True, timeout=3600)
-        loads.append(_results.load())
         if run.returncode != 0:
             tail = (run.stderr.strip().splitlines() or ["no output"])[-1]
             print(f"Ray Train: not measured: {python} failed ({tail})")
@@ -257,7 +281,7 @@ def ray_section(args: argparse.Namespace, found: dict, loads: list) -> None:
               f"{mine['spares']['total']:.2f} s (goal <= 1.75 s)")
 
 
-Section = Callable[[argparse.Namespace, dict, list], None]
+Section = Callable[[argparse.Namespace, dict], None]
 #: What ``main`` runs, in order; each section prints its own lines and leaves its figures in
 #: the shared dict (``found["2 local processes"]``: jaxnb's local recovery, for Ray's section).
 SECTIONS: dict[str, Section] = {"local": local_section, "lab": lab_section, "ray": ray_section}
@@ -277,12 +301,12 @@ def main() -> None:
     unknown = [name for name in chosen if name not in SECTIONS]
     if unknown:
         sys.exit(f"unknown section {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
-    found: dict = {}
-    loads: list = [_results.load()]
-    print(f"load average at the start: {loads[0]}")
+    results, found = Results("recovery"), {}
+    print(f"load average at the start: {results.load_at_start}")
     for name in chosen:
-        SECTIONS[name](args, found, loads)
-    _results.write("recovery", found, loads)
+        SECTIONS[name](args, found)
+    results.add(**found)
+    results.write()
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from jaxnb._core.errors import ClusterStateError
 from jaxnb._core.messages import BUSY, NOT_STARTED
 from jaxnb._core.options import ClusterOptions
 from jaxnb._core.replay import Replay
+from jaxnb._core.temp_folders import TempFolders
 
 
 class Suspect(str, enum.Enum):
@@ -101,6 +102,8 @@ class Group:
     #: The third-party modules the setup's cells imported (what warm spares import); kept,
     #: like ``setup``, across a stop.
     warm_modules: list[str] = dataclasses.field(default_factory=list)
+    #: Folders this cluster's cells made under the temporary directory (removed at its stop).
+    temp_folders: TempFolders = dataclasses.field(default_factory=TempFolders)
 
     @property
     def running(self) -> bool:
