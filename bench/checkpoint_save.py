@@ -16,6 +16,7 @@ The three take turns going first. Times are from a barrier before the save to
 its return on process 0 (every save ends with Orbax's barriers); medians over
 the rounds, and the median of per-round ratios. Bytes are the step folder's file sizes. Targets: time
 <= 1.2x Orbax's, bytes <= 1.05x one copy (Orbax's own folder).
+Also written to ``bench/results/checkpoint_save.json``.
 
     python -m bench.checkpoint_save [--mb 100] [--rounds 15]
 """
@@ -31,6 +32,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from bench._results import Results
 
 WORKER = r"""
 import json, os, sys, time, traceback
@@ -125,6 +128,7 @@ def main() -> None:
     parser.add_argument("--mb", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
+    results = Results("checkpoint_save")
     repo = Path(__file__).resolve().parents[1]
     env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="1",
                PYTHONPATH=f"{repo}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
@@ -148,12 +152,21 @@ def main() -> None:
     print("| save | time [s] | vs Orbax | bytes written | vs Orbax's bytes | vs raw |")
     print("|---|---:|---:|---:|---:|---:|")
     fingerprints = times.pop("(fingerprints alone)")
+    saves = {}
     for name, ts in times.items():
-        ratio = statistics.median(t / b for t, b in zip(ts, base, strict=True))
-        print(f"| {name} | {statistics.median(ts):.3f} | {ratio:.2f}× | "
-              f"{sizes[name] / 1e6:.1f} MB | {sizes[name] / sizes['orbax']:.3f}× | "
-              f"{sizes[name] / raw:.3f}× |")
+        save = saves[name] = {
+            "time_s": statistics.median(ts),
+            "time_ratio_vs_orbax": statistics.median(t / b for t, b in zip(ts, base, strict=True)),
+            "bytes": sizes[name], "bytes_ratio_vs_orbax": sizes[name] / sizes["orbax"],
+            "bytes_ratio_vs_raw": sizes[name] / raw, "runs_s": ts}
+        print(f"| {name} | {save['time_s']:.3f} | {save['time_ratio_vs_orbax']:.2f}× | "
+              f"{sizes[name] / 1e6:.1f} MB | {save['bytes_ratio_vs_orbax']:.3f}× | "
+              f"{save['bytes_ratio_vs_raw']:.3f}× |")
     print(f"\nfingerprints of every host-local leaf, per process: {statistics.median(fingerprints):.3f} s")
+    results.add(raw_bytes=raw, processes=2, rounds=len(base), saves=saves,
+                fingerprints_s=statistics.median(fingerprints),
+                target={"time_ratio_vs_orbax": "<= 1.2", "bytes_ratio_vs_orbax": "<= 1.05"})
+    results.write()
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ One command prints every number (seconds unless noted), each the median of
 Every figure but the last is measured twice in the same run: with jaxnb driven
 from this process, and through a real Jupyter kernel (``jupyter_client``, the
 Stop button's interrupt, the error as the front end receives it); see
-``bench/_kernel_failures.py``.
+``bench/_kernel_failures.py``. Also written to ``bench/results/failures.json``.
 
     python -m bench.failures [--repeats 3] [--trials 10] [--mode both|shell|kernel]
 
@@ -43,6 +43,7 @@ import time
 
 import psutil
 
+from bench._results import Results
 from jaxnb import JaxCluster, ProcessFailure, RemoteError, StartError
 from jaxnb._core.errors import ClusterStateError
 from jaxnb._failures import detect
@@ -285,12 +286,15 @@ def main() -> None:
     parser.add_argument("--mode", choices=["both", "shell", "kernel"], default="both",
                         help="in this process (shell), through a real Jupyter kernel, or both")
     args = parser.parse_args()
+    results = Results("failures")
     figures: dict[str, dict[str, str]] = {"shell": {}, "kernel": {}}
+    values: dict[str, dict[str, float | int | str]] = {"shell": {}, "kernel": {}}
 
     def recorder(mode: str):
         def row(name: str, value: float | int | str) -> None:
             text = f"{value:.2f}" if isinstance(value, float) else str(value)
             figures[mode][name] = text
+            values[mode][name] = value
             print(f"{mode:<7} {name:<52} {text}", flush=True)
         return row
 
@@ -306,6 +310,9 @@ def main() -> None:
     print(f"\n{'figure':<52} {'in-process':>10} {'kernel':>10}")
     for name in names:
         print(f"{name:<52} {figures['shell'].get(name, '-'):>10} {figures['kernel'].get(name, '-'):>10}")
+    results.add(repeats=args.repeats, trials=args.trials, processes=2,
+                in_process=values["shell"], kernel=values["kernel"])
+    results.write()
 
 
 if __name__ == "__main__":

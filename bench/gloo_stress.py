@@ -6,7 +6,8 @@ each with K simulated CPU devices, running S steps of a small data-parallel
 MLP (jit over a global batch sharded over all 2*K devices; gradient
 all-reduce goes through gloo).  A launch that does not finish within
 ``--timeout`` seconds is counted as a hang; its workers are SIGKILLed
-(whole process group) so nothing leaks.
+(whole process group) so nothing leaks. The summary is also written to
+``bench/results/gloo_stress.json`` (each run replaces it; its command names the config).
 
 Examples:
   python -m bench.gloo_stress --devices-per-process 2 --steps 100 --launches 7
@@ -267,24 +268,34 @@ def main() -> None:
         worker(a)
         return
 
+    from bench._results import Results  # here: the workers run this file as a script
+
+    results = Results("gloo_stress")
     name = describe(a)
     logdir = tempfile.mkdtemp(prefix="gloo_stress_")
-    results = []
+    launches = []
     t_start = time.monotonic()
     for n in range(a.launches):
         st, rate, tail = one_launch(a, logdir, n)
-        results.append((st, rate))
+        launches.append((st, rate))
         extra = f"{rate:.1f} steps/s" if rate is not None else tail[-200:]
         print(f"  launch {n + 1}/{a.launches}: {st:9s} {extra}", flush=True)
-    hangs = sum(st in ("hang", "hang-init") for st, _ in results)
-    exit_hangs = sum(st == "hang-exit" for st, _ in results)
-    errs = sum(st == "error" for st, _ in results)
-    rates = [r for _, r in results if r is not None]
-    med = f"{statistics.median(rates):.1f}" if rates else "-"
+    hangs = sum(st in ("hang", "hang-init") for st, _ in launches)
+    exit_hangs = sum(st == "hang-exit" for st, _ in launches)
+    errs = sum(st == "error" for st, _ in launches)
+    rates = [r for _, r in launches if r is not None]
+    median_rate = statistics.median(rates) if rates else None
+    med = f"{median_rate:.1f}" if rates else "-"
+    seconds = time.monotonic() - t_start
     print(f"{'config':44s} {'launches':>8s} {'hangs':>5s} {'exit-hangs':>10s} "
           f"{'errors':>6s} {'median steps/s':>14s}")
     print(f"{name:44s} {a.launches:8d} {hangs:5d} {exit_hangs:10d} {errs:6d} {med:>14s}"
-          f"   ({time.monotonic() - t_start:.0f}s)")
+          f"   ({seconds:.0f}s)")
+    results.add(config=name, launches=a.launches, hangs=hangs, exit_hangs=exit_hangs, errors=errs,
+                median_steps_per_s=median_rate,
+                runs=[{"status": st, "steps_per_s": rate} for st, rate in launches],
+                seconds=seconds)
+    results.write()
     if not a.keep_logs:
         import shutil
         shutil.rmtree(logdir, ignore_errors=True)

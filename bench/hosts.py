@@ -6,6 +6,7 @@ Start = ``JaxCluster(...).start()`` and one cross-process all-gather (the first 
 for ``--hosts`` on two lab hosts (network namespaces with real sshd) and for the
 local default ``n=2``. Targets: hosts ÷ local ≤ 2×; stop on the hosts ≤ 1 s.
 Also shows ipyparallel's stock ssh launcher alone (engines registered, no JAX) for scale.
+Also written to ``bench/results/hosts.json``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import os
 import statistics
 import sys
 import time
+
+from bench._results import Results
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -73,6 +76,8 @@ def main() -> None:
     args = parser.parse_args()
     from tests.lab.lab import Lab, missing
 
+    results = Results("hosts")
+
     why = missing()
     if why:
         sys.exit(f"bench/hosts.py needs the lab: {why}")
@@ -85,19 +90,30 @@ def main() -> None:
             started, stopped = start_stop(hosts=lab.addresses)
             hosts.append(started)
             stops.append(stopped)
-        report(local, hosts, stops, local_stops)
+        results.add(**report(local, hosts, stops, local_stops))
         if not args.no_stock:
-            print(f"ipyparallel's stock ssh launcher, 2 engines registered (no JAX): "
-                  f"{stock_ssh(lab.addresses):.2f} s")
+            stock = stock_ssh(lab.addresses)
+            print(f"ipyparallel's stock ssh launcher, 2 engines registered (no JAX): {stock:.2f} s")
+            results.add(stock_ssh_launcher_2_engines_no_jax_s=stock)
+    results.write()
 
 
-def report(local: list[float], hosts: list[float], stops: list[float], local_stops: list[float]) -> None:
+def report(local: list[float], hosts: list[float], stops: list[float],
+           local_stops: list[float]) -> dict[str, object]:
+    """Print the figures; return them for ``bench/results/hosts.json``."""
     med = statistics.median
     print(f"local 2 processes, start to first psum: {med(local):.2f} s  (runs {_fmt(local)})")
     print(f"2 lab ssh hosts,   start to first psum: {med(hosts):.2f} s  (runs {_fmt(hosts)})")
     print(f"ratio hosts / local: {med(hosts) / med(local):.2f}x  (target <= 2x)")
     print(f"stop on 2 lab hosts: {med(stops):.2f} s  (runs {_fmt(stops)}; target <= 1 s); "
           f"local stop {med(local_stops):.2f} s", flush=True)
+    return {"repeats": len(local),
+            "start_to_first_psum_s": {"local_2_processes": med(local), "lab_2_ssh_hosts": med(hosts)},
+            "start_runs_s": {"local_2_processes": local, "lab_2_ssh_hosts": hosts},
+            "ratio": med(hosts) / med(local), "target": "<= 2",
+            "stop_s": {"lab_2_ssh_hosts": med(stops), "local_2_processes": med(local_stops)},
+            "stop_runs_s": {"lab_2_ssh_hosts": stops, "local_2_processes": local_stops},
+            "stop_target": "lab_2_ssh_hosts <= 1 s"}
 
 
 def _fmt(values: list[float]) -> str:

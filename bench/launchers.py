@@ -7,6 +7,7 @@ Start = ``JaxCluster(...).start()`` and one cross-process all-gather (the first 
 on 2 lab hosts each time: ``--hosts`` (jaxnb's ssh launcher), ``--engines mpi --hosts``
 (OpenMPI's mpiexec over the lab's ssh), ``--engines slurm -n 2`` (sbatch + srun on the lab's
 slurmctld/slurmd), and a local 2-process start for scale. Ratios are against ``--hosts``.
+Also written to ``bench/results/launchers.json``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
 
+from bench._results import Results  # noqa: E402
 from bench.hosts import start_stop  # noqa: E402 - bench/hosts.py: start, first psum, stop
 
 
@@ -66,6 +68,7 @@ def main() -> None:
     why = missing() or slurm.missing() or (None if shutil.which("mpiexec") else "no mpiexec")
     if why:
         sys.exit(f"bench/launchers.py needs the lab with Slurm and MPI: {why}")
+    results = Results("launchers")
     private = tempfile.mkdtemp(prefix="jaxnb-bench-private-")
     with Lab(2, with_slurm=True, private=(private,)).running() as lab:
         kinds = {
@@ -87,8 +90,16 @@ def main() -> None:
             runs = ", ".join(f"{v:.2f}" for v in starts[name])
             print(f"{name:24s} start to first psum {med(starts[name]):6.2f} s ({runs}); "
                   f"x{med(starts[name]) / base:.2f} of ssh; stop {med(stops[name]):.2f} s", flush=True)
+        results.add(repeats=args.repeats, launchers={
+            name: {"start_to_first_psum_s": med(starts[name]), "start_runs_s": starts[name],
+                   "ratio_vs_ssh": med(starts[name]) / base, "stop_s": med(stops[name])}
+            for name in kinds})
+        copies = {}
         for which, seconds, said in workdir_copy(lab, private):
             print(f"--workdir 10 MB, {which}: {seconds:.2f} s  [{said}]", flush=True)
+            copies[which] = {"seconds": seconds, "printed": said}
+        results.add(workdir_10_mb=copies)
+    results.write()
 
 
 if __name__ == "__main__":

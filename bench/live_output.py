@@ -17,6 +17,8 @@ activates ipyparallel's ``%%px`` on the same engines. Then:
    alternating order, the median of the paired ratios (target <= 1.2), and
    the notebook kernel's CPU seconds per cell (what each adds, load aside).
 
+Also written to ``bench/results/live_output.json``.
+
     python -m bench.live_output [--lines 30] [--interval 0.1] [--flood 100000] [--repeats 5]
 """
 
@@ -32,6 +34,7 @@ import time
 
 import psutil
 
+from bench._results import Results
 from tests.support.kernel_client import Kernel, Run
 
 SETUP = """%load_ext jaxnb
@@ -111,6 +114,8 @@ def main() -> None:
     parser.add_argument("--flood", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
+    results = Results("live_output")
+    latency: dict[str, dict[str, dict[str, float]]] = {}
     with Kernel() as k:
         k.check(SETUP, timeout=120)
         try:
@@ -120,6 +125,9 @@ def main() -> None:
                 for magic in ("%%jax_cluster", "%%px --block --stream"):
                     d = latencies(k, magic, same, args.lines, args.interval)
                     kind = "identical" if same else "differing"
+                    latency.setdefault(f"{kind}_lines", {})[magic] = {
+                        "p50_ms": pct(d, 0.5) * 1e3, "p95_ms": pct(d, 0.95) * 1e3,
+                        "max_ms": max(d) * 1e3}
                     print(
                         f"{kind:<10} {magic:<22} {pct(d, 0.5) * 1e3:9.0f} {pct(d, 0.95) * 1e3:9.0f}"
                         f" {max(d) * 1e3:9.0f}",
@@ -147,6 +155,15 @@ def main() -> None:
             print(f"  paired ratios {[round(x, 2) for x in ratios]}")
         finally:
             k.timed("%jax_cluster stop", timeout=60)
+    results.add(
+        lines=args.lines, interval_s=args.interval, latency=latency,
+        flood={"lines_per_process": args.flood, "repeats": args.repeats,
+               **{magic: {"median_s": statistics.median(wall[magic]), "runs_s": wall[magic],
+                          "kernel_cpu_median_s": statistics.median(cpu[magic])}
+                  for magic in magics},
+               "ratio": statistics.median(ratios), "paired_ratios": ratios, "target": "<= 1.2"},
+    )
+    results.write()
 
 
 if __name__ == "__main__":

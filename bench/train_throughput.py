@@ -19,6 +19,8 @@ One command, every number measured in the same run, on the same machine:
 3. start-up: ``train()`` call -> first report booked in the notebook, vs the
    plain script's launch -> first step done (and its init -> first step).
 
+Also written to ``bench/results/train_throughput.json``.
+
     python -m bench.train_throughput [--steps 300] [--repeats 8]
 """
 
@@ -245,10 +247,12 @@ def main() -> None:
         worker(args)
         return
 
+    from bench._results import Results  # here: the plain processes run this file as a script
     from jaxnb import JaxCluster
     from jaxnb._hosts import site
     from jaxnb._lifecycle.launch import engine_environment
 
+    results = Results("train_throughput")
     config = {k: getattr(args, k) for k in ("steps", "warmup", "din", "hidden", "batch")}
     storage = tempfile.mkdtemp(prefix="jaxnb-bench-")
     booked = Booked()
@@ -297,6 +301,23 @@ def main() -> None:
           "(target p95 <= 100 ms)")
     print(f"start-up: train() -> first report in the notebook {j_first:.2f} s (median); plain "
           f"script launch -> first step {p_first:.2f} s (init -> first step {p_ready:.2f} s)")
+    results.add(
+        config={**config, "repeats": args.repeats, "processes": 2,
+                "cpu_devices_per_process": env.get("JAX_NUM_CPU_DEVICES")},
+        jaxnb_steps_per_s=median(under), plain_steps_per_s=median(plain),
+        plain_bounded_steps_per_s=median(bounded), max_in_flight=MAX_IN_FLIGHT,
+        rounds_steps_per_s={"jaxnb": [u["steps_per_s"] for u in under],
+                            "plain": [p["steps_per_s"] for p in plain],
+                            "plain_bounded": [b["steps_per_s"] for b in bounded]},
+        ratio=paired(plain), ratio_vs_plain_bounded=paired(bounded), target=">= 0.95",
+        latency={"reports_per_s": args.rate, "reports": len(latency),
+                 "p50_ms": latency[len(latency) // 2], "p95_ms": p95, "max_ms": latency[-1],
+                 "target": "p95 <= 100 ms"},
+        startup_s={"jaxnb_train_to_first_report": j_first,
+                   "plain_launch_to_first_step": p_first,
+                   "plain_init_to_first_step": p_ready},
+    )
+    results.write()
 
 
 if __name__ == "__main__":
