@@ -3,8 +3,8 @@
 In a notebook: ``%load_ext jaxnb`` then ``%jax_cluster start`` (:mod:`jaxnb.magics`). In
 Python: :class:`JaxCluster`, and :mod:`jaxnb.tune` for searches. Inside cells and train
 functions on the engines: :func:`report`, :func:`get_context`, :func:`get_checkpoint`,
-:func:`get_dataset_shard`, :func:`should_stop`, :class:`Checkpoint`, :func:`show_mesh`,
-:func:`show_sharding`.
+:func:`get_dataset_shard`, :func:`should_stop`, :func:`breakpoint`, :class:`Checkpoint`,
+:func:`show_mesh`, :func:`show_sharding`.
 """
 
 from __future__ import annotations
@@ -45,6 +45,19 @@ _LAZY = {
     "ProfileResult": "jaxnb._profile.result:ProfileResult",
     "ReplayError": "jaxnb._core.replay:ReplayError",
 }
+
+
+def breakpoint() -> None:
+    """Stop every process that reaches this line: the notebook gets a debugger prompt whose
+    commands go to one process (``p1: p x``) or all (``all: p x.shape``); ``c`` continues
+    them all. Headless (papermill), a one-line note and no stop, unless ``%jax_debug -c``
+    gave the commands first."""
+    import inspect
+
+    from jaxnb._engine.debug.stop import stop_here
+
+    here = inspect.currentframe()
+    stop_here(here.f_back if here is not None and here.f_back is not None else here)  # type: ignore[arg-type]
 
 
 def __getattr__(name: str) -> Any:

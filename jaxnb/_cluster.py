@@ -15,10 +15,11 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from jaxnb._cells import pull, spmd
+from jaxnb._cells import memory_query, pull, spmd
 from jaxnb._cluster_jobs import ClusterJobs
 from jaxnb._cluster_options import resolve
 from jaxnb._core.errors import ClusterStateError, StartError
+from jaxnb._core.memory_text import MemoryReport
 from jaxnb._core.messages import ALREADY_RUNNING, plural
 from jaxnb._core.options import (
     DEFAULT_COLLECTIVE_TIMEOUT,
@@ -29,6 +30,7 @@ from jaxnb._core.options import (
 from jaxnb._core.phases import JOIN, REPLAY, START, STOP, Stopwatch
 from jaxnb._core.spelling import example, option
 from jaxnb._core.state import Group, ProcessInfo
+from jaxnb._debug import compare, postmortem
 from jaxnb._failures import detect, repair, stacks
 from jaxnb._lifecycle import compile_cache, lost_hosts, shutdown, spares, startup
 
@@ -40,7 +42,7 @@ CPU_MULTI_DEVICE_NOTE = (
 #: Seconds a pull or push may take unless the cluster has a cell timeout.
 DEFAULT_OPERATION_TIMEOUT = 300.0
 
-__all__ = ["JaxCluster", "ProcessInfo"]
+__all__ = ["JaxCluster", "MemoryReport", "ProcessInfo"]
 
 
 class JaxCluster(ClusterJobs):
@@ -305,10 +307,40 @@ class JaxCluster(ClusterJobs):
             compile_cache.ask(group)
         return group.processes
 
+    def memory(self) -> MemoryReport:
+        """Every process's memory per device (in use, peak, limit; on CPU the live arrays' sum
+        and the process's RSS) and the largest live arrays with the variables holding them."""
+        self.group.require_idle()
+        return memory_query.query(self.group)
+
     def reset(self) -> str:
         """Repair the ``jax.distributed`` group in place (Python state kept); says what it did."""
         self.group.require_idle()
         return repair.reset(self.group)
+
+    def debug(self, process: int | None = None, commands: str | Sequence[str] | None = None) -> None:
+        """Post-mortem of the last failure (``%jax_debug``), on the process that failed first or
+        on ``process``, at the frame that raised: pdb's commands typed at the prompt, or
+        ``commands`` (``"p x; up; p y"``, or a list). With ``commands`` while no process holds a
+        failure, they answer the ``jaxnb.breakpoint()`` stops of the next cell or run instead.
+        """
+        self.group.require_idle()
+        postmortem.debug(self.group, process, commands)
+
+    def who(self) -> list[dict[str, Any]]:
+        """Every process's user variables (``%jax_who``): one dict per variable with process 0's
+        ``type``, ``shape``, ``dtype``, ``sharding``, ``bytes``, and ``same`` ("yes", or which
+        processes differ), told from fingerprints: no data moves between processes or here."""
+        self.group.require_idle()
+        return compare.who(self.group)
+
+    def diff(self, name: str) -> list[dict[str, Any]]:
+        """The leaves of pytree ``name`` (or an expression) that differ across processes
+        (``%jax_diff``): ``path``, ``block``, ``reference`` process, ``differing`` processes,
+        ``largest`` difference where the shapes agree, ``note``; ``[]`` when all agree."""
+        self.group.require_idle()
+        repair.ensure_ready(self.group)  # measuring a difference takes every process
+        return compare.diff(self.group, name)
 
     def stacks(self) -> str:
         """Every process's current Python stack, mapped to cell lines (``%jax_cluster stacks``)."""

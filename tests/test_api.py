@@ -21,7 +21,7 @@ from jaxnb._cluster import JaxCluster
 from jaxnb._core import spelling
 from jaxnb._core.options import ClusterOptions, keyword_fields, start_flags
 from jaxnb._tune.options import TuneOptions
-from jaxnb.magics import jax_cluster, jax_profile, jax_train, jax_tune, kit
+from jaxnb.magics import jax_cluster, jax_debug, jax_profile, jax_train, jax_tune, kit
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -93,7 +93,8 @@ def test_every_start_flag_reads_its_text_into_the_keywords_value():
 
 
 @pytest.mark.parametrize("entry", [JaxCluster.train, JaxCluster.tune, JaxCluster.profile,
-                                   JaxCluster.run, jaxnb.tune.run, JaxCluster.__init__])
+                                   JaxCluster.run, jaxnb.tune.run, JaxCluster.__init__,
+                                   JaxCluster.debug])
 def test_entry_points_have_real_keywords_and_return_types(entry):
     signature = inspect.signature(entry)
     kinds = {p.kind for p in signature.parameters.values()}
@@ -107,6 +108,7 @@ def test_entry_points_have_real_keywords_and_return_types(entry):
     (jax_tune.jax_tune, JaxCluster.tune, {"func", "output"}, {"fn", "on_result", "seed", "show"}),
     (jax_profile.jax_profile, JaxCluster.profile, {"output"}, {"code", "on_result"}),
     (jax_cluster.jax_cluster_cell, JaxCluster.run, set(), {"code", "value"}),
+    (jax_debug.jax_debug, JaxCluster.debug, set(), set()),
 ])
 def test_each_flag_of_a_magic_is_a_keyword_of_the_same_name(magic, entry, magic_only, api_only):
     assert _dests(magic) - magic_only == set(_keywords(entry)) - api_only
@@ -134,7 +136,7 @@ def test_train_takes_profile_steps_like_the_magic():
 @pytest.mark.parametrize(("method", "magic"), [
     ("jax_cluster_line", jax_cluster.jax_cluster), ("jax_cluster_cell", jax_cluster.jax_cluster_cell),
     ("jax_train", jax_train.jax_train), ("jax_tune", jax_tune.jax_tune),
-    ("jax_profile", jax_profile.jax_profile),
+    ("jax_profile", jax_profile.jax_profile), ("jax_debug", jax_debug.jax_debug),
 ])
 def test_each_magics_help_lists_every_flag_it_declares(method, magic):
     """What ``%jax_train?`` (and the others) show: the method's docstring."""
@@ -197,7 +199,7 @@ def _spelled_keywords() -> set[tuple[str, str]]:
 
 def test_every_spelled_keyword_is_a_flag_of_some_magic():
     magics = [jax_cluster.jax_cluster, jax_cluster.jax_cluster_cell, jax_train.jax_train, jax_tune.jax_tune,
-              jax_profile.jax_profile]
+              jax_profile.jax_profile, jax_debug.jax_debug]
     flags = {flag for magic in magics for flag in kit.declared_flags(magic)}
     spelled = _spelled_keywords()
     assert {"trials", "max_failures", "profile_steps", "resume", "address"} <= {k for _, k in spelled}
@@ -219,7 +221,7 @@ DESIGN_NAMES = {
                              "ProcessFailure", "ReplayError")),
 }
 #: Names of features not built yet: issue number.
-PENDING = {"jaxnb.breakpoint": 35, "jaxnb.JaxCluster.memory": 34, "jaxnb.JaxCluster.scale": 33}
+PENDING = {"jaxnb.JaxCluster.scale": 33}
 
 
 def _design() -> str | None:

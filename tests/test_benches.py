@@ -38,6 +38,7 @@ SMALL_RUNS = [
     ("checkpoint_save", ["--mb", "1", "--rounds", "1"]),
     ("recovery", ["--repeats", "1", "--only", "local"]),
     ("compile_cache", ["--repeats", "1"]),
+    ("monitoring", ["--steps", "20", "--warmup", "3", "--rounds", "1"]),
     ("browser_latency", ["--only", "draw"]),
     ("train_throughput", ["--steps", "3", "--warmup", "2", "--repeats", "1", "--din", "16",
                           "--hidden", "16", "--batch", "16", "--rate", "20", "--seconds", "0.5"]),
@@ -51,6 +52,7 @@ WRITES = {
     "checkpoint_save": ("saves", "fingerprints_s", "target"),
     "train_throughput": ("jaxnb_steps_per_s", "plain_steps_per_s", "plain_bounded_steps_per_s",
                          "ratio", "target", "latency", "startup_s"),
+    "monitoring": ("median_ratio",),
     "gloo_stress": ("config", "launches", "hangs", "exit_hangs", "errors", "median_steps_per_s"),
 }
 

@@ -13,14 +13,15 @@ import pytest
 import jaxnb
 from jaxnb._core import messages
 from jaxnb._core.errors import RemoteError, remote_error
-from jaxnb.magics import SUBCOMMANDS, jax_cluster, jax_profile, jax_train, jax_tune
+from jaxnb.magics import SUBCOMMANDS, jax_cluster, jax_debug, jax_profile, jax_train, jax_tune
 
 PACKAGE = pathlib.Path(jaxnb.__file__).parent
 MAGIC = re.compile(r"%%?(jax_\w+)")
 SUBCOMMAND = re.compile(r"`%jax_cluster (\w+)")
 FLAG = re.compile(r"(?<![\w-])(--[a-z]+(?:-[a-z]+)*)(?![\w-])")
 METHOD = re.compile(r"`[\w.()]*?\.?(\w+)\(\)`")
-MAGICS = {"jax_cluster", "jax_train", "jax_mesh", "jax_pull", "jax_push", "jax_tune", "jax_profile"}
+MAGICS = {"jax_cluster", "jax_train", "jax_mesh", "jax_pull", "jax_push", "jax_tune", "jax_profile",
+          "jax_debug", "jax_who", "jax_diff"}
 #: Flags of other programs that jaxnb runs (in shell commands, not in messages).
 OTHER_PROGRAMS_FLAGS = {
     "--ppid",  # ps(1), on a remote host
@@ -48,7 +49,8 @@ def _texts() -> list[tuple[str, str]]:
 
 def _flags() -> set[str]:
     parsers = [jax_cluster.jax_cluster.parser, jax_cluster.jax_cluster_cell.parser,
-               jax_train.jax_train.parser, jax_tune.jax_tune.parser, jax_profile.jax_profile.parser]
+               jax_train.jax_train.parser, jax_tune.jax_tune.parser, jax_profile.jax_profile.parser,
+               jax_debug.jax_debug.parser]
     return {option for parser in parsers for option in parser._option_string_actions}
 
 

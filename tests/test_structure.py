@@ -15,7 +15,8 @@ import pytest
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "jaxnb"
 #: The engine-neutral modules of ``_core`` that engine code may import (the notebook imports them too).
 SHARED = {"jaxnb._core.contract", "jaxnb._core.run_folder", "jaxnb._core.host_entries",
-          "jaxnb._core.messages", "jaxnb._core.sent_functions", "jaxnb._core.spelling"}
+          "jaxnb._core.messages", "jaxnb._core.sent_functions", "jaxnb._core.spelling",
+          "jaxnb._core.tracebacks"}
 #: Engine-side public API (``jaxnb.report``, ``jaxnb.show_mesh``): called inside cells.
 ENGINE_API = {"jaxnb", "jaxnb._mesh"}
 
@@ -175,8 +176,9 @@ LAYERS: dict[str, set[str]] = {
     "jaxnb._hosts": {"jaxnb._core"},
     "jaxnb._failures": {"jaxnb._core", "jaxnb._hosts"},
     "jaxnb._lifecycle": {"jaxnb._core", "jaxnb._hosts", "jaxnb._failures"},
-    "jaxnb._cells": {"jaxnb._core", "jaxnb._failures"},
-    "jaxnb._train": {"jaxnb._core", "jaxnb._failures", "jaxnb._cells", "jaxnb._widgets"},
+    "jaxnb._debug": {"jaxnb._core", "jaxnb._failures", "jaxnb._widgets"},
+    "jaxnb._cells": {"jaxnb._core", "jaxnb._failures", "jaxnb._debug"},
+    "jaxnb._train": {"jaxnb._core", "jaxnb._failures", "jaxnb._cells", "jaxnb._widgets", "jaxnb._debug"},
     "jaxnb._profile": {"jaxnb._core", "jaxnb._failures", "jaxnb._cells", "jaxnb._widgets", "jaxnb._train"},
     "jaxnb._tune": {"jaxnb._core", "jaxnb._failures", "jaxnb._train", "jaxnb._widgets"},
 }

@@ -11,8 +11,15 @@ from support.factories import unavailable
 
 unavailable("browser tests", lab_server.missing())
 
-from playwright.sync_api import Browser, BrowserContext, sync_playwright  # noqa: E402
-from support.browser_page import Watched, cell, open_notebook, run_and_wait, run_cell, wait_done, wait_for  # noqa: E402
+from support.browser_page import (  # noqa: E402 - only importable where playwright is installed
+    Watched,
+    cell,
+    lab_notebook,
+    run_and_wait,
+    run_cell,
+    wait_done,
+    wait_for,
+)
 
 SETUP = "%load_ext jaxnb\n%jax_cluster start -n 2"
 FUNCS = """%%jax_cluster
@@ -42,18 +49,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[lab_server.LabS
 
 @pytest.fixture(scope="module")
 def lab(server: lab_server.LabServer) -> Iterator[Watched]:
-    with sync_playwright() as pw:
-        browser: Browser = pw.chromium.launch(executable_path=lab_server.chromium_path(),
-                                              headless=True, args=["--no-sandbox",
-                                                                   "--disable-dev-shm-usage"])
-        context: BrowserContext = browser.new_context(viewport={"width": 1400, "height": 1000})
-        path = server.write_notebook("tune.ipynb", CELLS)
-        watched = open_notebook(context, server.page_url(path))
+    with lab_notebook(server, "tune.ipynb", CELLS) as watched:
         yield watched
-        watched.page.close()
-        server.shutdown_kernels()
-        context.close()
-        browser.close()
 
 
 def rows(view) -> list[list[str]]:

@@ -12,19 +12,13 @@ import time
 
 import pytest
 from support.factories import started_kernel
+from support.kernel_checks import usage_error
 
 #: Starts kernels and engines: not in `bash dev test fast`.
 pytestmark = pytest.mark.engines
 NOT_OURS = ("do_apply", "_contract.py", "reporting.py", "Could not get source", "_spmd.py",
             "threading.py", "ipyparallel/")
 
-
-def usage_error(out) -> str:
-    """The one line a front end shows for a ``UsageError`` (IPython prints it, no traceback)."""
-    assert out.error is None, out.shown
-    lines = [line for line in out.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("UsageError: "), out.shown
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

@@ -28,6 +28,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 
 from jaxnb._cells import live_noise
+from jaxnb._core.merged_text import tidy
 from jaxnb._core.messages import label
 
 #: Lines of one stream written to the page per cell, at most (live and at the end).
@@ -228,7 +229,7 @@ class LiveMerger:
             rest[p] = lines
         if not any(rest.values()):
             return
-        head, middles, tail = _tidy(self.processes, rest)
+        head, middles, tail = tidy(self.processes, rest)
         room = max(self.page_lines - self.released, 0)
         head, middles, tail, left_out = _cap(head, middles, tail, room)
         if left_out:
@@ -246,24 +247,6 @@ class LiveMerger:
         if not ends_open or (any(middles.values()) and not tail):
             text += "\n"
         self.write(text)
-
-
-def _tidy(
-    processes: list[int], rest: dict[int, list[str]]
-) -> tuple[list[str], dict[int, list[str]], list[str]]:
-    """The lines every process has at the start, each process's own middle, the common end."""
-    lists = [rest[p] for p in processes]
-    shortest = min(len(lines) for lines in lists)
-    start = 0
-    while start < shortest and all(lines[start] == lists[0][start] for lines in lists):
-        start += 1
-    end = 0
-    while end < shortest - start and all(lines[-1 - end] == lists[0][-1 - end] for lines in lists):
-        end += 1
-    head = lists[0][:start]
-    tail = lists[0][len(lists[0]) - end :]
-    middles = {p: rest[p][start : len(rest[p]) - end] for p in processes}
-    return head, middles, tail
 
 
 def _cap(

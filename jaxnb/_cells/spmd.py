@@ -12,9 +12,11 @@ from jaxnb._cells.live_panel import LivePanel, NotebookScreen, in_kernel, live_o
 from jaxnb._cells.outputs import write_raw
 from jaxnb._core import ipp_internals
 from jaxnb._core.contract import IMPORTED_KEY, EngineCall
-from jaxnb._core.errors import remote_error
+from jaxnb._core.errors import RemoteError, remote_error
 from jaxnb._core.notebook_cells import as_compiled
 from jaxnb._core.state import Group
+from jaxnb._debug.stops import Stops
+from jaxnb._failures import out_of_memory
 from jaxnb._failures.watch import Watch
 
 POLL_SECONDS = 0.02
@@ -94,6 +96,7 @@ def run_cell(
     live = LivePanel([out.view, err.view], NotebookScreen()) if out and err and in_kernel() else None
     shown_displays = 0
     watch = Watch(group, code, timeout, list(ar.msg_ids))
+    stops = Stops(group, watch, {p: md["data"] for p, md in by_process.items()})
     try:
         while True:
             ar.wait(POLL_SECONDS)
@@ -103,14 +106,20 @@ def run_cell(
             if ar.ready():
                 break
             done = {p for p, f in futures.items() if f.done()}
-            watch.check(done, by_process)
+            if not stops.check(done, {p: by_process[p].get("error") for p in done}):
+                watch.check(done, by_process)
     except BaseException as e:
         if isinstance(e, KeyboardInterrupt):
             watch.interrupted(by_process)
         if merged:  # what arrived so far, in tidy form, instead of a stale live view
             _feed(out, err, live, by_process, final=True)
+        if isinstance(e, RemoteError):  # a divergence: one process may have run out of memory
+            out_of_memory.explain(group, e, _errors(by_process))
         raise
-    watch.check_dead(by_process)  # a death is the error, whatever the others returned
+    try:
+        watch.check_dead(by_process)  # a death is the error, whatever the others returned
+    except RemoteError as e:
+        raise out_of_memory.explain(group, e, _errors(by_process)) from None
     ar.wait_for_output(timeout=2)
     outcome = _collect(by_process, futures)
     if merged:
@@ -128,8 +137,12 @@ def run_cell(
         _show_raw(chosen, by_process)
     if outcome.errors:
         group.mark_suspect_after_errors(len(outcome.errors), len(processes))
-        raise remote_error(outcome.errors)
+        raise out_of_memory.explain(group, remote_error(outcome.errors), outcome.errors)
     return outcome
+
+
+def _errors(by_process: dict[int, dict]) -> dict[int, Any]:
+    return {p: md["error"] for p, md in by_process.items() if md.get("error") is not None}
 
 
 def _feed(

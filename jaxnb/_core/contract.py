@@ -68,6 +68,17 @@ REPORT_KEY = "jaxnb/"
 #: After a cell that imported third-party modules, an engine publishes their names under
 #: this key (ipyparallel datapub): what warm spares import.
 IMPORTED_KEY = "jaxnb-imported"
+#: ``jaxnb.breakpoint()``: a process publishes where it stopped under this key (ipyparallel
+#: datapub; the value is the latest stop: ``id``, ``where``, ``source``).
+BREAKPOINT_KEY = "jaxnb-breakpoint"
+#: A training run's latest sample (memory, time split, FLOPs per step) is published under this
+#: key about once a second; each sample holds totals, so the last one received is what counts.
+MONITOR_KEY = "jaxnb-monitor"
+#: XLA refusing an allocation: ``RESOURCE_EXHAUSTED: Out of memory …`` on one device, ``INTERNAL:
+#: Error dispatching computation: Out of memory allocating N bytes.`` for a program of several
+#: devices, ``Ran out of memory in memory space hbm`` on a TPU (both sides find it so).
+OUT_OF_MEMORY = (r"RESOURCE_EXHAUSTED|[Oo]ut of memory (?:allocating|while trying)"
+                 r"|[Rr]an out of memory in memory space")
 #: ``%jax_pull``: what a process answers when the name is not defined there.
 MISSING = "__jaxnb_missing__"
 #: ``%jax_pull``: what processes other than 0 answer (process 0 sends the value).

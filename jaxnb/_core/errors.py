@@ -89,6 +89,18 @@ def remote_error(errors: dict[int, Any]) -> RemoteError:
     return RemoteError(summary, sorted(errors), tracebacks, "\n".join(full))
 
 
+#: Errors an engine raises whose message is already the user's one line (a name not defined
+#: there, a value of the wrong kind): raised in the notebook as the same exception.
+AS_RAISED = {"NameError": NameError, "TypeError": TypeError}
+
+
+def as_local(error: Any) -> BaseException | None:
+    """An engine's ``NameError`` or ``TypeError`` (ipyparallel's RemoteError) as the same
+    exception here, with its message; ``None`` for any other error."""
+    kind = AS_RAISED.get(getattr(error, "ename", "") or "")
+    return kind(getattr(error, "evalue", "")) if kind is not None else None
+
+
 def traceback_text(error: Any) -> str:
     """The remote traceback of an ipyparallel error (or a local exception's one line), no colours."""
     tb = getattr(error, "traceback", None)

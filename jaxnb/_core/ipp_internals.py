@@ -86,3 +86,33 @@ def key_files(ipp_cluster: Any) -> list[str]:
         os.path.join(security, f"ipcontroller-{cid}-client.json"),
         ipp_cluster.cluster_file,
     ]
+
+
+def control_apply(client: Any, engine_id: int, f: Any, *args: Any) -> Any:
+    """Send ``f(*args)`` to one engine as an ipyparallel ``apply_request`` on its *control*
+    channel; a future whose result is the reply message (see :func:`reply_value`).
+
+    ipykernel serves the control channel on its own thread, so this reaches an engine whose
+    main thread is busy with a cell; jaxnb's engines route the request to ipyparallel's own
+    ``apply_request`` handler there (``jaxnb._engine.debug.hooks``). ipyparallel 9.2 sends
+    control requests only for its fixed ones (``send_signal``, ``abort``, ``clear``), with this
+    same private ``_send``.
+    """
+    from ipyparallel.serialize import pack_apply_message
+
+    session = client.session
+    buffers = pack_apply_message(f, args, {}, buffer_threshold=session.buffer_threshold,
+                                 item_threshold=session.item_threshold)
+    ident = client._engines[engine_id].encode()  # noqa: SLF001 - engine id -> its zmq identity
+    return client._send(client._control_stream, "apply_request", buffers=buffers, ident=ident)  # noqa: SLF001
+
+
+def reply_value(reply: dict) -> Any:
+    """The value an ``apply_reply`` message carries; a remote exception is raised as ipyparallel's."""
+    from ipyparallel.error import unwrap_exception
+    from ipyparallel.serialize import deserialize_object
+
+    content = reply["content"]
+    if content.get("status") != "ok":
+        raise unwrap_exception(content)
+    return deserialize_object(reply["buffers"])[0]

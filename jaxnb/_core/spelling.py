@@ -16,7 +16,7 @@ from collections.abc import Iterator
 _AS_FLAGS: contextvars.ContextVar[bool] = contextvars.ContextVar("jaxnb_as_flags", default=False)
 
 #: Keywords whose flag is not ``--`` and the keyword with dashes (``max_failures``: ``--max-failures``).
-FLAG_OF = {"n": "-n", "init": "--no-init"}
+FLAG_OF = {"n": "-n", "init": "--no-init", "commands": "-c"}
 
 
 class Code(str):

@@ -102,6 +102,9 @@ class Group:
     #: The third-party modules the setup's cells imported (what warm spares import); kept,
     #: like ``setup``, across a stop.
     warm_modules: list[str] = dataclasses.field(default_factory=list)
+    #: ``%jax_debug -c`` given when no process held a failure: the commands that answer the
+    #: ``jaxnb.breakpoint()`` stops of the next cell or run that reaches one (then forgotten).
+    breakpoint_commands: list[str] | None = None
     #: Folders this cluster's cells made under the temporary directory (removed at its stop).
     temp_folders: TempFolders = dataclasses.field(default_factory=TempFolders)
 

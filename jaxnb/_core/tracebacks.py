@@ -41,9 +41,23 @@ def user_frames(text: str) -> tuple[str, int]:
             frames.append((start, i))
         else:
             i += 1
-    hidden = [(a, b) for a, b in frames if _NOT_USERS.search(lines[a])]
+    hidden = [(a, b) for a, b in frames if is_hidden(lines[a])]
     if not hidden or len(hidden) == len(frames):
         return text, 0
     drop = {n for a, b in hidden for n in range(a, b)}
     kept = [line for n, line in enumerate(lines) if n not in drop]
     return "\n".join(kept), len(hidden)
+
+
+def is_hidden(header: str) -> bool:
+    """Whether the frame with this first line (``File PATH:LINE, in NAME``) is not the user's."""
+    return _NOT_USERS.search(header) is not None
+
+
+def is_entry(file: str, func: str) -> bool:
+    """The frame that runs the user's code on an engine: IPython's cell runner, or
+    ipyparallel's ``apply`` (the frames below it are the kernel's, never shown)."""
+    path = file.replace("\\", "/")
+    return path.endswith("IPython/core/interactiveshell.py") or (
+        path.endswith("ipyparallel/engine/kernel.py") and func == "do_apply"
+    )

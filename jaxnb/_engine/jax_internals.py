@@ -106,3 +106,69 @@ def cache_from_every_process() -> None:
 
     write.jaxnb_every_process = True  # type: ignore[attr-defined]
     setattr(compiler, "_cache_write", write)  # noqa: B010
+
+
+#: JAX's compile events (``jax._src.dispatch``): tracing to a jaxpr, lowering it, XLA's compile.
+#: Each is announced at its start (``record_scalar``) and end (``record_event_duration_secs``).
+COMPILE_EVENTS = (
+    "/jax/core/compile/jaxpr_trace_duration",
+    "/jax/core/compile/jaxpr_to_mlir_module_duration",
+    "/jax/core/compile/backend_compile_duration",
+)
+
+
+def on_jit_cache_miss(callback: Any) -> None:
+    """Call ``callback()`` on every miss of jit's C++ cache: a jitted function called for the
+    first time in this process, or with new shapes. JAX says so through its test hook
+    (``jax._src.util.test_event("jit_cpp_cache_miss")``); jaxnb's listener is chained after
+    any listener already there."""
+    from jax._src import util
+
+    previous = util.test_event_listener
+
+    def listener(name: str, *args: Any) -> None:
+        if previous is not None:
+            previous(name, *args)
+        if name == "jit_cpp_cache_miss":
+            callback()
+
+    util.test_event_listener = listener
+
+
+def jit_call_in_progress() -> tuple[Any, tuple[Any, ...], dict[str, Any]] | None:
+    """The jitted function the user's code is calling on this thread (from a cache-miss
+    listener), with the arguments of the call; ``None`` when the call is not the user's (an
+    op run eagerly by JAX itself).
+
+    Read from the frame of ``jax._src.pjit``'s ``cache_miss`` (its ``args``, ``kwargs`` and
+    the ``fun`` and ``jit_info`` it closes over) and the caller's frame, which holds the
+    jitted function.
+    """
+    import inspect
+    import os
+
+    frame = inspect.currentframe()
+    marker = os.path.join("jax", "_src", "pjit.py")
+    while frame is not None and not (frame.f_code.co_name == "cache_miss"
+                                     and frame.f_code.co_filename.endswith(marker)):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    found = frame.f_locals
+    caller = frame.f_back
+    jax_code = os.path.join("jax", "_src", "")
+    while caller is not None and jax_code in caller.f_code.co_filename:
+        if caller.f_code.co_name not in ("reraise_with_filtered_traceback",):
+            return None  # called by JAX itself (an op applied eagerly), not by the user
+        caller = caller.f_back
+    if caller is None or "fun" not in found or "jit_info" not in found:
+        return None
+    fun = found["fun"]
+    scopes = (caller.f_locals, caller.f_globals)
+    jitted = next((v for scope in scopes for v in list(scope.values())
+                   if getattr(v, "_fun", None) is fun and hasattr(v, "lower")), None)
+    if jitted is None:  # held out of reach (an attribute): the same jit made again
+        from jax._src import pjit
+
+        jitted = pjit._cpp_pjit(fun, found["jit_info"])  # noqa: SLF001
+    return jitted, tuple(found.get("args", ())), dict(found.get("kwargs", {}))

@@ -16,6 +16,7 @@ import time
 from jaxnb._core.messages import label, plural
 from jaxnb._core.notebook_cells import CELL_FILE, as_compiled, cell_name, remembered
 from jaxnb._core.state import Group
+from jaxnb._core.tracebacks import is_entry
 from jaxnb._hosts import site
 
 #: How long to wait for the engines to write their dumps.
@@ -102,7 +103,7 @@ def format_stack(dump: str, cell_code: str = "") -> str:
     frames = main_thread(dump)
     if not frames:
         return "    " + dump.strip().replace("\n", "\n    ")
-    outer = next((i for i, f in enumerate(frames) if _is_entry(f[0], f[2])), None)
+    outer = next((i for i, f in enumerate(frames) if is_entry(f[0], f[2])), None)
     if outer is None:
         return "    idle (not running a cell or a function)"
     frames = [f for f in frames[:outer] if not _is_jaxnb(f[0])]
@@ -129,7 +130,7 @@ def where(dump: str | None, cell_code: str = "") -> str:
     if not dump:
         return "an unknown line (no stack dump)"
     frames = main_thread(dump)
-    outer = next((i for i, f in enumerate(frames) if _is_entry(f[0], f[2])), None)
+    outer = next((i for i, f in enumerate(frames) if is_entry(f[0], f[2])), None)
     if outer is None:
         return "idle"
     inside = frames[:outer]
@@ -165,14 +166,6 @@ def _cell_frame(file: str, line: int, func: str, cell_code: str) -> str | None:
     lines = (code or "").splitlines()
     source = lines[line - 1].strip() if 0 < line <= len(lines) else ""
     return f"{text}: {source}" if source else text
-
-
-def _is_entry(file: str, func: str) -> bool:
-    """The frame that runs the user's code: IPython's cell runner, or ipyparallel's ``apply``."""
-    path = file.replace("\\", "/")
-    return path.endswith("IPython/core/interactiveshell.py") or (
-        path.endswith("ipyparallel/engine/kernel.py") and func == "do_apply"
-    )
 
 
 def _is_jaxnb(file: str) -> bool:

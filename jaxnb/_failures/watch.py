@@ -124,6 +124,16 @@ class Watch:
             self.dead = dict(dead)
             raise died(self.group, dead, [], self.code, _errors_of(by_process))
 
+    def pause(self, seconds: float) -> None:
+        """The processes sat at ``jaxnb.breakpoint()`` for ``seconds``: the timeout does not run
+        down meanwhile, and the grace before looking for divergence starts again."""
+        self.started += seconds
+        self.first_done = None
+
+    def where_now(self, processes: list[int]) -> str:
+        """``[p2] at cell line 7: …; [p3] not in the cell yet``: where these processes are now."""
+        return self._where(processes, stacks.read(stacks.request(self.group, processes)))
+
     # ---- divergence and timeouts -------------------------------------------------------
 
     def _look_for_divergence(self, done: set[int], running: list[int], by_process: dict) -> None:

@@ -15,6 +15,7 @@ import psutil
 
 from jaxnb._core import ipp_internals
 from jaxnb._core.state import Group
+from jaxnb._hosts import oom_killer
 
 
 def launcher_of(group: Group, pid: int) -> Any:
@@ -46,11 +47,21 @@ def exit_of(process: psutil.Process) -> str | None:
         time.sleep(0.02)
     if code is None:
         return "exited"
+    if code == -signal.SIGKILL and oom_killer.killed_here(process.pid, _started(process)):
+        return oom_killer.KILLED
     if code < 0:
         with contextlib.suppress(ValueError):
             return f"was killed by {signal.Signals(-code).name}"
         return f"was killed by signal {-code}"
     return f"exited with status {code}"
+
+
+def _started(process: psutil.Process) -> float | None:
+    """When ``process`` started (``time.time()``), or ``None`` once that cannot be known."""
+    try:
+        return process.create_time()
+    except psutil.Error:
+        return None
 
 
 def has_exited(process: psutil.Process) -> bool:

@@ -10,7 +10,7 @@ from typing import Any
 import ipyparallel as ipp
 
 from jaxnb._core.state import Group
-from jaxnb._hosts import reachability, remote_launchers, ssh, ssh_connections
+from jaxnb._hosts import oom_killer, reachability, remote_launchers, ssh, ssh_connections
 
 
 def exited_engines(ipp_cluster: ipp.Cluster | None) -> list[tuple[str, int, str]]:
@@ -28,6 +28,9 @@ def exited_how(launcher: Any) -> str:
     writes the status there)."""
     reachable = not reachability.unreachable_now(launcher.location)
     how = ssh.exit_status(launcher.remote_tail(5)) if reachable else None
+    killed = how == "was killed by SIGKILL" and launcher.pid is not None  # by the OOM killer?
+    if killed and int(launcher.pid) in oom_killer.killed_pids(launcher.kernel_log()):
+        how = oom_killer.KILLED
     return f"{how or 'exited'} on {launcher.location}"
 
 

@@ -105,6 +105,13 @@ class FastSSHEngineLauncher(SSHEngineLauncher):
             )
         return ""
 
+    def kernel_log(self, lines: int = 300) -> str:
+        """The end of its host's kernel log, ``dmesg`` ("" where it cannot be read)."""
+        with contextlib.suppress(Exception):
+            return self.ssh_sender.check_output(
+                [f"dmesg 2>/dev/null | tail -n {int(lines)}"], timeout=5, stdin=subprocess.DEVNULL)
+        return ""
+
     def kill_group(self, remove_files: bool = True) -> None:
         """SIGKILL the engine, its process group and its nanny (a child in a session of its own);
         ``remove_files``: also what it leaves on its host (not while other engines there use it)."""

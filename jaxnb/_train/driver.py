@@ -14,11 +14,12 @@ from typing import Any
 from jaxnb._cells.pull import note_size
 from jaxnb._core import ipp_internals, phases, run_folder, spelling
 from jaxnb._core.contract import EngineCall
-from jaxnb._core.errors import ClusterStateError, remote_error
+from jaxnb._core.errors import ClusterStateError, RemoteError, remote_error
 from jaxnb._core.file_lock import FileLock
 from jaxnb._core.messages import BUSY, RESET, RESTART
 from jaxnb._core.spelling import example, option
 from jaxnb._core.state import Group, Suspect
+from jaxnb._failures import out_of_memory
 from jaxnb._train import dataset_names, function, handover
 from jaxnb._train.interrupts import InterruptCounter
 from jaxnb._train.monitor import Monitor
@@ -76,13 +77,14 @@ def train(
     gives the dashboard its progress bar and ETA. ``datasets`` maps names to
     engine-side variables for ``jaxnb.get_dataset_shard(name)``. ``view`` (jaxnb) replaces the
     dashboard: called like ``Dashboard(name, size, total_steps=, on_stop=)``,
-    it returns an object with Dashboard's ``show/add/refresh/set_status/finish`` (and, with
-    ``max_failures``, ``set_recoveries/rewind/recovery_took``). A failure on
+    it returns an object with Dashboard's ``show/add/add_sample/refresh/set_status/finish``
+    (and, with ``max_failures``, ``set_recoveries/rewind/recovery_took``). A failure on
     any process raises :class:`jaxnb.RemoteError` (its ``.result`` holds the
     history so far). ``max_failures``: when a process dies or a host is lost,
     ``restart()`` (stop, start, replay the setup) and resume from the latest
     checkpoint, up to that many times (:mod:`jaxnb._train.recovery`).
     """
+    called = time.monotonic()  # the run's wall time (Result.goodput) counts from here
     check_max_failures(max_failures)
     total = expected_steps(config, total_steps)
     handover.wait_if_stopping(group)  # a run asked to stop may take a moment to end
@@ -111,6 +113,7 @@ def train(
         result.checkpoint = resume_from  # until the run saves a newer one (it may have nothing left)
         attempts = _Attempts(group, spec, result, Recovery(max_failures, restart, run_dir, run))
         attempts.lock = lock
+        attempts.launched = called
         if background:
             monitor = _launch(group, result, total, attempts, view=view)
             follow = contextvars.copy_context().run  # output goes to the cell that started the run
@@ -154,6 +157,8 @@ class _Attempts:
         self.interrupts: InterruptCounter | None = None
         self.ended_in_recovery = ""
         self.resumed: tuple[Any, float] | None = None  # the last failure, when its replay ended
+        self.launched = time.monotonic()  # when train() was called: the run's wall time
+        self.recovery_seconds = 0.0  # from each death seen to the resumed function's start
         self.lock: FileLock | None = None  # the run folder's, held until the run is concluded
 
     def request_stop(self) -> None:
@@ -213,6 +218,7 @@ class _Attempts:
             raise
         dashboard.set_status("running", recovery.counted())
         self.resumed = (failure, replayed)
+        self.recovery_seconds += max(time.time() - failure.time, 0.0)
         return following
 
     def time_first_step(self, monitor: Monitor) -> None:
@@ -334,6 +340,8 @@ def _conclude(
     finally:
         group.busy_with = None
     error = monitor.gave_up or (remote_error(errors) if errors else None)
+    if isinstance(error, RemoteError):  # one process may have run out of memory: say what filled it
+        out_of_memory.explain(group, error, monitor.errors())
     if errors and monitor.gave_up is None:
         group.mark_suspect_after_errors(len(errors), len(monitor.processes))
     summaries = [f.result() for f in monitor.futures.values() if f.done()]
@@ -349,7 +357,8 @@ def _conclude(
     status, message = _status(result, monitor, attempts)
     try:
         monitor.dashboard.finish(status, message)
-    finally:
+    finally:  # the wall time goes to the end of the run as the notebook shows it
+        result.conclude_samples(time.monotonic() - attempts.launched, attempts.recovery_seconds)
         if attempts.lock is not None:
             attempts.lock.release()  # before set_done: a waiter may start the same run at once
         result.set_done()

@@ -13,11 +13,12 @@ from typing import Any
 from jaxnb._cells.live import LiveMerger
 from jaxnb._cells.live_panel import LivePanel, NotebookScreen, in_kernel, live_options
 from jaxnb._core import ipp_internals
-from jaxnb._core.contract import STOP_SIGNAL
+from jaxnb._core.contract import MONITOR_KEY, STOP_SIGNAL
 from jaxnb._core.errors import ProcessFailure
 from jaxnb._core.messages import label
 from jaxnb._core.run_folder import Checkpoint, remember_user_checkpoint
 from jaxnb._core.state import Group, Suspect
+from jaxnb._debug.stops import Stops
 from jaxnb._failures import explain, free
 from jaxnb._failures.watch import Watch
 from jaxnb._train.receive import Receiver
@@ -28,6 +29,7 @@ from jaxnb._widgets.dashboard import Dashboard
 POLL_SECONDS = 0.02
 #: How often the dashboard thread offers a redraw (the dashboard throttles itself too).
 REFRESH_SECONDS = 0.05
+AT_BREAKPOINT = "jaxnb: interrupted at jaxnb.breakpoint(): interrupting every process"
 #: After the last process returned, how long to wait for its last messages.
 OUTPUT_WAIT_SECONDS = 10.0
 
@@ -59,6 +61,8 @@ class Monitor:
         self.gave_up: BaseException | None = None
         # The same watch as a cell's: deaths, and processes left waiting once one finished.
         self.watch = Watch(group, where_others=not recovers)
+        #: jaxnb.breakpoint() in the train function: the prompt, as in a cell.
+        self.stops = Stops(group, self.watch, {p: md["data"] for p, md in self.md.items()})
         self._asked_others_to_stop = False
         #: The processes found dead (index -> how they ended), when a death ended the run.
         self.deaths: dict[int, str] = {}
@@ -76,6 +80,7 @@ class Monitor:
         #: The other processes' reports ahead of process 0's (to fill what a dead process 0 lost).
         self._ahead: dict[int, deque] = {p: deque() for p in self.processes[1:]}
         self._lead_step: int | None = None
+        self._samples: dict[int, Any] = {}  # the last sample booked, by process
         self._ended = threading.Event()
         self._refresher = threading.Thread(target=contextvars.copy_context().run,
                                            args=(self._refresh_loop,), name="jaxnb-dashboard",
@@ -136,6 +141,12 @@ class Monitor:
                 else:
                     self._ahead[p].extend(records)
                 self.dashboard.add(records)
+        for p, md in self.md.items():  # the latest sample: memory, time parts, FLOPs per step
+            sample = md["data"].get(MONITOR_KEY)
+            if sample is not None and sample is not self._samples.get(p):
+                self._samples[p] = sample
+                self.result.add_sample(p, sample)
+                self.dashboard.add_sample(p, sample)
         for ahead in self._ahead.values():
             while ahead and self._lead_step is not None and int(ahead[0]["step"]) <= self._lead_step:
                 ahead.popleft()
@@ -213,6 +224,13 @@ class Monitor:
             self._asked_others_to_stop = True
             self._signal(STOP_SIGNAL)  # the others may stop cleanly at should_stop()
         done = {p for p, f in self.futures.items() if f.done()}
+        try:
+            if self.stops.check(done, {p: o["error"] for p, o in by_process.items()}):
+                return  # the processes moved on meanwhile: look again at the next poll
+        except KeyboardInterrupt:  # at the breakpoint's prompt: end the run as a cell ends
+            print(AT_BREAKPOINT, file=sys.stderr)
+            self.interrupt()
+            return
         try:
             self.watch.check(done, by_process)
         except ProcessFailure as failure:

@@ -7,6 +7,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from jaxnb._core.goodput import ProcessSamples, split
 from jaxnb._core.ongoing import Ongoing
 from jaxnb._core.run_folder import Checkpoint
 
@@ -44,6 +45,8 @@ class Result(Ongoing):
     from each process. ``failures`` has one :class:`Failure` per recovery
     (``--max-failures``); after one, the reports redone from the checkpoint
     replace the lost ones in ``history``. ``profile``: the trace of ``profile_steps``, or None.
+    ``goodput`` (where the wall time went), ``flops_per_step`` and ``memory`` (each process's
+    peak) are filled when the run ends.
     A ``--background`` run's Result fills in while it runs:
     ``wait()`` for the end, ``stop()`` to ask every process to stop.
     """
@@ -59,6 +62,16 @@ class Result(Ongoing):
     failures: list[Failure] = dataclasses.field(default_factory=list)
     #: The ``ProfileResult`` of ``profile_steps`` (``--profile-steps``), else ``None``.
     profile: Any = None
+    #: The wall time split into ``parts`` (compile, steps, data, checkpoint, recovery, idle:
+    #: the mean over processes, in seconds, adding up to ``wall``), the ``slowest`` process of
+    #: each, each process's own split (``processes``) and ``goodput`` (the steps' share).
+    goodput: dict[str, Any] | None = None
+    #: FLOPs of one step on one device (XLA's cost analysis of the compiled step), or ``None``.
+    flops_per_step: float | None = None
+    #: Per process: its memory's peak over the run (``peak``: the device's, or on CPU the
+    #: live arrays' sampled peak; ``peak_rss``), with the latest reading (``in_use``, ``limit``).
+    memory: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    _samples: dict[int, ProcessSamples] = dataclasses.field(default_factory=dict, repr=False)
     _steps: list[int] = dataclasses.field(default_factory=list, repr=False)
     _done: threading.Event = dataclasses.field(default_factory=threading.Event, repr=False)
     _stop: Callable[[], None] | None = dataclasses.field(default=None, repr=False)
@@ -68,6 +81,18 @@ class Result(Ongoing):
         self.history.append(metrics)
         self._steps.append(step)
         self.metrics = metrics
+
+    def add_sample(self, process: int, sample: dict[str, Any]) -> None:
+        """(jaxnb) Book a process's sample (memory, time parts, FLOPs per step)."""
+        found = self._samples.get(process) or self._samples.setdefault(process, ProcessSamples())
+        found.add(sample)
+
+    def conclude_samples(self, wall: float, recovery: float) -> None:
+        """(jaxnb) Fill ``goodput``, ``flops_per_step`` and ``memory`` from the samples."""
+        self.goodput = split(wall, self._samples, recovery)
+        self.memory = {p: s.memory() for p, s in sorted(self._samples.items())}
+        flops = [s.latest.get("flops_per_step") for _, s in sorted(self._samples.items()) if s.latest]
+        self.flops_per_step = next((f for f in flops if f), None)
 
     def rewind(self, step: int | None) -> None:
         """(jaxnb) Forget the reports after ``step`` (``None``: all): they will be redone."""

@@ -66,6 +66,9 @@ class TrialFeed:
                 self.pruned = True
                 self._stop()
 
+    def add_sample(self, process: int, sample: dict[str, Any]) -> None:
+        """(a trial's memory and time are in its Result; the search's view does not show them)"""
+
     def refresh(self, force: bool = False) -> bool:
         return self.view.refresh(force) if self.view is not None else False
 

@@ -13,8 +13,12 @@ from typing import Any
 import ipywidgets as w
 from IPython.display import Image, display
 
+from jaxnb._core.goodput import ProcessSamples
+from jaxnb._core.memory_text import memory_cell
+
 from ._display import display_widget, in_ipython, png_img, widget_bundle
 from .plots import Curves, MetricsFigure, build_panels
+from .run_hardware import UNITS, hardware_items
 from .run_stats import ProcessReports, process_stats
 from .run_text import (
     duration_text,
@@ -30,6 +34,7 @@ from .svg_plot import MAX_POINTS as SVG_POINTS
 from .svg_plot import render_svg
 
 STEP_NAMES = ("step", "epoch", "iteration")  # the x axis; not plotted as curves
+NOT_PLOTTED = (*STEP_NAMES, *UNITS)  # batch_size and tokens give the throughput, not curves
 TERMINAL = ("finished", "stopped", "failed", "interrupted")
 _STYLE = {"running": ("#1f77b4", ""), "stopping": ("#e67e00", "warning"),
           "recovering": ("#e67e00", "warning"), "finished": ("#2ca02c", "success"),
@@ -65,6 +70,8 @@ class Dashboard:
         self.max_failures = 0
         self._on_stop = on_stop
         self._procs: dict[int, ProcessReports] = {}
+        self._samples: dict[int, ProcessSamples] = {}  # memory, time parts, FLOPs per step
+        self._recovering_since, self._recovery_s = 0.0, 0.0
         self._lock, self._render_lock = threading.RLock(), threading.Lock()
         self._figure = MetricsFigure()
         self._start, self._end, self._end_wall = time.monotonic(), 0.0, 0.0
@@ -72,7 +79,7 @@ class Dashboard:
         self._plot_interval = MIN_INTERVAL_S
         self._dirty, self._drawn, self._handle = True, False, None
         self._title, self._speed, self._table, self._ckpt = w.HTML(), w.HTML(), w.HTML(), w.HTML()
-        self._history = w.HTML()
+        self._history, self._hardware = w.HTML(), w.HTML()
         self._bar = w.IntProgress(min=0, max=1, layout=w.Layout(width="40%"))
         self._plot = w.HTML(layout=w.Layout(display="none"))  # inline SVG: the page draws it
         self._smoothing = w.FloatSlider(value=0.0, min=0.0, max=0.99, step=0.01, description="smoothing",
@@ -91,6 +98,7 @@ class Dashboard:
         if on_stop is None:
             self._stop.disabled, self._stop.layout.display = True, "none"
         self._box = w.VBox([w.HBox([self._title, self._stop]), w.HBox([self._bar, self._speed]),
+                            self._hardware,
                             w.HBox([self._smoothing, self._scale]), self._plot, self._history,
                             self._table,
                             self._ckpt])
@@ -119,6 +127,12 @@ class Dashboard:
                     self.checkpoint = str(rec["checkpoint"])
             self._dirty = self._dirty or bool(records)
 
+    def add_sample(self, process: int, sample: dict[str, Any]) -> None:
+        """Book a process's sample: its memory, where its time went, FLOPs per step."""
+        with self._lock:
+            found = self._samples.get(process) or self._samples.setdefault(process, ProcessSamples())
+            found.add(sample)
+
     def refresh(self, force: bool = False) -> bool:
         """Update text, table and plot, at most a few times a second unless ``force``; True if it did.
 
@@ -140,6 +154,12 @@ class Dashboard:
     def set_status(self, status: str, message: str = "") -> None:
         """Set the run status (running/stopping/finished/failed/interrupted)."""
         self.status, self.message = status, message
+        now = time.monotonic()
+        if status == "recovering" and not self._recovering_since:
+            self._recovering_since = now
+        elif status != "recovering" and self._recovering_since:
+            self._recovery_s += now - self._recovering_since
+            self._recovering_since = 0.0
         if status in TERMINAL and not self._end:
             self._end, self._end_wall = time.monotonic(), time.time()
         elif status == "running":
@@ -179,7 +199,7 @@ class Dashboard:
         """PNG bytes of the metric curves as they are now (matplotlib; for static viewers)."""
         main, others, message = self._curves()
         with self._render_lock:
-            return self._figure.render(main, others, skip=STEP_NAMES, message=message,
+            return self._figure.render(main, others, skip=NOT_PLOTTED, message=message,
                                        smoothing=self._smoothing.value, log=self._log(),
                                        markers=tuple(self.recoveries))
 
@@ -188,7 +208,11 @@ class Dashboard:
         now = self._end_wall or time.time()  # frozen once the run has ended
         with self._lock:
             procs = dict(self._procs)
-        return process_stats(procs, self.num_processes, now, running=self.status == "running")
+            memory = {p: memory_cell(s.memory()) for p, s in self._samples.items()}
+        rows = process_stats(procs, self.num_processes, now, running=self.status == "running")
+        for row in rows if memory else ():
+            row["memory"] = memory.get(row["process"], "—")
+        return rows
 
     def summary_html(self) -> str:
         """Static HTML table: run, status, steps, elapsed, final metrics, checkpoint, rates."""
@@ -221,7 +245,18 @@ class Dashboard:
         items += [(k, f"{ys[-1]:.6g}") for k, (_, ys) in (lead.metrics if lead else {}).items()]
         items += [("checkpoint", self.checkpoint or "—"),
                   ("steps/s", mean_rates_text(self.process_stats()))]
-        return items
+        return items + self._hardware_items(lead)
+
+    def _hardware_items(self, lead: ProcessReports | None) -> list[tuple[str, str]]:
+        """FLOP/s and MFU, throughput, where the time went, memory (once samples arrived)."""
+        rate = lead.rate(self._end_wall or time.time()) if lead else 0.0
+        if self.status in TERMINAL and lead:
+            rate = lead.mean_rate()  # the run's rate, not the last few seconds'
+        metrics = {k: ys[-1] for k, (_, ys) in lead.metrics.items() if len(ys)} if lead else {}
+        recovering = time.monotonic() - self._recovering_since if self._recovering_since else 0.0
+        with self._lock:
+            return hardware_items(self._samples, rate, metrics, self.elapsed,
+                                  self._recovery_s + recovering)
 
     def show(self) -> None:
         """Display the live dashboard (with a one-line static fallback)."""
@@ -287,7 +322,7 @@ class Dashboard:
 
     def _render_svg(self) -> str:
         main, others, message = self._curves(drawing=True)
-        panels = build_panels(main, others, set(STEP_NAMES), self._smoothing.value, self._log(),
+        panels = build_panels(main, others, set(NOT_PLOTTED), self._smoothing.value, self._log(),
                               max_points=SVG_POINTS)
         return render_svg(panels, message, markers=tuple(self.recoveries))
 
@@ -335,6 +370,8 @@ class Dashboard:
             parts.append(f"ETA {eta}")
         self._speed.value = " · ".join(parts)
         self._table.value = process_table(self.process_stats())
+        self._hardware.value = "<small class='jaxnb-hardware'>" + "<br>".join(
+            f"<b>{html.escape(k)}</b> {html.escape(v)}" for k, v in self._hardware_items(lead)) + "</small>"
         self._history.value = ("<small class='jaxnb-history'>" + history_text(lead) + "</small>"
                                if lead else "")
         self._ckpt.value = f"last checkpoint: <code>{html.escape(self.checkpoint or '—')}</code>"

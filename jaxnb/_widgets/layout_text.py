@@ -9,6 +9,9 @@ from __future__ import annotations
 from itertools import product
 from typing import Any
 
+from jaxnb._core.text_table import columns as table
+from jaxnb._core.text_table import human_bytes
+
 MAX_ROWS = 64
 
 
@@ -20,12 +23,6 @@ def layout_text(desc: dict[str, Any]) -> str:
     if kind == "array":
         return sharding_text(desc)
     return tree_text(desc)
-
-
-def table(rows: list[list[str]]) -> list[str]:
-    """Rows of cells, columns padded to their widest cell."""
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
 
 
 def mesh_text(desc: dict[str, Any]) -> str:
@@ -78,16 +75,6 @@ def tree_text(desc: dict[str, Any]) -> str:
     if len(desc["leaves"]) > MAX_ROWS:
         lines.append(f"... {len(desc['leaves']) - MAX_ROWS} more leaves")
     return "\n".join(lines)
-
-
-def human_bytes(n: int | None) -> str:
-    """``1.5 MB``; ``—`` when not known."""
-    if n is None:
-        return "—"
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"
 
 
 def _dev(d: dict[str, Any]) -> str:

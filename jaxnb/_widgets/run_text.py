@@ -6,6 +6,8 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from jaxnb._core.text_table import columns
+
 MAX_ROWS = 16  # the process table shows at most this many processes (the stragglers)
 TABLE = ("<table style='border-collapse:collapse;font-size:12px;margin:4px 0;"
          "font-variant-numeric:tabular-nums'>{}</table>")
@@ -23,10 +25,17 @@ def process_cells(rows: list[dict[str, Any]]) -> tuple[list[list[str]], str]:
     if len(rows) > MAX_ROWS:
         more = f"… {len(rows) - MAX_ROWS} more processes, all further ahead"
         rows = sorted(rows, key=lambda r: (r["step"] is not None, r["step"] or 0))[:MAX_ROWS]
+    memory = any("memory" in r for r in rows)  # once the processes sent their memory
     cells = [[str(r["process"]), "—" if r["step"] is None else str(r["step"]), rate_text(r["steps_per_s"]),
-              "—" if r["age_s"] is None else f"{duration_text(r['age_s'], 1)} ago", r["flag"]]
+              "—" if r["age_s"] is None else f"{duration_text(r['age_s'], 1)} ago",
+              *([r.get("memory", "—")] if memory else []), r["flag"]]
              for r in rows]
     return cells, more
+
+
+def process_head(rows: list[dict[str, Any]]) -> list[str]:
+    """The process table's head (with a memory column once the processes sent their memory)."""
+    return [*PROCESS_HEAD[:-1], "memory (peak)", ""] if any("memory" in r for r in rows) else PROCESS_HEAD
 
 
 def process_table(rows: list[dict[str, Any]]) -> str:
@@ -34,20 +43,18 @@ def process_table(rows: list[dict[str, Any]]) -> str:
     cells, more = process_cells(rows)
     body = "".join(row_html([*c[:-1], f"<b style='color:#d62728'>{c[-1]}</b>" if c[-1] else ""])
                    for c in cells)
-    return TABLE.format(row_html(PROCESS_HEAD, head=True) + body) + (f"<p>{more}</p>" if more else "")
+    return TABLE.format(row_html(process_head(rows), head=True) + body) + (f"<p>{more}</p>" if more else "")
 
 
 def process_table_text(rows: list[dict[str, Any]]) -> str:
     """The process table as text columns (what a terminal shows)."""
     cells, more = process_cells(rows)
-    return text_columns([PROCESS_HEAD, *cells]) + (f"\n{more}" if more else "")
+    return text_columns([process_head(rows), *cells]) + (f"\n{more}" if more else "")
 
 
 def text_columns(rows: list[list[str]]) -> str:
     """Rows of cells as text, each column as wide as its widest cell."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-                     for row in rows)
+    return "\n".join(columns(rows))
 
 
 def summary_table(items: list[tuple[str, str]]) -> str:

@@ -53,12 +53,17 @@ def hosts(flag: str) -> Callable[[str], list[str]]:
     return parse
 
 
+def unquoted(text: str) -> str:
+    """``"p x; w"`` → ``p x; w``: a flag's text without the one pair of quotes IPython keeps."""
+    text = text.strip()
+    if len(text) > 1 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    return text
+
+
 def patterns(text: str | None) -> list[str]:
     """``--workdir-exclude '*.ckpt,data'`` → ``["*.ckpt", "data"]`` (IPython keeps the quotes)."""
-    unquoted = (text or "").strip()
-    if len(unquoted) > 1 and unquoted[0] == unquoted[-1] and unquoted[0] in "'\"":
-        unquoted = unquoted[1:-1]
-    return [p.strip() for p in unquoted.split(",") if p.strip()]
+    return [p.strip() for p in unquoted(text or "").split(",") if p.strip()]
 
 
 #: ``jaxnb._core.options.Flag.text`` -> the reader of such a flag's text, given the flag.

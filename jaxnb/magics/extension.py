@@ -11,13 +11,22 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, nee
 
 from jaxnb._cluster import JaxCluster
 from jaxnb._core.messages import NOT_STARTED
-from jaxnb.magics import jax_cluster, jax_mesh, jax_profile, jax_pull_push, jax_train, jax_tune
+from jaxnb.magics import (
+    jax_cluster,
+    jax_debug,
+    jax_mesh,
+    jax_profile,
+    jax_pull_push,
+    jax_train,
+    jax_tune,
+    jax_who_diff,
+)
 
 
 @magics_class
 class JaxnbMagics(Magics):
     """``%jax_cluster``, ``%%jax_cluster``, ``%jax_train``, ``%jax_tune``, ``%%jax_profile``,
-    ``%jax_mesh``, ``%jax_pull``, ``%jax_push``."""
+    ``%jax_mesh``, ``%jax_pull``, ``%jax_push``, ``%jax_debug``, ``%jax_who``, ``%jax_diff``."""
 
     def __init__(self, shell: Any = None) -> None:
         super().__init__(shell)
@@ -54,6 +63,18 @@ class JaxnbMagics(Magics):
     def jax_mesh(self, line: str) -> None:
         return jax_mesh.run(self, line)
 
+    @line_magic
+    def jax_debug(self, line: str = "") -> None:
+        return jax_debug.run(self, line)
+
+    @line_magic
+    def jax_who(self, line: str = "") -> None:
+        return jax_who_diff.who(self, line)
+
+    @line_magic
+    def jax_diff(self, line: str = "") -> None:
+        return jax_who_diff.diff(self, line)
+
     @needs_local_scope
     @line_magic
     def jax_train(self, line: str, local_ns: dict | None = None) -> Any:
@@ -71,6 +92,8 @@ for _method, _help in [
     (JaxnbMagics.jax_profile, jax_profile.HELP), (JaxnbMagics.jax_pull, jax_pull_push.pull.__doc__),
     (JaxnbMagics.jax_push, jax_pull_push.push.__doc__), (JaxnbMagics.jax_mesh, jax_mesh.run.__doc__),
     (JaxnbMagics.jax_train, jax_train.HELP), (JaxnbMagics.jax_tune, jax_tune.HELP),
+    (JaxnbMagics.jax_debug, jax_debug.HELP), (JaxnbMagics.jax_who, jax_who_diff.who.__doc__),
+    (JaxnbMagics.jax_diff, jax_who_diff.diff.__doc__),
 ]:
     _method.__doc__ = _help
 

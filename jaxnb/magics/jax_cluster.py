@@ -1,4 +1,4 @@
-"""``%jax_cluster start|status|stop|restart|reset|stacks`` and ``%%jax_cluster``: parse the line,
+"""``%jax_cluster start|status|memory|stop|restart|reset|stacks`` and ``%%jax_cluster``: parse the line,
 call :class:`jaxnb.JaxCluster`.
 
 ``start``'s flags are made from :class:`jaxnb._core.options.ClusterOptions` (one flag per
@@ -22,7 +22,7 @@ from jaxnb._core.messages import ALREADY_RUNNING
 from jaxnb._core.options import Flag, start_flags
 from jaxnb.magics import accept, kit
 
-SUBCOMMANDS = ("start", "status", "stop", "restart", "reset", "stacks")
+SUBCOMMANDS = ("start", "status", "stop", "restart", "reset", "stacks", "memory")
 #: ``%jax_cluster start``'s flags: ``JaxCluster`` keyword -> flag.
 START_FLAGS = {keyword: spelling.flag_of(keyword) for keyword in start_flags()}
 
@@ -54,11 +54,12 @@ def _with_start_flags(magic: Callable[..., Any]) -> Callable[..., Any]:
 def jax_cluster(line: str) -> None:
     """Start, inspect, repair or stop the cluster of JAX processes.
 
-    ``%jax_cluster start [flags]``; ``status``; ``stop``; ``restart [--replay]`` (same
-    flags as the last start; ``--replay``: then run again, in order, the ``%%jax_cluster``
-    cells and ``%jax_push`` values that succeeded since start); ``reset`` (repair the
-    jax.distributed group in place); ``stacks`` (every process's Python stack). Only
-    ``start`` takes start flags.
+    ``%jax_cluster start [flags]``; ``status``; ``memory`` (per process and device: bytes in
+    use, peak, limit, and the largest live arrays with the variables holding them); ``stop``;
+    ``restart [--replay]`` (same flags as the last start; ``--replay``: then run again, in
+    order, the ``%%jax_cluster`` cells and ``%jax_push`` values that succeeded since start);
+    ``reset`` (repair the jax.distributed group in place); ``stacks`` (every process's Python
+    stack). Only ``start`` takes start flags.
     """
 
 
@@ -100,6 +101,8 @@ def line(front: kit.Front, text: str) -> None:
         with kit.api_call():
             if args.command == "status":
                 show_status(cluster)
+            elif args.command == "memory":
+                show_memory(cluster.memory().processes)
             elif args.command == "reset":
                 print(f"jaxnb: {cluster.reset()}")
             else:
@@ -153,6 +156,13 @@ def cell(front: kit.Front, text: str, code: str) -> Any:
     except KeyboardInterrupt as exc:
         raise short_interrupt(exc) from None
     return outcome.value
+
+
+def show_memory(processes: list[dict[str, Any]]) -> None:
+    """The memory view of ``processes`` (what ``JaxCluster.memory()`` found)."""
+    from jaxnb._widgets.memory_view import show_memory as show
+
+    show(processes)
 
 
 def show_status(cluster: JaxCluster) -> None:

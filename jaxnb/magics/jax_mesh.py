@@ -6,6 +6,7 @@ from __future__ import annotations
 from IPython.core.error import UsageError
 
 from jaxnb._core.contract import EngineCall
+from jaxnb._core.errors import as_local
 from jaxnb._core.state import Group
 from jaxnb.magics import kit
 
@@ -44,8 +45,9 @@ def show_remote(group: Group, name: str) -> None:
     try:
         desc = group.engine(0).apply_sync(_DESCRIBE_NAMED, name)
     except ipp.error.RemoteError as exc:
-        if exc.ename in ("NameError", "TypeError"):
-            raise {"NameError": NameError, "TypeError": TypeError}[exc.ename](exc.evalue) from None
+        local = as_local(exc)
+        if local is not None:
+            raise local from None
         raise
     hosts = {p.process_index: p.host for p in group.processes}
     for entry in desc.get("processes", []):

@@ -5,14 +5,18 @@ JupyterLab and Notebook 7 share the notebook widgets, so these work in both.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import re
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from playwright.sync_api import Locator, Page, expect
+from playwright.sync_api import BrowserContext, Locator, Page, expect, sync_playwright
+
+from . import lab_server
 
 #: Set to regenerate the README's screenshots under docs/ from the browser tests.
 SCREENSHOTS_ENV = "JAXNB_SCREENSHOTS"
@@ -52,6 +56,20 @@ class Watched:
             [*errors, "failed requests:", *self.responses])
 
 
+@contextlib.contextmanager
+def chromium(**options: Any) -> Iterator[BrowserContext]:
+    """A headless system Chromium's context (1400x1000 unless ``options`` say otherwise), closed after."""
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=lab_server.chromium_path(), headless=True,
+                                     args=["--no-sandbox", "--disable-dev-shm-usage"])
+        context = browser.new_context(**{"viewport": {"width": 1400, "height": 1000}, **options})
+        try:
+            yield context
+        finally:
+            context.close()
+            browser.close()
+
+
 def open_notebook(context: Any, url: str) -> Watched:
     """A new tab on ``url``; returns once the notebook's kernel is idle."""
     page = context.new_page()
@@ -69,6 +87,19 @@ def open_notebook(context: Any, url: str) -> Watched:
     page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=60_000)
     wait_idle(page)
     return watched
+
+
+@contextlib.contextmanager
+def lab_notebook(server: lab_server.LabServer, path: str, cells: list[str]) -> Iterator[Watched]:
+    """Notebook ``path`` holding code ``cells``, open in JupyterLab in headless Chromium; at the
+    end the page, the server's kernels (each stops its cluster) and the browser are closed."""
+    with chromium() as context:
+        watched = open_notebook(context, server.page_url(server.write_notebook(path, cells)))
+        try:
+            yield watched
+        finally:
+            watched.page.close()
+            server.shutdown_kernels()
 
 
 def wait_idle(page: Page, timeout_s: float = 60) -> None:

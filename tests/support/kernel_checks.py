@@ -1,5 +1,6 @@
 """Checks on the cluster of a real kernel (``kernel_harness.Kernel``) that tests and benchmarks share:
-is it broken, restart it with the fault cells' setup, read every process's total, its engine pids."""
+is it broken, restart it with the fault cells' setup, read every process's total, its engine pids;
+and the one line a ``UsageError`` shows."""
 
 from __future__ import annotations
 
@@ -47,3 +48,11 @@ def healthy(k: Any) -> Any:
 def totals(k: Any) -> list[float]:
     """Every process's printed total of VERIFY (raw output of each process)."""
     return parse_totals(k.ok("%%jax_cluster --all --timeout 60\n" + VERIFY).stdout)
+
+
+def usage_error(out: Any) -> str:
+    """The one line a front end shows for a ``UsageError`` (IPython prints it, no traceback)."""
+    assert out.error is None, out.shown
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("UsageError: "), out.shown
+    return lines[0]

@@ -53,6 +53,10 @@ class Output:
     error_at: float | None = None  # when the error message arrived (time.monotonic())
     idle_at: float | None = None  # when the kernel went idle again (time.monotonic())
     messages: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    #: The input prompts the kernel showed (stdin requests), in order.
+    prompts: list[str] = dataclasses.field(default_factory=list)
+    #: An input prompt is waiting for an answer (``collect`` returned at it).
+    prompting: bool = False
 
     @property
     def traceback(self) -> str:
@@ -93,6 +97,7 @@ class Kernel:
         self.family: dict[int, psutil.Process] = {}
         self._partial: dict[str, Output] = {}  # outputs of cells still running
         self._started: dict[str, float] = {}
+        self._stdin_ids: set[str] = set()  # requests that take input prompts
 
     # ---- running cells ---------------------------------------------------------------
 
@@ -101,17 +106,26 @@ class Kernel:
         """The kernel process's pid."""
         return self.manager.provisioner.process.pid  # type: ignore[union-attr]
 
-    def send(self, code: str) -> str:
-        """Send ``code`` for execution without waiting; the request's message id."""
-        return self.client.execute(code, allow_stdin=False)
+    def send(self, code: str, stdin: bool = False) -> str:
+        """Send ``code`` for execution without waiting; the request's message id. ``stdin``:
+        the front end answers input prompts (as JupyterLab does; papermill does not)."""
+        msg_id = self.client.execute(code, allow_stdin=stdin)
+        if stdin:
+            self._stdin_ids.add(msg_id)
+        return msg_id
 
-    def collect(self, msg_id: str, timeout: float = 180, until: str | None = None) -> Output:
+    def collect(self, msg_id: str, timeout: float = 180, until: str | None = None,
+                answers: list[str] | None = None) -> Output:
         """Gather the outputs of request ``msg_id`` until the kernel is idle again.
 
         With ``until``, return as soon as that text appears in stdout or stderr
-        (the cell still runs; call :meth:`collect` again for the rest).
+        (the cell still runs; call :meth:`collect` again for the rest). ``answers`` are typed
+        at the cell's input prompts, one each, in order; at a prompt with no answer left,
+        return (``prompting``; :meth:`answer` one, then collect again, or interrupt).
         """
         out = self._partial.pop(msg_id, None) or Output()
+        out.prompting = False
+        answers = list(answers or [])
         started = self._started.setdefault(msg_id, time.monotonic())
         deadline = time.monotonic() + timeout
         while True:
@@ -121,7 +135,21 @@ class Kernel:
                 self._partial[msg_id] = out
                 raise TimeoutError(f"the cell did not finish within {timeout:g} s:\n{out.shown}")
             try:
-                msg = self.client.get_iopub_msg(timeout=min(left, 0.5))
+                if msg_id not in self._stdin_ids:
+                    raise Empty
+                request = self.client.get_stdin_msg(timeout=0)
+            except Empty:
+                pass
+            else:
+                out.prompts.append(request["content"]["prompt"])
+                if not answers:
+                    out.prompting = True
+                    self._partial[msg_id] = out
+                    return out
+                self.answer(answers.pop(0))
+            try:
+                wait = 0.05 if msg_id in self._stdin_ids else 0.5  # prompts are looked for between
+                msg = self.client.get_iopub_msg(timeout=min(left, wait))
             except Empty:
                 continue
             if msg["parent_header"].get("msg_id") != msg_id:
@@ -152,9 +180,14 @@ class Kernel:
         out.status = reply["content"]["status"]
         return out
 
-    def run(self, code: str, timeout: float = 180) -> Output:
-        """Execute ``code`` and return what the front end received."""
-        return self.collect(self.send(code), timeout)
+    def run(self, code: str, timeout: float = 180, answers: list[str] | None = None) -> Output:
+        """Execute ``code`` and return what the front end received; with ``answers``, the front
+        end takes input prompts and types these (see :meth:`collect`)."""
+        return self.collect(self.send(code, stdin=answers is not None), timeout, answers=answers)
+
+    def answer(self, text: str) -> None:
+        """Type ``text`` at the input prompt the kernel is showing."""
+        self.client.input(text)
 
     def ok(self, code: str, timeout: float = 180) -> Output:
         """:meth:`run`, failing loudly if the cell raised."""

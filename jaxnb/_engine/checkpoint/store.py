@@ -29,7 +29,7 @@ from jaxnb._engine.checkpoint import plan as plan_
 from jaxnb._engine.checkpoint import restore as restore_
 from jaxnb._engine.checkpoint import structure as structure_
 from jaxnb._engine.group.gather import Gatherer
-from jaxnb._engine.run import restore_clock
+from jaxnb._engine.run import restore_clock, timing
 
 _ITEM = "default"  # the arrays (the name a single-item CheckpointManager used)
 _MANIFEST = "jaxnb"  # the JSON manifest beside them
@@ -212,11 +212,11 @@ def restore(checkpoint: Checkpoint, target: Any = None) -> Any:
     `jax.ShapeDtypeStruct`s (with a sharding or not), NumPy or Python values;
     with several processes, each one reads only its own shards.
     """
-    with restore_clock.timed():
-        return _restore_checkpoint(checkpoint, target)
+    with restore_clock.timed(), timing.counting("checkpoint"):  # checkpoint time of a run
+        return _restore_any(checkpoint, target)
 
 
-def _restore_checkpoint(checkpoint: Checkpoint, target: Any) -> Any:
+def _restore_any(checkpoint: Checkpoint, target: Any) -> Any:
     if os.path.isdir(os.path.join(checkpoint.path, _MANIFEST)):
         return _restore_jaxnb(checkpoint.path, target)
     if not checkpoint.user_managed:

@@ -24,6 +24,7 @@ import numpy as np
 from jaxnb._core.messages import plural
 from jaxnb._core.spelling import example
 from jaxnb._engine.datasets.source import DatasetError, Source
+from jaxnb._engine.run import timing
 
 
 class BatchIterator(Iterator[dict[str, Any]]):
@@ -45,7 +46,8 @@ class BatchIterator(Iterator[dict[str, Any]]):
         if self._it is None:
             raise StopIteration
         try:
-            batch = next(self._it)
+            with timing.counting("data"):  # the run waits for its next batch
+                batch = next(self._it)
             self.taken += 1
             return batch
         except StopIteration:

@@ -66,7 +66,12 @@ def set_identity(params: JoinParams) -> None:
 
 def initialize(params: JoinParams) -> dict[str, Any]:
     """Set this engine's identity, join ``jax.distributed`` (unless ``--no-init``), describe."""
+    from jaxnb._engine.debug import hooks
+    from jaxnb._engine.memory import oom_note
+
+    hooks.install()  # %jax_debug and jaxnb.breakpoint() (cheap: two callbacks)
     set_identity(params)
+    oom_note.watch_cells()  # a cell's out-of-memory error is noted where it happens
     if params.init:
         import jax
 
@@ -85,8 +90,10 @@ def initialize(params: JoinParams) -> dict[str, Any]:
         _first_collective()
     if params.init:
         from jaxnb._engine.group import init_guard
+        from jaxnb._engine.run import step_cost
 
         init_guard.install()  # Kubeflow-style code may call initialize() again
+        step_cost.watch_jit_calls()  # a train function's step may be first called in a cell
     from jaxnb._engine.boot import warm
 
     warm.watch_cells()  # what the cells import, spares import too

@@ -1,1 +1,1 @@
-"""Meshes, array shardings and pytrees described as JSON-able dicts for ``%jax_mesh``."""
+"""Meshes, array shardings, pytrees and values described as JSON-able dicts (`%jax_mesh`, `%jax_who`)."""

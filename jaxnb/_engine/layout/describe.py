@@ -61,7 +61,7 @@ def describe_array(x: jax.Array) -> dict[str, Any]:
 
     blocks: dict[tuple[tuple[int, int], ...], list[Any]] = {}
     for dev, index in index_map.items():
-        key = tuple(_bounds(s, n) for s, n in zip(index, shape, strict=True))
+        key = block_of(index, shape)
         blocks.setdefault(key, []).append(dev)
 
     block_list = []
@@ -141,6 +141,11 @@ def _axis_summary(
     return axes
 
 
+def block_of(index: Any, shape: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+    """The ``(start, stop)`` of each axis of the block a device's ``index`` (its slices) holds."""
+    return tuple(_bounds(s, n) for s, n in zip(index, shape, strict=True))
+
+
 def _bounds(index: Any, size: int) -> tuple[int, int]:
     if isinstance(index, slice):
         start, stop, _ = index.indices(size)
@@ -183,24 +188,9 @@ def _axis_types(mesh: Mesh) -> list[str] | None:
 def describe_named(name: str) -> dict[str, Any]:
     """Describe the mesh or array called ``name`` in the engine's namespace (``%jax_mesh``)."""
     from jaxnb._engine.layout.tree import describe_tree, is_tree_of_arrays
-    from jaxnb._engine.run.values import user_namespace
+    from jaxnb._engine.run.values import lookup
 
-    namespace = user_namespace()
-    if name.isidentifier():
-        if name not in namespace:
-            raise NameError(
-                f"name {name!r} is not defined on the engines; define it in a %%jax_cluster cell"
-            )
-        value = namespace[name]
-    else:  # an expression, e.g. params['w1']
-        try:
-            value = eval(name, namespace)
-        except NameError as exc:
-            raise NameError(f"{name}: {exc}; define it in a %%jax_cluster cell") from None
-        except Exception as exc:
-            raise TypeError(
-                f"{name} could not be evaluated on the engines: {type(exc).__name__}: {exc}"
-            ) from None
+    value = lookup(name)
     try:
         desc = describe(value)
     except TypeError:

@@ -11,7 +11,8 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.sharding import NamedSharding
+
+from jaxnb._engine.layout.value import sharding_text
 
 
 def is_tree_of_arrays(obj: Any) -> bool:
@@ -43,12 +44,7 @@ def _leaf(path: str, leaf: Any) -> dict[str, Any]:
         shard = sharding.shard_shape(shape)
         row.update(shape=list(shape), dtype=str(leaf.dtype),
                    bytes_per_device=math.prod(shard) * leaf.dtype.itemsize)
-        if isinstance(sharding, NamedSharding):
-            row["spec"] = str(sharding.spec).replace("PartitionSpec", "P")
-        elif sharding.is_fully_replicated:
-            row["spec"] = "replicated"
-        else:
-            row["spec"] = type(sharding).__name__
+        row["spec"] = sharding_text(sharding)
     elif isinstance(leaf, np.ndarray):
         row.update(shape=list(leaf.shape), dtype=str(leaf.dtype), spec="NumPy (host)",
                    bytes_per_device=None)

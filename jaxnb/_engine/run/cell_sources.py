@@ -39,12 +39,21 @@ def _renamed(code: types.CodeType, codes: dict[str, str]) -> types.CodeType:
     return code.replace(co_filename=filename or code.co_filename, co_consts=consts)
 
 
+def cell_number(filename: str) -> int | None:
+    """The ``In[N]`` of the cell whose code is in ``filename`` (as tracebacks name it), or None."""
+    number = _filename_map().get(filename)
+    return number if isinstance(number, int) else None
+
+
 def _tell_ipython(filename: str, number: int) -> None:
+    _filename_map()[filename] = number  # outside IPython: a throwaway dict
+
+
+def _filename_map() -> dict[str, Any]:
+    """IPython's map of cell files to their ``In[N]`` (empty outside IPython)."""
     try:
         from IPython import get_ipython
     except ImportError:
-        return
-    shell = get_ipython()
-    mapping = getattr(getattr(shell, "compile", None), "_filename_map", None)
-    if isinstance(mapping, dict):
-        mapping[filename] = number
+        return {}
+    mapping = getattr(getattr(get_ipython(), "compile", None), "_filename_map", None)
+    return mapping if isinstance(mapping, dict) else {}

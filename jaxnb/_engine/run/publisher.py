@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
+from jaxnb._core.contract import MONITOR_KEY
 from jaxnb._core.contract import REPORT_KEY as KEY
 
 #: How often the flusher thread sends what has been reported (seconds).
@@ -49,11 +51,15 @@ def datapub_sender() -> Send:
 
 
 class BatchPublisher:
-    """Collects records and publishes them in order, every :data:`FLUSH_SECONDS`."""
+    """Collects records and publishes them in order, every :data:`FLUSH_SECONDS`; with a
+    ``monitor``, also what it says every ``monitor_every`` seconds and at the end."""
 
-    def __init__(self, send: Send, interval: float = FLUSH_SECONDS) -> None:
+    def __init__(self, send: Send, interval: float = FLUSH_SECONDS,
+                 monitor: Callable[[], dict[str, Any]] | None = None, monitor_every: float = 1.0) -> None:
         self._send = send
         self._interval = interval
+        self._monitor, self._monitor_every = monitor, monitor_every
+        self._monitored = time.monotonic()
         self._pending: list[dict[str, Any]] = []
         self._lock = threading.Lock()  # guards _pending
         self._send_lock = threading.Lock()  # one batch at a time, in order
@@ -68,15 +74,26 @@ class BatchPublisher:
         with self._lock:
             self._pending.append(record)
 
-    def flush(self) -> None:
-        """Convert and publish everything queued so far, as one batch."""
+    def flush(self, final: bool = False) -> None:
+        """Convert and publish everything queued so far, as one batch (with the monitor's
+        sample when one is due, or ``final``)."""
         with self._send_lock:
             with self._lock:
                 batch, self._pending = self._pending, []
+            data: dict[str, Any] = {}
+            due = final or time.monotonic() - self._monitored >= self._monitor_every
+            if self._monitor is not None and due:
+                self._monitored = time.monotonic()
+                try:
+                    data[MONITOR_KEY] = self._monitor()
+                except Exception as exc:  # a reading that fails must not stop the reports
+                    print(f"jaxnb: could not read this process's memory and time: {exc}", file=sys.stderr)
             if not batch:
+                if data:
+                    self._send(data)
                 return
             _to_host(batch)
-            data = {f"{KEY}{self.batches}": batch}
+            data[f"{KEY}{self.batches}"] = batch
             try:
                 self._send(data)
             except Exception:  # an odd metric value must not lose the batch
@@ -90,7 +107,7 @@ class BatchPublisher:
         self._closed = True
         self._wake.set()
         self._thread.join()
-        self.flush()
+        self.flush(final=True)
 
     def _loop(self) -> None:
         while not self._closed:

@@ -23,8 +23,9 @@ from jaxnb._core.run_folder import Checkpoint
 from jaxnb._core.spelling import Code, bare, example, spelled
 from jaxnb._engine.checkpoint import crash_points
 from jaxnb._engine.datasets import data_run
+from jaxnb._engine.memory import oom_note
 from jaxnb._engine.profile import recording
-from jaxnb._engine.run import cell_sources, restore_clock, stopping
+from jaxnb._engine.run import cell_sources, monitoring, restore_clock, stopping, timing
 from jaxnb._engine.run.publisher import BatchPublisher, datapub_sender
 from jaxnb._engine.run.values import user_namespace
 
@@ -70,7 +71,7 @@ _run: _Run | None = None
 # ---- the public, engine-side API ----------------------------------------------------
 
 
-def report(metrics: dict[str, Any], checkpoint: Any = None) -> None:
+def report(metrics: dict[str, Any], checkpoint: Any = None, *, step_fn: Any = None) -> None:
     """Send ``metrics`` (Python or JAX scalars) to the notebook, like ``ray.train.report``.
 
     ``checkpoint`` is a pytree that all processes save together (Orbax, the
@@ -82,6 +83,12 @@ def report(metrics: dict[str, Any], checkpoint: Any = None) -> None:
     so far (continuing from the resumed checkpoint's step). It does not wait on
     the device, except to keep at most :data:`MAX_IN_FLIGHT` reported values
     computing (1 with several CPU devices per process).
+
+    ``step_fn``: the compiled step (``jax.jit(step).lower(...).compile()``, or the jitted
+    function itself), once: the dashboard's FLOP/s and MFU come from XLA's cost analysis of it.
+    Without it, jaxnb takes the jitted function with the most FLOPs that the function calls. A
+    ``batch_size`` (examples per step) or ``tokens`` (tokens per step) metric gives the
+    throughput in those units.
     """
     run = _run
     if run is None or run.publisher is None:
@@ -105,9 +112,11 @@ def report(metrics: dict[str, Any], checkpoint: Any = None) -> None:
     if run.count == 1:  # a recovery's restore phase
         record["restore_seconds"] = restore_clock.seconds
     positions = data_run.record(step, checkpoint is not None)
+    monitoring.at_report(step_fn)
     if checkpoint is not None:
         crash_points.reached("saving", step)
-        saved = _save(run, step, checkpoint, positions)
+        with timing.counting("checkpoint"):
+            saved = _save(run, step, checkpoint, positions)
         crash_points.reached("committed", step)
         record["checkpoint"] = saved.path
         record["checkpoint_user"] = saved.user_managed
@@ -143,9 +152,11 @@ def prepare(spec: dict[str, Any]) -> dict[str, Any]:
 
 def _prepare(spec: dict[str, Any]) -> dict[str, Any]:
     global _run
+    from jaxnb._engine.debug import kept
     from jaxnb._engine.group import context
 
     _run = None
+    kept.drop()  # a new run: the last failure's frames are not debuggable any more
     try:
         fn, args = _function(spec)
     except (LookupError, TypeError) as exc:
@@ -183,14 +194,23 @@ def execute() -> dict[str, Any]:
     run = _run
     if run is None:
         raise RuntimeError("no jaxnb training run was prepared on this process")
-    run.publisher = BatchPublisher(datapub_sender())
+    sampler = monitoring.start(run.fn)
+    run.publisher = BatchPublisher(datapub_sender(), monitor=sampler,
+                                   monitor_every=monitoring.SAMPLE_SECONDS)
     restore_clock.reset()
     ok = False
     try:
         with spelled(run.as_flags):
             run.fn(*run.args)
         ok = True
+    except BaseException as exc:
+        from jaxnb._engine.debug import kept
+
+        kept.keep(exc)  # for %jax_debug, until the next cell or run here
+        oom_note.note_if_out_of_memory(exc, user_namespace())
+        raise
     finally:
+        monitoring.stop()
         _run = None
         data_run.end()
         if not ok:

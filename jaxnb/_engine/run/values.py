@@ -18,6 +18,28 @@ def user_namespace() -> dict[str, Any]:
     return shell.user_ns if shell is not None else vars(sys.modules["__main__"])
 
 
+def lookup(name: str) -> Any:
+    """The value of ``name``, or of an expression such as ``params['w1']``, on this engine.
+
+    Raises ``NameError`` or ``TypeError`` with a one-line message that says what to do.
+    """
+    namespace = user_namespace()
+    if name.isidentifier():
+        if name not in namespace:
+            raise NameError(
+                f"name {name!r} is not defined on the engines; define it in a %%jax_cluster cell"
+            )
+        return namespace[name]
+    try:
+        return eval(name, namespace)
+    except NameError as exc:
+        raise NameError(f"{name}: {exc}; define it in a %%jax_cluster cell") from None
+    except Exception as exc:
+        raise TypeError(
+            f"{name} could not be evaluated on the engines: {type(exc).__name__}: {exc}"
+        ) from None
+
+
 def fetch(name: str) -> Any:
     """Run on every process at once: the value of ``name`` as process 0 should send it.
 
