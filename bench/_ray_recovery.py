@@ -1,65 +1,94 @@
-"""Ray Train's own recovery, the baseline of ``bench.recovery``: the same small loop under
-``FailureConfig(max_failures=1)``, worker 1 SIGKILLed once, kill → worker 0's first report
-after the restore.
+"""Ray Train's own recovery, the baseline of ``bench.recovery``: the same Flax MLP loop
+(``bench/_mlp.py``) under ``FailureConfig(max_failures=1)``, worker 1 SIGKILLed once, kill →
+worker 0's first report after the restore; each phase read from Ray Train's controller log.
 
-Ray is a bench-only extra (``pip install -e ".[bench]"``), never a dependency of jaxnb.
-The trainer is Ray Train V2's ``JaxTrainer`` where this Ray has it (2.60 does), else its
-``DataParallelTrainer``. On CPU, ``JaxTrainer`` starts no ``jax.distributed`` group (it
-does so only for TPUs and GPUs), so the loop has no collective here: Ray's workers do less
-per step than jaxnb's, which favours Ray.
+Run by the interpreter of a venv that has Ray (never a dependency of jaxnb; it imports no
+jaxnb), from the repository's root::
+
+    RAY_PYTHON -m bench._ray_recovery --repeats 3 --json out.json
+
+The trainer is Ray Train V2's ``JaxTrainer`` (Ray 2.60 has it) with stock settings. On CPU it
+starts no ``jax.distributed`` group (it does so only for TPUs and GPUs), so each worker trains
+on its own devices with no collective between workers: Ray's workers do less per step than
+jaxnb's, which favours Ray.
 """
 
 from __future__ import annotations
 
+import argparse
+import datetime
+import glob
 import json
 import os
 import statistics
+import sys
 import tempfile
+import time
 from typing import Any
 
-INSTALL = 'pip install -e ".[bench]"'
-
-
-class NotMeasured(Exception):
-    """Ray is missing or did not start: the one-line reason."""
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: Ray Train's controller log lines that bound its phases (substrings of their messages).
+RETRY = "[FailurePolicy] RETRY"
+SHUTTING_DOWN, SHUT_DOWN = "Shutting down", "Worker group shutdown successful"
+STARTING, ACTORS = "Attempting to start training worker group", "worker actors created"
+LAUNCHED = "Train function launched on workers"
 
 
 def ray_loop(config: dict[str, Any]) -> None:
-    """jaxnb's bench loop in Ray Train: a gradient step per step, a directory checkpoint
-    every 5 steps, worker 1 SIGKILLs itself once at ``kill_at``."""
+    """jaxnb's bench loop in Ray Train: a checkpoint directory every 5 steps, worker 1 SIGKILLs
+    itself once at ``kill_at``; worker 0 writes when it began, built the model, restored, and
+    reported after the restore."""
+    import json
+    import os
     import signal
+    import tempfile
     import time
 
+    began = time.time()
     import jax
-    import jax.numpy as jnp
     import numpy as np
     import ray.train as train
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
-    rank = train.get_context().get_world_rank()
-    w, start = jnp.zeros((4,), jnp.float32), 0
+    from bench import _mlp
+
+    rows, params, opt_state, step_fn = _mlp.on_devices(jax.local_devices())
+    same = NamedSharding(rows.mesh, P())
+    built = time.time()
+    context = train.get_context()
+    rank, n = context.get_world_rank(), context.get_world_size()
+    start, restored = 0, None
     checkpoint = train.get_checkpoint()
-    restored_at = None
     if checkpoint is not None:
         t0 = time.time()
         with checkpoint.as_directory() as folder:
-            state = np.load(os.path.join(folder, "state.npz"))
-            w, start = jnp.asarray(state["w"]), int(state["step"])
-        restored_at = (t0, time.time())
-    update = jax.jit(lambda w, x: w - 0.05 * jax.grad(lambda w: jnp.mean((x @ w) ** 2))(w))
+            saved = np.load(os.path.join(folder, "state.npz"))
+            treedef = jax.tree.structure((params, opt_state))
+            leaves = [saved[f"leaf{i}"] for i in range(treedef.num_leaves)]
+            params, opt_state = jax.device_put(jax.tree.unflatten(treedef, leaves), same)
+            start = int(saved["step"])
+        restored = (t0, time.time())
+    local = _mlp.BATCH // n
     for step in range(start + 1, config["steps"] + 1):
-        x = jax.random.normal(jax.random.fold_in(jax.random.PRNGKey(0), step), (16, 4))
-        w = update(w, x)
+        x, y = _mlp.batch(step, local, rank * local)
+        params, opt_state, loss = step_fn(params, opt_state, jax.device_put(x, rows),
+                                          jax.device_put(y, rows))
+        metrics = {"step": step, "loss": float(loss)}
         if step % 5 == 0:
             with tempfile.TemporaryDirectory() as folder:
                 if rank == 0:
-                    np.savez(os.path.join(folder, "state.npz"), w=np.asarray(w), step=step)
-                train.report({"step": step}, checkpoint=train.Checkpoint.from_directory(folder))
+                    leaves = jax.tree.leaves((params, opt_state))
+                    np.savez(os.path.join(folder, "state.npz"), step=step,
+                             **{f"leaf{i}": np.asarray(v) for i, v in enumerate(leaves)})
+                train.report(metrics, checkpoint=train.Checkpoint.from_directory(folder))
         else:
-            train.report({"step": step})
-        if restored_at is not None and rank == 0:
+            train.report(metrics)
+        if restored is not None and rank == 0:
             with open(config["resumed"], "w") as f:
-                json.dump({"restore": restored_at, "first_report": time.time()}, f)
-            restored_at = None
+                json.dump({"began": began, "built": built, "restore": restored,
+                           "first_report": time.time()}, f)
+            restored = None
         if rank == 1 and step == config["kill_at"] and not os.path.exists(config["killed"]):
             with open(config["killed"], "w") as f:
                 f.write(repr(time.time()))
@@ -78,27 +107,66 @@ def trainer_class() -> tuple[Any, str]:
         return DataParallelTrainer, "DataParallelTrainer"
 
 
-def recovery_seconds(repeats: int, steps: int, kill_at: int) -> tuple[list[float], str]:
-    """Kill → worker 0's first report after the restore, per repeat; and the trainer's name.
+def controller_lines(session: str) -> list[tuple[float, str]]:
+    """(time, message) of every line of Ray Train's controller logs in ``session``, in order."""
+    lines = []
+    for path in glob.glob(os.path.join(session, "logs", "train", "ray-train-*-controller-*.log")):
+        with open(path) as f:
+            for text in f:
+                try:
+                    record = json.loads(text)
+                except ValueError:
+                    continue
+                when = record.get("timestamp_ns")
+                seconds = when / 1e9 if when else datetime.datetime.strptime(
+                    record["asctime"], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+                lines.append((seconds, record.get("message", "")))
+    return sorted(set(lines))
 
-    Raises :class:`NotMeasured` when Ray is not installed or does not start here.
-    """
+
+def phases_from_log(lines: list[tuple[float, str]], killed: float, resumed: dict) -> dict[str, float]:
+    """The recovery's phases: the controller's log lines after the kill, the loop's own times."""
+
+    def first(text: str, after: float) -> float:
+        return next((t for t, message in lines if t >= after and text in message), float("nan"))
+
+    retry = first(RETRY, killed)
+    down_from = first(SHUTTING_DOWN, retry)
+    down = first(SHUT_DOWN, down_from)
+    starting = first(STARTING, down)
+    actors = first(ACTORS, starting)
+    launched = first(LAUNCHED, actors)
+    (r0, r1), total = resumed["restore"], resumed["first_report"] - killed
+    phases = {"detect": retry - killed, "stop the old group": down - down_from,
+              "start or swap": actors - starting, "join jax.distributed": launched - actors,
+              "replay": resumed["built"] - resumed["began"], "restore": r1 - r0,
+              "first step": resumed["first_report"] - r1}
+    phases["other"] = total - sum(phases.values())
+    phases["total"] = total
+    return {k: round(v, 3) for k, v in phases.items()}
+
+
+def measure(repeats: int, steps: int, kill_at: int, devices: int) -> dict[str, Any]:
+    """Per repeat: kill → first report after the restore, and its phases."""
     try:
         import ray
         from ray.train import FailureConfig, RunConfig, ScalingConfig
 
         trainer, name = trainer_class()
     except ImportError as exc:
-        raise NotMeasured(f"Ray Train is not installed ({exc}); {INSTALL} to compare") from None
-    os.environ["JAX_PLATFORMS"] = "cpu"  # the workers inherit it
+        return {"not_measured": f"Ray Train is not installed here ({exc})"}
+    os.environ["JAX_PLATFORMS"] = "cpu"  # the workers inherit these
+    os.environ["JAX_NUM_CPU_DEVICES"] = str(devices)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
     # On a loaded machine Ray's agents may take longer than its default waits to come up.
     os.environ.setdefault("RAY_agent_register_timeout_ms", "120000")
     try:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-                 object_store_memory=200 * 2**20)
+        context = ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+                           object_store_memory=200 * 2**20)
     except Exception as exc:  # e.g. its raylet does not come up on a loaded machine
-        raise NotMeasured(f"Ray did not start here ({str(exc).splitlines()[0]})") from None
-    totals = []
+        return {"not_measured": f"Ray did not start here ({str(exc).splitlines()[0]})"}
+    session = context.address_info.get("session_dir") or "/tmp/ray/session_latest"
+    runs = []
     try:
         for i in range(repeats):
             with tempfile.TemporaryDirectory() as folder:
@@ -111,21 +179,33 @@ def recovery_seconds(repeats: int, steps: int, kill_at: int) -> tuple[list[float
                 with open(config["killed"]) as f:
                     killed = float(f.read())
                 with open(config["resumed"]) as f:
-                    totals.append(json.load(f)["first_report"] - killed)
+                    resumed = json.load(f)
+            time.sleep(1.0)  # the controller's last lines reach its log
+            runs.append(phases_from_log(controller_lines(session), killed, resumed))
     finally:
         ray.shutdown()
-    return totals, name
+    medians = {k: round(statistics.median(r[k] for r in runs), 3) for k in runs[0]}
+    return {"version": ray.__version__, "trainer": name, "runs": runs, "medians": medians,
+            "totals": [r["total"] for r in runs]}
 
 
-def compare(jaxnb_seconds: float | None, repeats: int, steps: int, kill_at: int) -> str:
-    """Ray's recovery, measured now, and jaxnb's (``jaxnb_seconds``, this run's; ``None``
-    when not measured) ÷ Ray's."""
-    try:
-        totals, name = recovery_seconds(repeats, steps, kill_at)
-    except NotMeasured as why:
-        return f"Ray Train: not measured: {why}"
-    ray_total = statistics.median(totals)
-    return (f"Ray Train recovery ({name}, FailureConfig(max_failures=1)), kill -> first report "
-            f"after the restore: median {ray_total:.2f} s ({', '.join(f'{t:.2f}' for t in totals)})"
-            + ("" if jaxnb_seconds is None else
-               f"\njaxnb (local, with spares) / Ray = {jaxnb_seconds / ray_total:.2f} (target <= 0.2)"))
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--kill-at", type=int, default=12)
+    parser.add_argument("--devices", type=int, default=2)
+    parser.add_argument("--json", default=None, help="write the figures here (else print them)")
+    args = parser.parse_args()
+    figures = measure(args.repeats, args.steps, args.kill_at, args.devices)
+    text = json.dumps(figures, indent=1)
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(text)
+    else:
+        print(text)
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

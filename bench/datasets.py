@@ -2,15 +2,19 @@
 """``jaxnb.get_dataset_shard``: what the input pipeline costs. Every number from the same run.
 
 1. steps/s of the GPT-2 page's model (``tests/gpt2_port.py``, tiny sizes) on 2 processes
-   under ``JaxCluster.train``, fed by ``get_dataset_shard("train").iter_batches`` (Grain,
-   ``prefetch_batches=2``) vs fed from batches already in memory; the two feeds alternate in
-   rounds inside one run (which goes first alternates too); the ratio is the median of the
-   per-round ratios (target >= 0.95).
+   under ``JaxCluster.train``, fed by ``get_dataset_shard`` (Grain, ``prefetch_batches=2``) in
+   each of the three formats vs fed from batches already in memory: ``iter_batches`` of a dict
+   of columns (the token windows as two arrays), ``iter_batches`` of the page's Grain
+   ``MapDataset`` of per-record dicts, and ``iter_jax_batches`` (global arrays, of the columns).
+   The two feeds alternate in rounds inside one run (which goes first alternates too); each
+   ratio is the median of the per-round ratios (target >= 0.95).
 2. ``iter_batches`` rows/s of one process's share (process 0 of 2) of a 2-D ``np.memmap``
    vs a plain NumPy loop slicing the same memmap (in this process, no cluster).
 3. bytes of the saved position per process (one dataset's iterator; one positions-log line).
 
     python -m bench.datasets [--steps 40] [--rounds 5]
+
+Writes ``bench/results/datasets.json``.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import pathlib
 import statistics
 import tempfile
 import time
+
+from bench._results import Results
 
 PORT = pathlib.Path(__file__).resolve().parents[1] / "tests" / "gpt2_port.py"
 
@@ -38,6 +44,7 @@ def feed_comparison(config: dict) -> None:
     import jaxnb
 
     cfg = TrainingConfig(**config["model"])  # noqa: F821 (defined on the engines by PORT)
+    feed_format = config["format"]
     mesh = Mesh(mesh_utils.create_device_mesh((jax.process_count(), 1)), ("data", "model"))
     data_sharding = NamedSharding(mesh, P("data", None))
     jax.set_mesh(mesh)
@@ -47,7 +54,7 @@ def feed_comparison(config: dict) -> None:
         metrics = nnx.metrics.Average("loss")
         local = cfg.global_batch_size // jax.process_count()
         shape = (cfg.global_batch_size, cfg.seqlen)
-        shard = jaxnb.get_dataset_shard("train")
+        shard = jaxnb.get_dataset_shard("records" if feed_format == "records" else "columns")
         in_memory = list(shard.iter_batches(batch_size=local, drop_last=True))  # read once
 
         def run(batches, steps):
@@ -55,8 +62,11 @@ def feed_comparison(config: dict) -> None:
             start = time.perf_counter()
             for _ in range(steps):
                 b = next(batches)
-                x = jax.make_array_from_process_local_data(data_sharding, b["x"], shape)
-                y = jax.make_array_from_process_local_data(data_sharding, b["y"], shape)
+                if isinstance(b["x"], jax.Array):  # iter_jax_batches: global arrays already
+                    x, y = b["x"], b["y"]
+                else:
+                    x = jax.make_array_from_process_local_data(data_sharding, b["x"], shape)
+                    y = jax.make_array_from_process_local_data(data_sharding, b["y"], shape)
                 loss = train_step(model, optimizer, metrics, (x, y))  # noqa: F821
             jax.block_until_ready(loss)
             return config["steps"] / (time.perf_counter() - start)
@@ -67,7 +77,12 @@ def feed_comparison(config: dict) -> None:
 
         def from_shard():
             while True:
-                yield from shard.iter_batches(batch_size=local, drop_last=True, prefetch_batches=2)
+                if feed_format == "jax":
+                    yield from shard.iter_jax_batches(cfg.global_batch_size, sharding=data_sharding,
+                                                      prefetch_batches=2)
+                else:
+                    yield from shard.iter_batches(batch_size=local, drop_last=True,
+                                                  prefetch_batches=2)
 
         memory_it, shard_it = from_memory(), from_shard()
         run(memory_it, 5), run(shard_it, 5)  # compile and warm up
@@ -81,27 +96,43 @@ def feed_comparison(config: dict) -> None:
         jax.set_mesh(None)
 
 
+#: The formats of section 1: name -> what the shard is and how it is read.
+FORMATS = {"columns": "iter_batches of a dict of columns",
+           "records": "iter_batches of a Grain MapDataset of per-record dicts",
+           "jax": "iter_jax_batches (global arrays) of the columns"}
+
+
 def gpt2_feed(steps: int, rounds: int, folder: str) -> dict:
+    """Section 1 for every format, on one cluster; the figures by format."""
     from jaxnb import JaxCluster
 
+    found = {}
     with JaxCluster(n=2) as cluster:
         cluster.run(PORT.read_text())
         cluster.run(f"write_token_files({folder!r}) if jax.process_index() == 0 else None\n"
                     "from jax.experimental import multihost_utils\n"
                     "multihost_utils.sync_global_devices('tokens')\n"
                     f"train_ds = make_bin_xy_dataset({folder + '/train.bin'!r}, seqlen=64, "
-                    "num_sequences=4096, seed=2357)\n")
-        config = {"steps": steps, "rounds": rounds,
-                  "model": {"seqlen": 64, "embed_dim": 64, "num_heads": 4, "global_batch_size": 16}}
-        result = cluster.train(feed_comparison, config, storage=folder, datasets={"train": "train_ds"})
-        logs = sorted(pathlib.Path(folder, "feed_comparison", "datasets").glob("*.jsonl"))
-        line = max((len(x) for f in logs for x in f.read_text().splitlines()), default=0)
-    report = result.history[-1]
-    ratios = [r["shard"] / r["memory"] for r in report["rounds"]]
-    return {"memory_steps_per_s": statistics.median(r["memory"] for r in report["rounds"]),
-            "shard_steps_per_s": statistics.median(r["shard"] for r in report["rounds"]),
-            "ratio": statistics.median(ratios), "position_bytes": report["position_bytes"],
-            "log_line_bytes": line}
+                    "num_sequences=4096, seed=2357)\n"
+                    "train_columns = {k: np.stack([train_ds[i][k] for i in range(len(train_ds))])"
+                    " for k in ('x', 'y')}\n")
+        for feed_format in FORMATS:
+            config = {"steps": steps, "rounds": rounds, "format": feed_format,
+                      "model": {"seqlen": 64, "embed_dim": 64, "num_heads": 4,
+                                "global_batch_size": 16}}
+            name = f"feed_{feed_format}"
+            result = cluster.train(feed_comparison, config, name=name, storage=folder,
+                                   datasets={"records": "train_ds", "columns": "train_columns"})
+            logs = sorted(pathlib.Path(folder, name, "datasets").glob("*.jsonl"))
+            line = max((len(x) for f in logs for x in f.read_text().splitlines()), default=0)
+            report = result.history[-1]
+            ratios = [r["shard"] / r["memory"] for r in report["rounds"]]
+            found[feed_format] = {
+                "memory_steps_per_s": statistics.median(r["memory"] for r in report["rounds"]),
+                "shard_steps_per_s": statistics.median(r["shard"] for r in report["rounds"]),
+                "ratio": statistics.median(ratios), "ratios": ratios,
+                "position_bytes": report["position_bytes"], "log_line_bytes": line}
+    return found
 
 
 def rows_per_second(folder: str, rows: int = 200_000, width: int = 64, batch: int = 256) -> dict:
@@ -137,16 +168,23 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
+    results = Results("datasets")
+    print(f"load average at the start: {results.load_at_start}")
     with tempfile.TemporaryDirectory(prefix="jaxnb-bench-data-") as folder:
         rows = rows_per_second(folder)
         print(f"iter_batches: {rows['iter_batches']:,.0f} rows/s per process; NumPy slicing of the "
               f"same memmap: {rows['numpy_slicing']:,.0f} rows/s; ratio {rows['ratio']:.2f}")
-        feed = gpt2_feed(args.steps, args.rounds, folder)
-    print(f"GPT-2 loop, 2 processes: {feed['shard_steps_per_s']:.1f} steps/s fed by iter_batches, "
-          f"{feed['memory_steps_per_s']:.1f} steps/s from memory; ratio {feed['ratio']:.3f} "
-          "(target >= 0.95)")
+        feeds = gpt2_feed(args.steps, args.rounds, folder)
+    for feed_format, feed in feeds.items():
+        print(f"GPT-2 loop, 2 processes, {FORMATS[feed_format]}: {feed['shard_steps_per_s']:.1f} "
+              f"steps/s, from memory {feed['memory_steps_per_s']:.1f} steps/s; ratio "
+              f"{feed['ratio']:.3f} (rounds {', '.join(f'{r:.2f}' for r in feed['ratios'])}; "
+              "target >= 0.95)")
+    feed = feeds["records"]
     print(f"saved position: {feed['position_bytes']} bytes per dataset iterator; "
           f"{feed['log_line_bytes']} bytes per positions-log line (per process, per report)")
+    results.add(rows=rows, feeds=feeds)
+    results.write()
 
 
 if __name__ == "__main__":

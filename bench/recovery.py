@@ -1,29 +1,36 @@
 """Recovery from a dead process: jaxnb's ``--max-failures`` against Ray Train's, in one run.
 
-    python -m bench.recovery [--repeats 3] [--only local,lab,ray] [--no-ray]
+    python -m bench.recovery [--repeats 3] [--only local,lab,ray] [--ray-python PATH]
+
+The loop (both sides): a Flax NNX MLP trained with Adam (``bench/_mlp.py``), a checkpoint every
+5 steps, process 1 SIGKILLed at step 12, ``max_failures=1``; measured from the kill to the first
+report after the resume, on the workers' clock (the loop writes both times).
 
 Sections (``SECTIONS``; each prints its own lines, ``--only`` picks some):
 
-- ``local``: a 2-process CPU cluster on this machine;
-- ``lab``: one engine on each of two lab ssh hosts (network namespaces with real sshd, as
-  in tests/lab; needs root: skipped, saying why, where the lab cannot be built);
+- ``local``: 2 processes × 2 CPU devices on this machine, data-parallel over the 4 devices;
+- ``lab``: one engine on each of two lab ssh hosts (network namespaces with real sshd, as in
+  tests/lab; needs root: skipped, saying why, where the lab cannot be built);
 
-each measuring, with warm spares and without (``spares=0``), in one loop per repeat:
+each with warm spares and without (``spares=0``), the compilation cache on (the default),
+in one loop per repeat: a ``restart()``, then a recovery split into jaxnb's own phases
+(``Result.failures[0].phases``);
 
-- restart: ``JaxCluster.restart()`` (spares registered beforehand: only a join; without:
-  stop, start, join ``jax.distributed``); targets ≤ 0.5 s here, ≤ 1.5 s on the hosts;
-- recovery: a small checkpointed loop (a collective and a gradient step per step,
-  a checkpoint every 5 steps) whose process 1 SIGKILLs itself at step 12, run with
-  ``max_failures=1``: kill → first report after the resume, split into detect (kill →
-  death seen), restart, replay (one setup cell), restore (in the loop) and first step;
+- ``ray``: Ray Train 2.60 (``JaxTrainer``, ``FailureConfig(max_failures=1)``, stock settings)
+  on the same loop, run by the interpreter of a separate venv (Ray is never a dependency of
+  jaxnb): ``--ray-python PATH`` or ``JAXNB_RAY_PYTHON``, else this interpreter if it has Ray.
+  Make that venv once::
 
-- memory: the resident memory (RSS) of each warm spare and of each group engine after it
-  joined, before the first restart;
+      python3 -m venv ~/venvs/ray
+      ~/venvs/ray/bin/pip install "ray[train]==2.60.0" flax optax   # the same JAX as jaxnb's
 
-- ``ray``: Ray Train (``pip install -e ".[bench]"``), in the same run: see
-  :mod:`bench._ray_recovery`; the ratio jaxnb (local, with spares) ÷ Ray (target ≤ 0.2).
+  Its phases come from Ray Train's own controller log (``bench/_ray_recovery.py``), side by
+  side with jaxnb's; then jaxnb (local, spares) ÷ Ray (goal ≤ 0.2, and ≤ 1.75 s);
 
-Prints medians; also writes them to ``bench/results/recovery.json``.
+and the resident memory (RSS) of each warm spare and of each group engine after it joined,
+before the first restart.
+
+Prints medians; writes them to ``bench/results/recovery.json``.
 """
 
 from __future__ import annotations
@@ -31,59 +38,63 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 
+from bench._mlp_cell import DEVICES, ROOT, SETUP_CELL
 from bench._results import Results
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# Engines on the lab hosts import this module's loop (the same interpreter, the same path).
-os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
 
 KILL_AT = 12
 STEPS = 20
-
-SETUP_CELL = "import jax, jax.numpy as jnp\nfrom jax.experimental import multihost_utils\nready = True"
+#: Row names of the side-by-side table: jaxnb's phase, and Ray's counterpart.
+ROWS = [
+    ("detect", "kill -> death seen (bench clock)", "kill -> FailurePolicy RETRY logged"),
+    ("stop the old group", "stop the old group", "shut the worker group down"),
+    ("start or swap", "start or swap", "placement group + worker actors created"),
+    ("join jax.distributed", "join jax.distributed", "train context set up, function launched"),
+    ("replay", "replay (imports, model code)", "imports, model code (in the loop)"),
+    ("restore", "restore", "restore (in the loop)"),
+    ("first step", "first step (compile included)", "first step (in the loop)"),
+]
 
 
 def jaxnb_loop(config):
-    """The loop for jaxnb: checkpoint every 5 steps, process 1 killed once at ``KILL_AT``."""
+    """The loop under jaxnb: data-parallel over every process's devices (a collective per
+    step), a checkpoint every 5 steps, process 1 SIGKILLs itself once at ``kill_at``."""
     import json
     import os
     import signal
     import time
 
     import jax
-    import jax.numpy as jnp
-    from jax.experimental import multihost_utils
 
     import jaxnb
+    from bench import _mlp
 
-    rank = jaxnb.get_context().get_world_rank()
-    w, start = jnp.zeros((4,), jnp.float32), 0
+    began = time.time()
+    rank, n = jaxnb.get_context().get_world_rank(), jaxnb.get_context().get_world_size()
+    rows, params, opt_state, step_fn = _mlp.on_devices(jax.devices())
+    start, restored = 0, None
     checkpoint = jaxnb.get_checkpoint()
-    restored_at = None
     if checkpoint is not None:
         t0 = time.time()
         state = checkpoint.restore()
-        w, start = jnp.asarray(state["w"]), int(state["step"])
-        restored_at = (t0, time.time())
-    update = jax.jit(lambda w, x: w - 0.05 * jax.grad(lambda w: jnp.mean((x @ w) ** 2))(w))
+        params, opt_state, start = state["params"], state["opt"], int(state["step"])
+        restored = (t0, time.time())
     for step in range(start + 1, config["steps"] + 1):
-        x = jax.random.normal(jax.random.fold_in(jax.random.PRNGKey(0), step), (16, 4))
-        w = update(w, x)
-        multihost_utils.process_allgather(jnp.ones(1))
-        saved = {"w": w, "step": step} if step % 5 == 0 else None
-        jaxnb.report({"step": step}, checkpoint=saved)
-        if restored_at is not None and rank == 0:
+        params, opt_state, loss = step_fn(params, opt_state, *_mlp.global_batch(step, rank, n, rows))
+        saved = {"params": params, "opt": opt_state, "step": step} if step % 5 == 0 else None
+        jaxnb.report({"step": step, "loss": loss}, checkpoint=saved)
+        if restored is not None and rank == 0:
             with open(config["resumed"], "w") as f:
-                json.dump({"restore": restored_at, "first_report": time.time()}, f)
-            restored_at = None
+                json.dump({"began": began, "restore": restored, "first_report": time.time()}, f)
+            restored = None
         if rank == 1 and step == config["kill_at"] and not os.path.exists(config["killed"]):
             with open(config["killed"], "w") as f:
                 f.write(repr(time.time()))
@@ -96,8 +107,6 @@ def _config(folder: str) -> dict:
 
 
 def _read(config: dict) -> tuple[float, dict]:
-    import json
-
     with open(config["killed"]) as f:
         killed = float(f.read())
     with open(config["resumed"]) as f:
@@ -112,7 +121,7 @@ def _spares_ready(cluster, seconds: float = 120.0) -> None:
     want = cluster.num_processes + len(cluster.group.spare_pids)
     while len(cluster.client.ids) < want and time.monotonic() < deadline:
         time.sleep(0.05)
-    time.sleep(0.5)  # the old engines' registrations are gone too
+    time.sleep(1.0)  # the old engines' registrations are gone too; the spares' imports done
 
 
 def resident_mb(pids) -> list[float]:
@@ -133,77 +142,77 @@ def measure(repeats: int, **cluster_options
     from jaxnb import JaxCluster
 
     restarts, recoveries, memory = [], [], {}
-    with contextlib.redirect_stdout(io.StringIO()), JaxCluster(**cluster_options) as cluster:
+    quiet = contextlib.ExitStack()
+    quiet.enter_context(contextlib.redirect_stdout(io.StringIO()))
+    quiet.enter_context(contextlib.redirect_stderr(io.StringIO()))  # start notes, recovery lines
+    with quiet, JaxCluster(**cluster_options) as cluster:
+        cluster.run(SETUP_CELL)  # the setup a recovery replays
         for i in range(repeats):
             _spares_ready(cluster)
             if i == 0:
                 memory = {"spare_mb": resident_mb(cluster.group.spare_pids),
                           "engine_mb": resident_mb(p.pid for p in cluster.processes)}
             t0 = time.perf_counter()
-            cluster.restart()
+            cluster.restart(replay=True)
             restarts.append(time.perf_counter() - t0)
-            cluster.run(SETUP_CELL)  # the setup a recovery replays
             _spares_ready(cluster)
             recoveries.append(_recovery(cluster, f"r{i}"))
     return restarts, recoveries, memory
 
 
 def _recovery(cluster, name: str) -> dict[str, float]:
-    """Kill → first report after the resume, by phase, for one run of ``jaxnb_loop``."""
+    """Kill → first report after the resume, and jaxnb's phases, for one run of the loop."""
     with tempfile.TemporaryDirectory() as folder:
         config = _config(folder)
         result = cluster.train(jaxnb_loop, config, name=name, storage=folder, max_failures=1)
         assert result.error is None and len(result.failures) == 1, result
         killed, resumed = _read(config)
     failure = result.failures[0]
-    restore = resumed["restore"][1] - resumed["restore"][0]
-    return {
-        "detect": failure.time - killed,
-        "restart": failure.seconds["restart"],
-        "replay": failure.seconds["replay"],
-        "restore": restore,
-        "first step": max(0.0, failure.seconds["restore_and_first_step"] - restore),
-        "total": resumed["first_report"] - killed,
-    }
+    (r0, r1), began = resumed["restore"], resumed["began"]
+    setup, step = r0 - began, resumed["first_report"] - r1
+    return {**failure.phases, "detect": failure.time - killed,
+            "  of which launching": failure.phases["first step"] - setup - step,
+            "  of which model set-up": setup, "  of which the step": step,
+            "total": resumed["first_report"] - killed}
 
 
 def compare(where: str, repeats: int, found: dict, **cluster_options) -> None:
     """Restart and recovery with warm spares and without, on one kind of cluster; prints them
-    and records the median recovery with spares in ``found[where]``."""
+    and records the medians in ``found[where]``."""
     warm_restarts, warm, memory = measure(repeats, spares=None, **cluster_options)
     cold_restarts, cold, _ = measure(repeats, spares=0, **cluster_options)
+    spare, engine = memory.get("spare_mb") or [0.0], memory.get("engine_mb") or [0.0]
     for label, times in (("with warm spares (a join)", warm_restarts),
                          ("without spares (stop, start, join)", cold_restarts)):
-        print(f"jaxnb restart {label}, {where}: median {statistics.median(times):.2f} s "
+        print(f"jaxnb restart --replay {label}, {where}: median {statistics.median(times):.2f} s "
               f"({', '.join(f'{t:.2f}' for t in times)})")
-    print(f"  spares / no spares = {statistics.median(warm_restarts) / statistics.median(cold_restarts):.2f}")
+    found[where] = {"restart": {"spares": statistics.median(warm_restarts),
+                                "no spares": statistics.median(cold_restarts)},
+                    "spares": _medians(warm), "no spares": _medians(cold),
+                    "totals": {"spares": [r["total"] for r in warm],
+                               "no spares": [r["total"] for r in cold]},
+                    "memory_mb": {"spare": statistics.median(spare),
+                                  "engine": statistics.median(engine),
+                                  "spares_measured": memory.get("spare_mb", []),
+                                  "engines_measured": memory.get("engine_mb", [])}}
     print(f"jaxnb recovery, {where}, kill -> first report after the resume (median of {repeats}):")
-    print(f"  {'phase':<11} {'spares':>7} {'none':>7}")
-    for phase in warm[0]:
-        a = statistics.median(r[phase] for r in warm)
-        b = statistics.median(r[phase] for r in cold)
-        print(f"  {phase:<11} {a:6.2f}s {b:6.2f}s")
-    spare, engine = memory.get("spare_mb") or [0.0], memory.get("engine_mb") or [0.0]
+    print(f"  {'phase':<32} {'spares':>7} {'none':>7}")
+    inside = [(k, k, "") for k in ("  of which launching", "  of which model set-up",
+                                    "  of which the step")]
+    for key, label, _ in [*ROWS, *inside, ("total", "total", "")]:
+        print(f"  {label:<32} {found[where]['spares'][key]:6.2f}s {found[where]['no spares'][key]:6.2f}s")
     print(f"jaxnb memory, {where}: a warm spare {statistics.median(spare):.0f} MB resident, a group "
           f"engine after joining {statistics.median(engine):.0f} MB (medians of "
           f"{len(memory.get('spare_mb', []))} spares, {len(memory.get('engine_mb', []))} engines)")
-    found[where] = statistics.median(r["total"] for r in warm)
-    found["results"].add(**{where: {
-        "repeats": repeats,
-        "restart_s": {"spares": statistics.median(warm_restarts),
-                      "no_spares": statistics.median(cold_restarts)},
-        "recovery_s": {phase: {"spares": statistics.median(r[phase] for r in warm),
-                               "no_spares": statistics.median(r[phase] for r in cold)}
-                       for phase in warm[0]},
-        "memory_mb": {"spare": statistics.median(spare), "engine": statistics.median(engine),
-                      "spares_measured": memory.get("spare_mb", []),
-                      "engines_measured": memory.get("engine_mb", [])},
-    }})
+
+
+def _medians(rows: list[dict[str, float]]) -> dict[str, float]:
+    return {k: round(statistics.median(r.get(k, 0.0) for r in rows), 3) for k in rows[0]}
 
 
 def local_section(args: argparse.Namespace, found: dict) -> None:
-    """A 2-process cluster on this machine."""
-    compare("2 local processes", args.repeats, found, n=2)
+    """2 processes × 2 CPU devices on this machine."""
+    compare("2 local processes", args.repeats, found, n=2, devices_per_process=DEVICES)
 
 
 def lab_section(args: argparse.Namespace, found: dict) -> None:
@@ -215,22 +224,66 @@ def lab_section(args: argparse.Namespace, found: dict) -> None:
         print(f"jaxnb on two lab ssh hosts: not measured ({why})")
         return
     with Lab(2).running() as lab:
-        compare("2 lab ssh hosts", args.repeats, found, hosts=lab.addresses)
+        compare("2 lab ssh hosts", args.repeats, found, hosts=lab.addresses,
+                devices_per_process=DEVICES)
+
+
+def ray_python(given: str | None) -> str | None:
+    """The interpreter that has Ray: ``--ray-python``, ``JAXNB_RAY_PYTHON``, or this one."""
+    chosen = given or os.environ.get("JAXNB_RAY_PYTHON")
+    if chosen:
+        return chosen
+    probe = subprocess.run([sys.executable, "-c", "import ray.train"], capture_output=True)
+    return sys.executable if probe.returncode == 0 else None
 
 
 def ray_section(args: argparse.Namespace, found: dict) -> None:
-    """Ray Train's recovery of the same loop, and jaxnb's local recovery against it."""
+    """Ray Train's recovery of the same loop, in Ray's venv, and jaxnb's local one against it."""
     if args.no_ray:
         return
-    from bench import _ray_recovery  # Ray's own recovery, this run (a bench-only extra)
-
-    print(_ray_recovery.compare(found.get("2 local processes"), args.repeats, steps=STEPS,
-                                kill_at=KILL_AT))
+    python = ray_python(args.ray_python)
+    if python is None:
+        print("Ray Train: not measured: no interpreter with Ray; make a venv with "
+              "`pip install \"ray[train]==2.60.0\" flax optax` and pass --ray-python PATH "
+              "(or JAXNB_RAY_PYTHON)")
+        return
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        run = subprocess.run([python, "-m", "bench._ray_recovery", "--repeats", str(args.repeats),
+                              "--steps", str(STEPS), "--kill-at", str(KILL_AT), "--devices",
+                              str(DEVICES), "--json", out.name], cwd=ROOT, capture_output=True,
+                             text=True, timeout=3600)
+        if run.returncode != 0:
+            tail = (run.stderr.strip().splitlines() or ["no output"])[-1]
+            print(f"Ray Train: not measured: {python} failed ({tail})")
+            return
+        with open(out.name) as f:
+            ray = json.load(f)
+    if ray.get("not_measured"):
+        print(f"Ray Train: not measured: {ray['not_measured']}")
+        return
+    found["ray"] = ray
+    print(f"Ray Train {ray['version']} recovery ({ray['trainer']}, FailureConfig(max_failures=1), "
+          f"stock health checks), kill -> first report after the restore: median "
+          f"{ray['medians']['total']:.2f} s ({', '.join(f'{t:.2f}' for t in ray['totals'])})")
+    mine = found.get("2 local processes")
+    print(f"side by side, medians of {args.repeats} (Ray's phases from its controller log):")
+    print(f"  {'jaxnb phase':<32} {'jaxnb':>7}   {'Ray Train phase':<42} {'Ray':>7}")
+    for key, label, ray_label in ROWS:
+        ours = f"{mine['spares'][key]:6.2f}s" if mine else "      -"
+        print(f"  {label:<32} {ours}   {ray_label:<42} {ray['medians'].get(key, 0.0):6.2f}s")
+    print(f"  {'(between the phases)':<32} {'':>7}   {'':<42} {ray['medians']['other']:6.2f}s")
+    ours = f"{mine['spares']['total']:6.2f}s" if mine else "      -"
+    print(f"  {'total':<32} {ours}   {'total':<42} {ray['medians']['total']:6.2f}s")
+    if mine:
+        ratio = mine["spares"]["total"] / ray["medians"]["total"]
+        found["ratio"] = round(ratio, 3)
+        print(f"jaxnb (local, spares) / Ray = {ratio:.2f} (goal <= 0.2); jaxnb "
+              f"{mine['spares']['total']:.2f} s (goal <= 1.75 s)")
 
 
 Section = Callable[[argparse.Namespace, dict], None]
-#: What ``main`` runs, in order; each section prints its own lines and may leave figures in
-#: the shared dict for later sections (``found["2 local processes"]``: jaxnb's local recovery).
+#: What ``main`` runs, in order; each section prints its own lines and leaves its figures in
+#: the shared dict (``found["2 local processes"]``: jaxnb's local recovery, for Ray's section).
 SECTIONS: dict[str, Section] = {"local": local_section, "lab": lab_section, "ray": ray_section}
 
 
@@ -239,16 +292,21 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--only", default=",".join(SECTIONS),
                         help=f"sections to run, comma-separated (default: {','.join(SECTIONS)})")
+    parser.add_argument("--ray-python", default=None, metavar="PATH",
+                        help="the interpreter of a venv with Ray Train (default: JAXNB_RAY_PYTHON, "
+                             "else this one if it has Ray)")
     parser.add_argument("--no-ray", action="store_true")
     args = parser.parse_args()
     chosen = [name.strip() for name in args.only.split(",") if name.strip()]
     unknown = [name for name in chosen if name not in SECTIONS]
     if unknown:
         sys.exit(f"unknown section {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
-    found: dict = {"results": Results("recovery")}
+    results, found = Results("recovery"), {}
+    print(f"load average at the start: {results.load_at_start}")
     for name in chosen:
         SECTIONS[name](args, found)
-    found["results"].write()
+    results.add(**found)
+    results.write()
 
 
 if __name__ == "__main__":

@@ -116,8 +116,8 @@ def one_run(cluster, lose, elastic: bool, steps: int, folder: str) -> dict:
         assert error is None and result.error is None, error or result.error
         first = min(h["t"] for h in result.history if h["world"] == 2)
         failure = result.failures[0]
-        return {"to_first_step_on_2": first - lost["t"], "detect": failure.time - lost["t"],
-                **{phase: failure.seconds.get(phase) for phase in ("restart", "replay")},
+        return {**failure.phases, "recovery": failure.seconds,
+                "to_first_step_on_2": first - lost["t"], "detect": failure.time - lost["t"],
                 "steps_per_s_on_3": _rate(result.history, 3),
                 "steps_per_s_on_2": _rate(result.history, 2, after=lost["t"])}
     assert error is not None, "the run went on without min_processes"
@@ -148,8 +148,10 @@ def measure(where: str, repeats: int, make_cluster, lose_factory, steps: int,
     print(f"  loss -> first step on 2 processes (min_processes=2): {found['to_first_step_on_2']:.2f} s")
     print(f"  loss -> the run's end without it (today):            {found['to_failure']:.2f} s")
     print(f"  ratio: {found['to_first_step_on_2'] / found['to_failure']:.2f}")
-    phases = ", ".join(f"{k} {found[k]:.2f} s" for k in ("detect", "restart", "replay") if k in found)
-    print(f"  … of which: {phases} (the rest: prepare, restore, the first step's compilation)")
+    from jaxnb._core import phases
+
+    parts = ", ".join(f"{k} {found[k]:.2f} s" for k in phases.ORDER if k in found)
+    print(f"  … of which: {parts} (the rest: preparing the run)")
     for key in ("steps_per_s_on_3", "steps_per_s_on_2"):
         if key in found:
             print(f"  {key.replace('_', ' ').replace('steps per s', 'steps/s')}: {found[key]:.1f}")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -29,12 +28,13 @@ from jaxnb._core.options import (
     ClusterOptions,
     Platform,
 )
+from jaxnb._core.phases import JOIN, REPLAY, START, STOP, Stopwatch
 from jaxnb._core.spelling import example, option
 from jaxnb._core.state import Group, ProcessInfo
 from jaxnb._debug import compare, postmortem
 from jaxnb._failures import detect, repair, stacks
 from jaxnb._hosts import site
-from jaxnb._lifecycle import lost_hosts, shutdown, spares, startup
+from jaxnb._lifecycle import compile_cache, lost_hosts, shutdown, spares, startup
 from jaxnb._train.resize import Sizes
 
 CPU_MULTI_DEVICE_NOTE = (
@@ -80,6 +80,7 @@ class JaxCluster(ClusterJobs):
         timeout: float | None = None,
         init_timeout: float = DEFAULT_INIT_TIMEOUT,
         spares: int | None = None,
+        compile_cache: str | None = None,
         collective_timeout: int = DEFAULT_COLLECTIVE_TIMEOUT,
         env: Mapping[str, str] | None = None,
     ) -> None:
@@ -106,16 +107,20 @@ class JaxCluster(ClusterJobs):
             raise ClusterStateError(ALREADY_RUNNING)
         group = self.group
         group.setup.clear()  # new engines: nothing of the old setup is on them
+        group.warm_modules.clear()
         group.options, group.full_options, group.lost = group_size.full(group), None, []
         return self._start()
 
-    def _start(self, at_least: int | None = None) -> JaxCluster:
+    def _start(self, at_least: int | None = None, phases: Stopwatch | None = None) -> JaxCluster:
+        phases = Stopwatch() if phases is None else phases
         try:
-            startup.start_engines(self.group, at_least)
+            with phases.timed(START):
+                startup.start_engines(self.group, at_least)
             # After ipyparallel registered its own exit hook (when its controller started):
             # hooks run last-registered first, so this fast stop runs before its slow one.
             atexit.register(self.stop)
-            startup.join_group(self.group)
+            with phases.timed(JOIN):
+                startup.join_group(self.group)
             spares.top_up_later(self.group)  # warm spares, once the start is done with the CPU
         except BaseException as exc:
             self.stop()
@@ -150,12 +155,12 @@ class JaxCluster(ClusterJobs):
             self.group.setup.clear()  # the new engines start empty
         return self
 
-    def _swap_spares(self) -> bool:
+    def _swap_spares(self, phases: Stopwatch | None = None) -> bool:
         """Restart on the warm spares (only a join); False when none are ready."""
         if not self.running:
             return False
         try:
-            return spares.swap(self.group)
+            return spares.swap(self.group, phases)
         except Exception:  # a spare failed to join: restart the slow way
             return False
 
@@ -170,35 +175,41 @@ class JaxCluster(ClusterJobs):
         return group.setup.run(cell, lambda values: pull.push(group, values))
 
     def _recover(self) -> dict[str, float]:
-        """Restart with the same options and replay the setup (a training run's recovery)."""
-        lost_hosts.wait(self.group)
-        return self._restart_same()
+        """Restart with the same options and replay the setup (a training run's recovery);
+        the seconds of each phase (:mod:`jaxnb._core.phases`)."""
+        phases = Stopwatch()
+        with phases.timed(STOP):
+            lost_hosts.wait(self.group)  # hosts found unreachable answer again (or fail)
+        return self._restart_same(phases=phases)
 
-    def _restart_same(self, at_least: int | None = None, replay: bool = True) -> dict[str, float]:
-        """Restart (on the warm spares when ready) and replay the setup; the seconds each took.
-        ``at_least``: engines that exit during the start are left out down to that many."""
-        started = time.monotonic()
-        if not self._swap_spares():
-            self.stop()
-            self._start(at_least)
-        seconds = {"restart": time.monotonic() - started}
+    def _restart_same(self, at_least: int | None = None, replay: bool = True,
+                      phases: Stopwatch | None = None) -> dict[str, float]:
+        """Restart (on the warm spares when ready) and replay the setup; the seconds of each
+        phase. ``at_least``: engines that exit during the start are left out down to that many."""
+        phases = Stopwatch() if phases is None else phases
+        if not self._swap_spares(phases):
+            with phases.timed(STOP):
+                self.stop()
+            self._start(at_least, phases)
         if replay:
-            seconds["replay"] = self._replay()
-        return seconds
+            with phases.timed(REPLAY):
+                self._replay()
+        return dict(phases)
 
     def _restart_at(self, options: ClusterOptions, lost: Sequence[str] = ()) -> dict[str, float]:
         """Stop, start with ``options`` (the same cluster at another size; ``lost`` names the
-        places left out) and replay the setup; the seconds each took."""
-        started = time.monotonic()
+        places left out) and replay the setup; the seconds of each phase."""
+        phases = Stopwatch()
         group = self.group
         whole = group_size.full(group)
-        self.stop()
+        with phases.timed(STOP):
+            self.stop()
         group.options, group.full_options = options, (None if options == whole else whole)
         group.lost = list(lost)
-        self._start()
-        restarted = time.monotonic()
-        return {"restart": restarted - started, "replay": self._replay()}
-
+        self._start(phases=phases)
+        with phases.timed(REPLAY):
+            self._replay()
+        return dict(phases)
     def _sizes(self) -> Sizes:
         """What this cluster does for a training run that changes size (``min_processes``)."""
         group = self.group
@@ -340,6 +351,7 @@ class JaxCluster(ClusterJobs):
         )
         if process is None:  # succeeded on every process: part of the setup to replay
             self.group.setup.cell(code, timeout)
+            spares.warm(self.group, outcome.imported)  # and the spares import what it imported
         return outcome
 
     def push(self, **values: Any) -> None:
@@ -356,7 +368,8 @@ class JaxCluster(ClusterJobs):
         return pull.pull(self.group, name, self.options.timeout or DEFAULT_OPERATION_TIMEOUT)
 
     def status(self) -> list[ProcessInfo]:
-        """One entry per process, with its current state (idle, busy, dead)."""
+        """One entry per process, with its current state (idle, busy, dead) and, while the
+        engines are idle, its compilation cache (``compile_cache``: folder, size, hits)."""
         group = self.group
         group.require_running()
         queue = group.client.queue_status()
@@ -369,6 +382,8 @@ class JaxCluster(ClusterJobs):
                 info.state = f"busy ({group.busy_with})"
             else:
                 info.state = "busy" if q.get("queue", 0) else "idle"
+        if all(info.state == "idle" for info in group.processes):
+            compile_cache.ask(group)
         return group.processes
 
     def memory(self) -> MemoryReport:

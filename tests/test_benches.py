@@ -37,6 +37,7 @@ SMALL_RUNS = [
     ("profile", ["--steps", "3", "--rounds", "1"]),
     ("checkpoint_save", ["--mb", "1", "--rounds", "1"]),
     ("recovery", ["--repeats", "1", "--only", "local"]),
+    ("compile_cache", ["--repeats", "1"]),
     ("monitoring", ["--steps", "20", "--warmup", "3", "--rounds", "1"]),
     ("resize", ["--only", "local", "--steps", "40"]),
     ("browser_latency", ["--only", "draw"]),
@@ -48,7 +49,7 @@ SMALL_RUNS = [
 #: The benches that write their figures as JSON, and the figures each must hold.
 WRITES = {
     "profile": ("clock_error_ms",), "recovery": ("2 local processes",),
-    "browser_latency": ("refresh_cpu_ms",),
+    "browser_latency": ("refresh_cpu_ms",), "cluster": ("stop_s",), "compile_cache": ("ratio",),
     "live_output": ("latency", "flood"),
     "checkpoint_save": ("saves", "fingerprints_s", "target"),
     "train_throughput": ("jaxnb_steps_per_s", "plain_steps_per_s", "plain_bounded_steps_per_s",

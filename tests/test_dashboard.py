@@ -329,6 +329,11 @@ def test_a_recovery_is_marked_counted_and_its_lost_points_dropped() -> None:
     assert [r["step"] for r in dash.process_stats()] == [20, 20]
     dash.set_status("running", "recovered 1 of 2")
     assert "recoveries  recovered 1 of 2 (resumed from step 20)" in dash.text()
+    dash.recovery_took(1.42, ("first step", 0.61))  # once the resumed run's first step is done
+    assert ("recoveries  recovered 1 of 2 (resumed from step 20 in 1.42 s, longest: first step "
+            "0.61 s)") in dash.text()
+    assert "resumed from step 20 in 1.42 s, longest: first step 0.61 s" in shown(
+        dash, "steps/s").value  # the line under the progress bar
     assert dash.refresh(force=True)
     svg = plot_html(dash)
     assert svg.count("class='jaxnb-recovery'") == svg.count("<svg") > 0  # one per panel

@@ -123,6 +123,11 @@ def test_killed_twice_ends_bit_identical_to_an_uninterrupted_run(cluster, tmp_pa
     assert killed.failures[0].cause.startswith("[p1]") and "SIGKILL" in killed.failures[0].cause
     assert killed.failures[1].cause.startswith("[p0]") and "SIGKILL" in killed.failures[1].cause
     assert killed.failures[0].step >= 12 and killed.failures[1].step >= 23
+    for failure in killed.failures:  # each phase timed, in order; their sum is the total
+        assert list(failure.phases) == ["detect", "stop the old group", "start or swap",
+                                        "join jax.distributed", "replay", "restore", "first step"]
+        assert all(s >= 0 for s in failure.phases.values()) and failure.phases["restore"] > 0
+        assert failure.seconds == pytest.approx(sum(failure.phases.values()), abs=0.01)
     assert _steps(killed) == list(range(1, 31))  # the redone steps replaced the lost ones
     assert [h["loss"] for h in killed.history] == [h["loss"] for h in clean.history]
     assert np.load(tmp_path / "killed.npy").tobytes() == np.load(tmp_path / "clean.npy").tobytes()

@@ -159,7 +159,7 @@ def test_dashboard_shows_a_recovery_from_kill_9_and_how_the_run_ended(lab: Watch
     before = states[:at]
     after = [s for s in states[at:] if "running" in s["header"]]
     marker = f"recovered: resumed from step {resumed_from}"
-    count = f"recovered 1 of 2 (resumed from step {resumed_from})"
+    count = f"recovered 1 of 2 (resumed from step {resumed_from}"
     shown = next((i for i, s in enumerate(after) if s["markers"]), len(after))
     seen = {
         "recovering status shown": match is not None and killed_at >= KILL_AT
@@ -178,6 +178,9 @@ def test_dashboard_shows_a_recovery_from_kill_9_and_how_the_run_ended(lab: Watch
         "header says finished, recovered 1 of 2": bool(
             re.search(r"— finished recovered 1 of 2$", last["header"])),
         "the line under it keeps the count": count in last["speed"],
+        "and the recovery's time, with its longest phase": bool(re.search(
+            rf"resumed from step {resumed_from} in \d+\.\d\d s, longest: [a-z. ]+ \d+\.\d\d s\)",
+            last["speed"])),
         "button disabled at the end": last["button"] == ["Finished", True],
     }
     headers = [s["header"] for s in states]

@@ -57,6 +57,49 @@ def test_a_restart_joins_the_warm_spares_then_starts_new_ones():
                "every process of the stopped cluster ending")
 
 
+def _spare_ids(cluster: JaxCluster) -> list[int]:
+    members = {p.engine_id for p in cluster.processes}
+    return [eid for eid in cluster.client.ids if eid not in members]
+
+
+#: Evaluated on a spare: what it imported, whether JAX's backends exist, whether it is in a
+#: ``jax.distributed`` group, whether its namespace holds the setup's variable.
+SPARE_STATE = (
+    "(lambda sys, jax_internals, values: {"
+    "'optax': 'optax' in sys.modules, 'orbax': 'orbax.checkpoint' in sys.modules,"
+    "'backends': jax_internals.backends_created(),"
+    "'in group': jax_internals.distributed_client() is not None,"
+    "'marker': 'marker' in values.user_namespace()})(__import__('sys'),"
+    "__import__('jaxnb._engine.jax_internals', fromlist=['_']),"
+    "__import__('jaxnb._engine.run.values', fromlist=['_']))"
+)
+
+
+@pytest.mark.timeout(300)
+def test_spares_import_what_the_setup_imported_and_run_none_of_it(tmp_path):
+    ran = tmp_path / "ran"
+    with JaxCluster(n=2) as cluster:
+        wait_until(lambda: len(cluster.group.spare_pids) == 2, 60, "the spares starting")
+        _spares_registered(cluster)
+        # A cell without a last expression runs silent (IPython skips post_run_cell then).
+        cluster.run(f"import optax\nmarker = 1\nwith open({str(ran)!r}, 'a') as f:\n    f.write('x')")
+        assert "optax" in cluster.group.warm_modules
+
+        def warmed(ids: list[int]) -> list[dict]:
+            return cluster.client[ids].apply_async(eval, SPARE_STATE).get(timeout=60)
+
+        spares = warmed(_spare_ids(cluster))  # they imported it (their queue: import, then this)
+        assert spares == [{"optax": True, "orbax": True, "backends": False, "in group": False,
+                           "marker": False}] * 2, spares  # never the user's code, no JAX backend
+        assert ran.read_text() == "xx"  # the cell ran on the 2 processes only
+        cluster.restart()  # a swap: the spares are the group now, optax already imported
+        group = cluster.view.apply_async(eval, SPARE_STATE).get(timeout=60)
+        assert [s["optax"] and s["in group"] and not s["marker"] for s in group] == [True, True]
+        wait_until(lambda: len(cluster.group.spare_pids) == 2, 60, "the new spares starting")
+        _spares_registered(cluster)  # started later: they import it before they register
+        assert [s["optax"] for s in warmed(_spare_ids(cluster))] == [True, True]
+
+
 @pytest.mark.timeout(120)
 def test_spares_0_keeps_none_and_restarts_the_slow_way():
     with JaxCluster(n=2, spares=0) as cluster:

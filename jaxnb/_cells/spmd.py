@@ -11,7 +11,7 @@ from jaxnb._cells.live import LiveMerger
 from jaxnb._cells.live_panel import LivePanel, NotebookScreen, in_kernel, live_options
 from jaxnb._cells.outputs import write_raw
 from jaxnb._core import ipp_internals
-from jaxnb._core.contract import EngineCall
+from jaxnb._core.contract import IMPORTED_KEY, EngineCall
 from jaxnb._core.errors import RemoteError, remote_error
 from jaxnb._core.notebook_cells import as_compiled
 from jaxnb._core.state import Group
@@ -41,6 +41,8 @@ class CellOutcome:
     results: dict[int, dict | None]
     #: With ``value=True``: the cell's value (process 0's), for ``Out[n]``; ``None`` if none.
     value: Any = None
+    #: The third-party modules the cell imported on process 0 (what warm spares import).
+    imported: list[str] = dataclasses.field(default_factory=list)
 
 
 class ShownValue:
@@ -176,7 +178,9 @@ def _collect(by_process: dict[int, dict], futures: dict[int, Any]) -> CellOutcom
             if failed is not None:
                 errors[p] = failed
         results[p] = md.get("execute_result")
-    return CellOutcome(errors=errors, results=results)
+    first = by_process[min(by_process)]
+    imported = list((first.get("data") or {}).get(IMPORTED_KEY) or [])
+    return CellOutcome(errors=errors, results=results, imported=imported)
 
 
 def _failed(future: Any) -> BaseException | None:

@@ -36,6 +36,14 @@ ENV_CONTROLLER_ADDRESS = "JAXNB_CONTROLLER_ADDRESS"
 ENV_WORKDIR = "JAXNB_WORKDIR"
 #: ``--workdir`` copied to some hosts: JSON {hostname: its folder} (engines not started by ssh).
 ENV_WORKDIR_BY_HOST = "JAXNB_WORKDIR_BY_HOST"
+#: ``--compile-cache``: the folder of JAX's persistent compilation cache (a leading ``~`` is the
+#: engine's host's home), :data:`COMPILE_CACHE_OFF`, or empty: the default on each host
+#: (``$XDG_CACHE_HOME/jaxnb/xla``, else ``~/.cache/jaxnb/xla``).
+ENV_COMPILE_CACHE = "JAXNB_COMPILE_CACHE"
+COMPILE_CACHE_OFF = "off"
+#: Set on spares only: the third-party modules the group's engines have imported
+#: (comma-separated), imported by the spare before it registers (see ``IMPORTED_KEY``).
+ENV_WARM_MODULES = "JAXNB_WARM_MODULES"
 
 # ---- set on every engine when it joins the group ---------------------------------------
 
@@ -60,6 +68,9 @@ RESIZE_SIGNAL = signal.SIGURG
 
 #: Report batches are published as ``f"{REPORT_KEY}{n}"``, n = 0, 1, … (ipyparallel datapub).
 REPORT_KEY = "jaxnb/"
+#: After a cell that imported third-party modules, an engine publishes their names under
+#: this key (ipyparallel datapub): what warm spares import.
+IMPORTED_KEY = "jaxnb-imported"
 #: ``jaxnb.breakpoint()``: a process publishes where it stopped under this key (ipyparallel
 #: datapub; the value is the latest stop: ``id``, ``where``, ``source``).
 BREAKPOINT_KEY = "jaxnb-breakpoint"

@@ -50,6 +50,15 @@ def plural(count: int, one: str, many: str | None = None) -> str:
     return f"{count} {one if count == 1 else (many or one + 's')}"
 
 
+def size_text(size: float) -> str:
+    """``12.3 MB`` (decimal units; bytes as a whole number)."""
+    for unit in ("B", "kB", "MB", "GB"):
+        if size < 1000 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    return f"{size} B"
+
+
 def article(word: str) -> str:
     """``an int``, ``a str``: ``word`` with its indefinite article."""
     return f"{'an' if word[:1].lower() in 'aeiou' else 'a'} {word}"

@@ -9,6 +9,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from jaxnb._core.contract import COMPILE_CACHE_OFF
 from jaxnb._core.spelling import bare, example, option
 
 Platform = Literal["cpu", "gpu", "tpu"]
@@ -104,6 +105,11 @@ class ClusterOptions:
     #: Warm spare engines kept for a fast restart (``None``: one per process; 0: none).
     spares: int | None = _option(None, Flag(
         "warm spare engines for a fast restart (default: one per process; 0: none)", "K", "count"))
+    #: JAX's persistent compilation cache: a folder (``~`` is each host's home), ``"off"``, or
+    #: ``None``: on, in each host's ``~/.cache/jaxnb/xla`` (``$XDG_CACHE_HOME/jaxnb/xla``).
+    compile_cache: str | None = _option(None, Flag(
+        "JAX's persistent compilation cache: a folder, or off (default: ~/.cache/jaxnb/xla "
+        "on each host)", "DIR|off"))
     collective_timeout: int = _option(DEFAULT_COLLECTIVE_TIMEOUT)
     #: Extra environment variables of the engines (a dict; kept as sorted pairs).
     env: tuple[tuple[str, str], ...] = _option(())
@@ -151,6 +157,7 @@ class ClusterOptions:
             object.__setattr__(self, "workdir", os.path.abspath(self.workdir))
         elif self.workdir_exclude:
             raise OptionError(f"{option('workdir_exclude')} needs {example('workdir', 'DIR')}")
+        self._check_compile_cache()
         if self.engines == "slurm" and self.hosts:
             raise OptionError(
                 f"{option('hosts')} does not go with {example('engines', 'slurm')} (Slurm picks "
@@ -180,6 +187,23 @@ class ClusterOptions:
                 f"{option('address')} is this machine's address for engines on other hosts; local "
                 f"engines use loopback: drop {option('address')}, or pass {option('hosts')}"
             )
+
+    def _check_compile_cache(self) -> None:
+        """``compile_cache``: ``None``, ``"off"``, or a folder (made absolute unless it starts
+        with ``~``, which each host expands to its own home)."""
+        value = self.compile_cache
+        if value is None:
+            return
+        if not isinstance(value, str) or not value.strip() or any(c in value for c in "\n\r\0"):
+            raise OptionError(f"{option('compile_cache')} takes a folder or off, got {value!r}; "
+                              f"e.g. {example('compile_cache', '/scratch/xla')} or "
+                              f"{example('compile_cache', COMPILE_CACHE_OFF)}")
+        value = value.strip()
+        if value.lower() == COMPILE_CACHE_OFF:
+            value = COMPILE_CACHE_OFF
+        elif not value.startswith("~"):
+            value = os.path.abspath(value)
+        object.__setattr__(self, "compile_cache", value)
 
     def _check_slurm_values(self) -> None:
         """Each Slurm option stays one option of one ``#SBATCH`` line (no line break, no space)."""

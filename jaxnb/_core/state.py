@@ -49,6 +49,10 @@ class ProcessInfo:
     address: str = ""
     #: Its parent's pid (for an engine on another host: the shell that reports its exit).
     parent_pid: int = 0
+    #: JAX's persistent compilation cache as this process sees it (``status()`` asks while the
+    #: engines are idle): ``folder`` (``None``: off), ``entries`` and ``bytes`` on its host,
+    #: its ``hits``, ``lookups``, ``writes`` and ``saved_seconds`` since it started.
+    compile_cache: dict | None = None
 
 
 @dataclasses.dataclass
@@ -98,6 +102,9 @@ class Group:
     #: When the group was last repaired in place (``"cell 7"``, or the time outside a notebook):
     #: arrays, meshes and shardings made before it belong to the old group.
     repaired_at: str | None = None
+    #: The third-party modules the setup's cells imported (what warm spares import); kept,
+    #: like ``setup``, across a stop.
+    warm_modules: list[str] = dataclasses.field(default_factory=list)
     #: ``%jax_debug -c`` given when no process held a failure: the commands that answer the
     #: ``jaxnb.breakpoint()`` stops of the next cell or run that reaches one (then forgotten).
     breakpoint_commands: list[str] | None = None

@@ -3,8 +3,9 @@
 jaxnb needs a few things JAX does not make public: the state of
 ``jax.distributed`` (is this process in a group, its coordination client for
 the key-value store), whether backends exist yet, and the mesh context that
-an interrupted ``jax.set_mesh`` can leave behind, and the address gloo uses. If a JAX release moves one
-of them, this is the module to change.
+an interrupted ``jax.set_mesh`` can leave behind, the address gloo uses, and the persistent
+compilation cache's rule that only process 0 writes it. If a JAX release moves one of them,
+this is the module to change.
 """
 
 from __future__ import annotations
@@ -70,6 +71,41 @@ def use_gloo_address(address: str) -> None:
     # "Backend cpu already initialized": it keeps the address it was made with.
     with contextlib.suppress(RuntimeError):
         xla_bridge.register_backend_factory("cpu", make_cpu_client, priority=0, fail_quietly=False)
+
+
+def cache_from_every_process() -> None:
+    """Let every process write JAX's persistent compilation cache, not only process 0.
+
+    ``jax._src.compiler._cache_write`` returns at once on a process whose ``process_id`` is not
+    0 (to spare shared filesystems concurrent writes). jaxnb's processes write each host's own
+    folder under JAX's file lock, and a process's own computations (on its local devices) have
+    keys no other process writes. The same checks as JAX's (host callbacks, the minimum compile
+    time), then JAX's own ``put_executable_and_time``.
+    """
+    import warnings
+
+    from jax._src import compilation_cache, compiler, config, distributed
+
+    original = getattr(compiler, "_cache_write")  # noqa: B009 (a private name, read here only)
+    if getattr(original, "jaxnb_every_process", False):
+        return
+
+    def write(cache_key: str, compile_time_secs: float, module_name: str, backend: Any,
+              executable: Any, host_callbacks: Any) -> None:
+        if distributed.global_state.process_id == 0 or host_callbacks:
+            original(cache_key, compile_time_secs, module_name, backend, executable, host_callbacks)
+            return
+        if compile_time_secs < config.persistent_cache_min_compile_time_secs.value:
+            return
+        try:
+            compilation_cache.put_executable_and_time(cache_key, module_name, executable, backend,
+                                                      int(compile_time_secs))
+        except Exception as exc:  # as JAX does: a cache that cannot be written is no error
+            warnings.warn(f"Error writing persistent compilation cache entry for "
+                          f"'{module_name}': {type(exc).__name__}: {exc}", stacklevel=2)
+
+    write.jaxnb_every_process = True  # type: ignore[attr-defined]
+    setattr(compiler, "_cache_write", write)  # noqa: B010
 
 
 #: JAX's compile events (``jax._src.dispatch``): tracing to a jaxpr, lowering it, XLA's compile.

@@ -22,7 +22,7 @@ import subprocess
 import time
 
 from jaxnb._core.errors import StartError
-from jaxnb._core.messages import plural
+from jaxnb._core.messages import plural, size_text
 from jaxnb._core.spelling import bare
 
 #: Left out unless the user's patterns say otherwise (never needed on the hosts).
@@ -186,14 +186,7 @@ def summary(folder: str, placed: list[Placed]) -> list[str]:
         if p.copied:
             lines.append(
                 f"jaxnb: --workdir {folder} copied to {p.target}:{p.folder} ({plural(p.files, 'file')}, "
-                f"{_size(p.size)} in {p.seconds:.2f} s, {p.how})"
+                f"{size_text(p.size)} in {p.seconds:.2f} s, {p.how})"
             )
     return lines
 
-
-def _size(n: int) -> str:
-    for unit in ("B", "kB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000  # type: ignore[assignment]
-    return f"{n} B"

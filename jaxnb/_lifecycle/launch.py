@@ -17,7 +17,7 @@ import sys
 import ipyparallel as ipp
 from traitlets.config import Config
 
-from jaxnb._core.contract import ENV_PLATFORM, ENV_STACKS_DIR, ENV_WORKDIR
+from jaxnb._core.contract import ENV_COMPILE_CACHE, ENV_PLATFORM, ENV_STACKS_DIR, ENV_WORKDIR
 from jaxnb._core.errors import StartError
 from jaxnb._core.options import ClusterOptions
 from jaxnb._hosts.site import Site
@@ -41,6 +41,7 @@ def engine_environment(options: ClusterOptions, stacks_dir: str, where: Site) ->
         "JAX_ENABLE_PREEMPTION_SERVICE": "false",
         "PYTHONUNBUFFERED": "1",
         ENV_PLATFORM: options.platform,
+        ENV_COMPILE_CACHE: options.compile_cache or "",  # empty: each host's default folder
     }
     xla_flags = [os.environ.get("XLA_FLAGS", "")]
     if options.platform == "cpu":

@@ -13,6 +13,11 @@ JAX would slow the new group's first steps). Batch launchers (mpi, slurm) get no
 
 A spare is known by the pid its launcher started: the engine itself here, the shell
 around the engine on an ssh host (the engine's parent).
+
+Spares are warm for this run: they import the third-party modules the setup's cells
+imported (:func:`warm`: the registered ones at once, later ones before they register) and
+jaxnb's training modules, so a swap finds Flax, Optax, Orbax … imported
+(:mod:`jaxnb._engine.boot.warm`). They never run the user's code.
 """
 
 from __future__ import annotations
@@ -24,12 +29,14 @@ from collections.abc import Iterator
 from typing import Any
 
 from jaxnb._core import ipp_internals
-from jaxnb._core.contract import EngineCall
+from jaxnb._core.contract import ENV_WARM_MODULES, EngineCall
+from jaxnb._core.phases import JOIN, START, STOP, Stopwatch
 from jaxnb._core.state import Group
 from jaxnb._hosts import processes, site, ssh
 from jaxnb._lifecycle import startup
 
 _PIDS = EngineCall("jaxnb._engine.group.process:pids")
+_WARM = EngineCall("jaxnb._engine.boot.warm:import_modules")
 
 #: After a swap, new spares start this much later: importing JAX takes CPU that the
 #: restarted group's first steps (compilation, restore) need more.
@@ -78,10 +85,24 @@ def _top_up(group: Group, ipp_cluster: Any) -> None:
     if missing <= 0 or ipp_cluster is None or group.ipp is not ipp_cluster or group.engine_env is None:
         return
     before = set(_launchers(ipp_cluster))
-    ipp_cluster.start_engines_sync(n=missing, environment=dict(group.engine_env))
+    env = {**group.engine_env, ENV_WARM_MODULES: ",".join(group.warm_modules)}
+    ipp_cluster.start_engines_sync(n=missing, environment=env)
     group.spare_pids.update(set(_launchers(ipp_cluster)) - before)
     group.launchers.update(ipp_internals.launched_engines(ipp_cluster))
     site.of(group).deliver_connection_file(ipp_cluster, group.options)  # ssh hosts: they wait for it
+
+
+def warm(group: Group, modules: list[str]) -> None:
+    """Remember ``modules`` (third-party, imported by a setup cell) for spares started later,
+    and have the spares registered now import them (not waited for)."""
+    new = [m for m in modules if m not in group.warm_modules]
+    if not new or wanted(group) == 0 or group.client is None:
+        return
+    group.warm_modules.extend(new)
+    members = {info.engine_id for info in group.processes}
+    idle = [eid for eid in group.client.ids if eid not in members]
+    if idle:
+        group.client[idle].apply_async(_WARM, new)
 
 
 def ready(group: Group) -> list[int]:
@@ -116,28 +137,34 @@ def _ready(group: Group) -> dict[int, int]:
     return found if sum(need.values()) == 0 else {}
 
 
-def swap(group: Group) -> bool:
-    """Replace the group's engines by spares and join them; False when too few are ready."""
+def swap(group: Group, phases: Stopwatch | None = None) -> bool:
+    """Replace the group's engines by spares and join them; False when too few are ready.
+    ``phases``: where the seconds of finding them, stopping the old engines and joining go."""
+    phases = Stopwatch() if phases is None else phases
     with _lock:
-        swapped = _swap(group)
+        swapped = _swap(group, phases)
     if swapped:
         top_up_later(group)
     return swapped
 
 
-def _swap(group: Group) -> bool:
-    spares = _ready(group)
+def _swap(group: Group, phases: Stopwatch) -> bool:
+    with phases.timed(START):
+        spares = _ready(group)
     if not spares:
         return False
-    site.kill(group, group.indices)  # the old engines, where they run
-    group.spare_pids.difference_update(spares.values())
-    group.view = group.client[list(spares)]
-    group.view.block = False
-    group.processes = []
-    group.remote_launchers = {}
-    group.clear_suspect()
-    group.group_cut, group.busy_with, group.current_run = False, None, None
-    startup.join_group(group)
+    with phases.timed(STOP):
+        site.kill(group, group.indices)  # the old engines, where they run
+    with phases.timed(START):
+        group.spare_pids.difference_update(spares.values())
+        group.view = group.client[list(spares)]
+        group.view.block = False
+        group.processes = []
+        group.remote_launchers = {}
+        group.clear_suspect()
+        group.group_cut, group.busy_with, group.current_run = False, None, None
+    with phases.timed(JOIN):
+        startup.join_group(group)
     return True
 
 

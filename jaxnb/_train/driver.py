@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from jaxnb._cells.pull import note_size
-from jaxnb._core import ipp_internals, run_folder, spelling
+from jaxnb._core import ipp_internals, phases, run_folder, spelling
 from jaxnb._core.contract import EngineCall
 from jaxnb._core.errors import ClusterStateError, RemoteError, remote_error
 from jaxnb._core.file_lock import FileLock
@@ -25,6 +25,7 @@ from jaxnb._train.monitor import Monitor
 from jaxnb._train.recovery import NO_CHECKPOINT, Recovery, Restart, check_max_failures, give_up, not_retried
 from jaxnb._train.resize import Resize, Sizes, check_min_processes
 from jaxnb._train.result import Result
+from jaxnb._train.run_status import final_status
 from jaxnb._train.step_count import expected_steps
 from jaxnb._widgets.dashboard import Dashboard
 
@@ -78,8 +79,9 @@ def train(
     gives the dashboard its progress bar and ETA. ``datasets`` maps names to
     engine-side variables for ``jaxnb.get_dataset_shard(name)``. ``view`` (jaxnb) replaces the
     dashboard: called like ``Dashboard(name, size, total_steps=, on_stop=)``,
-    it returns an object with Dashboard's ``show/add/add_sample/refresh/set_status/finish``. A
-    failure on any process raises :class:`jaxnb.RemoteError` (its ``.result`` holds the
+    it returns an object with Dashboard's ``show/add/add_sample/refresh/set_status/finish``
+    (and, with ``max_failures``, ``set_recoveries/rewind/recovery_took``). A failure on
+    any process raises :class:`jaxnb.RemoteError` (its ``.result`` holds the
     history so far). ``max_failures``: when a process dies or a host is lost,
     ``restart()`` (stop, start, replay the setup) and resume from the latest
     checkpoint, up to that many times (:mod:`jaxnb._train.recovery`); with ``min_processes``,
@@ -151,7 +153,7 @@ class _Attempts:
         self.stop_wanted = False
         self.interrupts: InterruptCounter | None = None
         self.ended_in_recovery = ""
-        self.resumed: tuple[Any, float] | None = None  # the last failure, when its attempt began
+        self.resumed: tuple[Any, float] | None = None  # the last failure, when its replay ended
         self.launched = time.monotonic()  # when train() was called: the run's wall time
         self.recovery_seconds = 0.0  # from each death seen to the resumed function's start
         self.lock: FileLock | None = None  # the run folder's, held until the run is concluded
@@ -178,6 +180,7 @@ class _Attempts:
             return None
         monitor.finish()  # this attempt's last reports and output
         failure, refuse = recovery.record(monitor)
+        failure.phases[phases.DETECT] = monitor.unnoticed_seconds()
         if refuse is not None:
             give_up(monitor, refuse)
             return None
@@ -193,8 +196,9 @@ class _Attempts:
             return None
         try:
             assert recovery.restart is not None
-            failure.seconds.update(recovery.restart() if self.resize is None else
-                                   self.resize.recover(failure))
+            failure.phases.update(recovery.restart() if self.resize is None else
+                                  self.resize.recover(failure))
+            replayed = time.monotonic()
         except BaseException as exc:  # the restart or the replay failed: that is the run's end
             error = getattr(exc, "summary", None) or f"{type(exc).__name__}: {exc}"
             give_up(monitor, f"the recovery failed: {str(error).splitlines()[0]}")
@@ -208,7 +212,7 @@ class _Attempts:
         monitor.fill_lost(failure.resumed_from)
         result.rewind(failure.resumed_from)
         dashboard.rewind(failure.resumed_from, recovery.counted())
-        return self._resume(monitor, latest, failure)
+        return self._resume(monitor, latest, failure, replayed)
 
     def _grow(self, monitor: Monitor, step: int) -> Monitor | None:
         """Every process ended at the checkpoint of ``step`` for a size change: restart at it."""
@@ -220,16 +224,18 @@ class _Attempts:
             return None
         try:
             record = self.resize.grow(step)
+            replayed = time.monotonic()
         except BaseException as exc:  # not even the size it had came back: the run's end
             monitor.gave_up = exc
             if isinstance(exc, KeyboardInterrupt):
                 raise
             return None
         self.result.failures.append(record)
-        return self._resume(monitor, self.recovery.latest(), record)
+        return self._resume(monitor, self.recovery.latest(), record, replayed)
 
-    def _resume(self, monitor: Monitor, latest: Any, failure: Any) -> Monitor:
-        """Prepare the function again (from ``latest``) and start the next attempt."""
+    def _resume(self, monitor: Monitor, latest: Any, failure: Any, replayed: float) -> Monitor:
+        """Prepare the function again (from ``latest``) and start the next attempt (``replayed``:
+        when the restart and its replay ended, for the first step's phase)."""
         dashboard = monitor.dashboard
         if failure.new_size is not None:
             dashboard.resized(failure.resumed_from or 0, failure.old_size, failure.new_size)
@@ -244,15 +250,23 @@ class _Attempts:
                 give_up(monitor, f"the recovery failed: {exc}")
             raise
         dashboard.set_status("running", self.recovery.counted())
-        self.resumed = (failure, time.monotonic())
+        self.resumed = (failure, replayed)
         self.recovery_seconds += max(time.time() - failure.time, 0.0)
         return following
 
     def time_first_step(self, monitor: Monitor) -> None:
-        """Note in the last failure how long the resumed attempt took to its first report."""
-        if self.resumed is not None and monitor.first_report_at is not None:
-            failure, launched = self.resumed
-            failure.seconds.setdefault("restore_and_first_step", monitor.first_report_at - launched)
+        """Note in the last failure its restore and first step, once the resumed attempt
+        reported (or ended), and show the recovery's time on the dashboard."""
+        if self.resumed is None or monitor.first_report_at is None:
+            return
+        failure, replayed = self.resumed
+        self.resumed = None
+        restore = monitor.first_restore
+        failure.phases[phases.RESTORE] = restore
+        failure.phases[phases.FIRST_STEP] = max(0.0, monitor.first_report_at - replayed - restore)
+        failure.phases = phases.in_order(failure.phases)
+        failure.seconds = round(sum(failure.phases.values()), 3)
+        monitor.dashboard.recovery_took(failure.seconds, phases.largest(failure.phases))
 
     def _ended(self, monitor: Monitor, how: str) -> None:
         self.ended_in_recovery = how
@@ -277,7 +291,7 @@ def _start_attempt(group: Group, result: Result, dashboard: Dashboard, attempts:
     ar = group.view.apply_async(_EXECUTE)
     group.busy_with = result.name
     try:
-        monitor = Monitor(group, ar, result, dashboard)
+        monitor = Monitor(group, ar, result, dashboard, recovers=attempts.recovery.has_retries())
     except BaseException:
         group.busy_with = None
         raise
@@ -314,6 +328,7 @@ def _follow_blocking(
     try:
         while True:
             while not monitor.poll():
+                attempts.time_first_step(monitor)
                 if ctrl_c.count >= 1 and not monitor.stop_requested:
                     print(FIRST_INTERRUPT.format(name=name))
                     monitor.request_stop()
@@ -339,7 +354,7 @@ def _follow_background(
     try:
         while True:
             while not monitor.poll():
-                pass
+                attempts.time_first_step(monitor)
             following = attempts.next(monitor)
             if following is None:
                 break
@@ -381,7 +396,8 @@ def _conclude(
     result.error = error
     if error is not None:
         error.result = result  # type: ignore[attr-defined]
-    status, message = _status(result, monitor, attempts)
+    status, message = final_status(result, monitor.interrupted, attempts.ended_in_recovery,
+                                   attempts.recovery.counted())
     try:
         monitor.dashboard.finish(status, message)
     finally:  # the wall time goes to the end of the run as the notebook shows it
@@ -392,19 +408,3 @@ def _conclude(
         if on_result is not None:
             on_result(result)
     return error
-
-
-def _status(result: Result, monitor: Monitor, attempts: _Attempts) -> tuple[str, str]:
-    step = len(result.history)
-    recovered = f" ({attempts.recovery.counted()})" if result.failures else ""
-    if isinstance(result.error, KeyboardInterrupt) or (result.error and monitor.interrupted):
-        return "interrupted", f"interrupted after {step} reports"
-    if result.error is not None:
-        summary = getattr(result.error, "summary", None) or str(result.error)
-        return "failed", summary.splitlines()[0]
-    if attempts.ended_in_recovery:
-        return "stopped", f"on request: {attempts.ended_in_recovery}{recovered}"
-    if result.stopped:
-        at = f", at step {result.stopped_at}" if result.stopped_at is not None else ""
-        return "stopped", f"on request after {step} reports{at}{recovered}"
-    return "finished", recovered.strip(" ()")

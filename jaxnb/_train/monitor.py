@@ -41,7 +41,10 @@ class Monitor:
     booking of reports.
     """
 
-    def __init__(self, group: Group, ar: Any, result: Result, dashboard: Dashboard) -> None:
+    def __init__(self, group: Group, ar: Any, result: Result, dashboard: Dashboard,
+                 recovers: bool = False) -> None:
+        """``recovers``: a death will be recovered from (its error need not say where the
+        other processes were)."""
         self.group, self.ar, self.result, self.dashboard = group, ar, result, dashboard
         self.processes = group.indices
         explain.mark_logs(group, list(ar.msg_ids))
@@ -57,7 +60,7 @@ class Monitor:
         self.interrupted = False
         self.gave_up: BaseException | None = None
         # The same watch as a cell's: deaths, and processes left waiting once one finished.
-        self.watch = Watch(group)
+        self.watch = Watch(group, where_others=not recovers)
         #: jaxnb.breakpoint() in the train function: the prompt, as in a cell.
         self.stops = Stops(group, self.watch, {p: md["data"] for p, md in self.md.items()})
         self._asked_others_to_stop = False
@@ -65,8 +68,14 @@ class Monitor:
         self.deaths: dict[int, str] = {}
         #: The highest step any process reported (``None`` before the first report).
         self.last_step: int | None = None
-        #: When (``time.monotonic()``) the first report of this attempt was booked.
+        #: When (``time.monotonic()``) the first report of this attempt was booked, and the
+        #: seconds its function had spent restoring a checkpoint by then.
         self.first_report_at: float | None = None
+        self.first_restore = 0.0
+        #: When this attempt started, each process's last report arrived, and a death was seen.
+        self.started_at = time.monotonic()
+        self._last_seen: dict[int, float] = {}
+        self._gave_up_at: float | None = None
         self._finished: dict[int, Any] | None = None
         #: The other processes' reports ahead of process 0's (to fill what a dead process 0 lost).
         self._ahead: dict[int, deque] = {p: deque() for p in self.processes[1:]}
@@ -120,7 +129,10 @@ class Monitor:
         for p, receiver in self.receivers.items():
             records = receiver.take()
             if records:
-                self.first_report_at = self.first_report_at or time.monotonic()
+                now = self._last_seen[p] = time.monotonic()
+                if self.first_report_at is None:
+                    self.first_report_at = now
+                    self.first_restore = float(records[0].get("restore_seconds") or 0.0)
                 top = max(int(r["step"]) for r in records)
                 self.last_step = top if self.last_step is None else max(self.last_step, top)
                 if p == self.processes[0]:
@@ -222,16 +234,27 @@ class Monitor:
         try:
             self.watch.check(done, by_process)
         except ProcessFailure as failure:
-            self.deaths = dict(self.watch.dead)
-            self.gave_up = failure
+            self._died(failure)
 
     def _check_dead(self) -> None:
         """After the run: a death is the error, whatever the others returned."""
         try:
             self.watch.check_dead(self._outcomes())
         except ProcessFailure as failure:
-            self.deaths = dict(self.watch.dead)
-            self.gave_up = failure
+            self._died(failure)
+
+    def _died(self, failure: ProcessFailure) -> None:
+        self.deaths = dict(self.watch.dead)
+        self.gave_up = failure
+        self._gave_up_at = time.monotonic()
+
+    def unnoticed_seconds(self) -> float:
+        """From the dead processes' last sign of life (their last report, or this attempt's
+        start) to the death seen: an upper bound on how long it went unnoticed."""
+        if self._gave_up_at is None:
+            return 0.0
+        alive_until = max(self._last_seen.get(p, self.started_at) for p in self.deaths or [0])
+        return max(0.0, self._gave_up_at - alive_until)
 
     def _outcomes(self) -> dict[int, dict[str, Any]]:
         errors = self.errors()

@@ -34,6 +34,7 @@ from jaxnb._core import group_size
 from jaxnb._core.contract import RESIZE_SIGNAL
 from jaxnb._core.messages import first_line, plural
 from jaxnb._core.options import ClusterOptions
+from jaxnb._core.phases import REPLAY
 from jaxnb._core.replay import ReplayError
 from jaxnb._core.spelling import command, example, option
 from jaxnb._core.state import Group
@@ -134,7 +135,7 @@ class Resize:
         if n < before and self._refused(n, then):
             return self.sizes.restart_at(group_size.full(self.group), ())
         try:
-            seconds["replay"] = self.sizes.replay()
+            seconds[REPLAY] = self.sizes.replay()
         except Exception as exc:
             if n == before:
                 raise
@@ -231,10 +232,10 @@ class Resize:
             if refused:
                 raise ValueError(refused)
             still = [f"{h}: {self._lost_line(h, had)}" for h in group_size.lost_hosts(group, target)]
-            record.seconds.update(self.sizes.restart_at(target, still))
+            record.phases.update(self.sizes.restart_at(target, still))
         except Exception as exc:
             print(NOT_GROWN.format(name=self.name, n=n, why=first_line(exc), had=before), file=sys.stderr)
-            record.seconds.update(self.sizes.restart_at(options, had))
+            record.phases.update(self.sizes.restart_at(options, had))
         record.new_size = group.size
         if group.size != before:
             print(GREW.format(name=self.name, n=group.size, step=step, why=why), file=sys.stderr)

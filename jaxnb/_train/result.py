@@ -19,10 +19,12 @@ class Failure:
     ``time`` is the wall-clock time (``time.time()``) the death was seen, ``step``
     the last step reported before it, ``processes`` the processes that died and
     ``cause`` one line saying how. ``resumed_from`` is the checkpoint step the run
-    went on from (``None``: from the beginning) and ``seconds`` how long each phase
-    of the recovery took (restart, replay, then restore and first step). A change of the
-    group's size (``--min-processes``: a shrink after a loss, or a grow back at a checkpoint,
-    recorded too, with ``processes`` empty) also has ``old_size`` and ``new_size``.
+    went on from (``None``: from the beginning). ``phases`` has the seconds each phase
+    of the recovery took, in order (:mod:`jaxnb._core.phases`): ``detect``, ``stop the old
+    group``, ``start or swap``, ``join jax.distributed``, ``replay``, ``restore``, ``first
+    step`` (compile included); ``seconds`` is their sum, once the first step is done. A change
+    of the group's size (``--min-processes``: a shrink after a loss, or a grow back at a
+    checkpoint, recorded too, with ``processes`` empty) also has ``old_size`` and ``new_size``.
     """
 
     time: float
@@ -30,7 +32,8 @@ class Failure:
     processes: tuple[int, ...]
     cause: str
     resumed_from: int | None = None
-    seconds: dict[str, float] = dataclasses.field(default_factory=dict, compare=False)
+    seconds: float | None = dataclasses.field(default=None, compare=False)
+    phases: dict[str, float] = dataclasses.field(default_factory=dict, compare=False)
     old_size: int | None = None
     new_size: int | None = None
 

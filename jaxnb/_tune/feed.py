@@ -87,6 +87,9 @@ class TrialFeed:
     def set_recoveries(self, max_failures: int) -> None:
         """(the trial's row counts its recoveries once it has one)"""
 
+    def recovery_took(self, seconds: float, longest: tuple[str, float] | None) -> None:
+        """(the trial's ``Result.failures`` has each recovery's phases)"""
+
     def rewind(self, step: int | None, note: str = "") -> None:
         """A recovery resumed the trial from ``step`` (``None``: from the start): its curve
         goes on from there; the steps it redoes are not told to Optuna twice."""

@@ -25,6 +25,12 @@ def main() -> None:
     import jax  # before registering: the first cell does not pay for it
 
     jax.config.update("jax_enable_preemption_service", False)
+    from jaxnb._engine.compile import cache
+
+    cache.enable_from_env()  # before anything compiles
+    from jaxnb._engine.boot import warm
+
+    warm.from_env()  # a spare: what the group's engines imported, before it registers
     from ipyparallel.engine.app import main as ipengine_main
 
     gc.freeze()  # what was imported stays: later collections need not scan it

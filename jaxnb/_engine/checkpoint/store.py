@@ -38,7 +38,7 @@ from jaxnb._engine.checkpoint import restore as restore_
 from jaxnb._engine.checkpoint import structure as structure_
 from jaxnb._engine.checkpoint.structure import shown
 from jaxnb._engine.group.gather import Gatherer
-from jaxnb._engine.run import timing
+from jaxnb._engine.run import restore_clock, timing
 
 _ITEM = "default"  # the arrays (the name a single-item CheckpointManager used)
 _MANIFEST = "jaxnb"  # the JSON manifest beside them
@@ -237,7 +237,7 @@ def restore(checkpoint: Checkpoint, target: Any = None) -> Any:
     `jax.ShapeDtypeStruct`s (with a sharding or not), NumPy or Python values;
     with several processes, each one reads only its own shards.
     """
-    with timing.counting("checkpoint"):  # a run's time restoring counts as checkpoint time
+    with restore_clock.timed(), timing.counting("checkpoint"):  # checkpoint time of a run
         return _restore_any(checkpoint, target)
 
 

@@ -52,7 +52,7 @@ def source_of(name: str, dataset: Any, label: str = "") -> Source:
     if length >= ENDLESS:
         raise DatasetError(f"{shown} is endless (a repeated dataset?); pass it without .repeat(): "
                            "each iter_batches() pass is one epoch")
-    return Source(name, length, lambda idx: stack(shown, [dataset[int(i)] for i in idx]))
+    return Source(name, length, lambda idx: stack(shown, [dataset[i] for i in idx.tolist()]))
 
 
 def _columns(shown: str, name: str, columns: Mapping[Any, Any]) -> Source:
@@ -78,13 +78,28 @@ def _columns(shown: str, name: str, columns: Mapping[Any, Any]) -> Source:
 
 
 def stack(shown: str, records: list[Any]) -> dict[str, np.ndarray]:
-    """Records (dicts of arrays or scalars, the same keys) as one dict of stacked arrays."""
+    """Records (dicts of arrays or scalars, the same keys) as one dict of stacked arrays: each
+    column allocated once, then filled row by row (a few times faster than ``np.stack`` of
+    the rows for the small batches of a training loop)."""
     first = records[0]
     if not isinstance(first, Mapping):
         raise DatasetError(f"{shown}: its records are {_type(first)}s, not dicts of arrays; make "
                            "each record a dict such as {'x': array, 'y': array}")
     try:
-        return {k: np.stack([np.asarray(r[k]) for r in records]) for k in first}
+        columns = {}
+        for key in first:
+            rows = [record[key] for record in records]
+            kind = getattr(rows[0], "dtype", None)
+            shape = np.shape(rows[0])
+            if kind is not None and all(getattr(r, "dtype", None) == kind and np.shape(r) == shape
+                                        for r in rows):
+                column = np.empty((len(rows), *shape), kind)
+                for i, row in enumerate(rows):
+                    column[i] = row
+            else:  # Python scalars, or dtypes to promote: NumPy's rules
+                column = np.stack([np.asarray(r) for r in rows])
+            columns[key] = column
+        return columns
     except (KeyError, TypeError, ValueError) as exc:
         raise DatasetError(f"{shown}: its records cannot be stacked into a batch "
                            f"({type(exc).__name__}: {exc}); give every record the same keys "

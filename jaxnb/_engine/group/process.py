@@ -94,6 +94,9 @@ def initialize(params: JoinParams) -> dict[str, Any]:
 
         init_guard.install()  # Kubeflow-style code may call initialize() again
         step_cost.watch_jit_calls()  # a train function's step may be first called in a cell
+    from jaxnb._engine.boot import warm
+
+    warm.watch_cells()  # what the cells import, spares import too
     return describe(params.process_id, touch_backend=params.init)
 
 

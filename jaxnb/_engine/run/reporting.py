@@ -28,7 +28,7 @@ from jaxnb._engine.checkpoint import crash_points
 from jaxnb._engine.datasets import data_run
 from jaxnb._engine.memory import oom_note
 from jaxnb._engine.profile import recording
-from jaxnb._engine.run import cell_sources, monitoring, resizing, stopping, timing
+from jaxnb._engine.run import cell_sources, monitoring, resizing, restore_clock, stopping, timing
 from jaxnb._engine.run.publisher import BatchPublisher, datapub_sender
 from jaxnb._engine.run.values import user_namespace
 
@@ -122,6 +122,8 @@ def report(metrics: dict[str, Any], checkpoint: Any = None, *, step_fn: Any = No
         "metrics": dict(metrics),
         "checkpoint": None,
     }
+    if run.count == 1:  # a recovery's restore phase
+        record["restore_seconds"] = restore_clock.seconds
     positions = data_run.record(step, checkpoint is not None)
     monitoring.at_report(step_fn)
     saved = None
@@ -230,6 +232,7 @@ def execute() -> dict[str, Any]:
     run.publisher = BatchPublisher(datapub_sender(), monitor=sampler,
                                    monitor_every=monitoring.SAMPLE_SECONDS)
     run.stop.start()
+    restore_clock.reset()
     ok, resized_at = False, None
     try:
         with spelled(run.as_flags):

@@ -1,0 +1,142 @@
+"""JAX's persistent compilation cache on every engine (``--compile-cache DIR|off``, on by default).
+
+Set up when the engine starts, before anything compiles (:func:`enable_from_env`):
+
+- the folder: ``--compile-cache DIR`` (a leading ``~`` is this host's home), else the default
+  on each host, ``$XDG_CACHE_HOME/jaxnb/xla`` or ``~/.cache/jaxnb/xla``: one folder on this
+  machine for every local engine, each host its own;
+- every process writes it. JAX writes entries from process 0 only, so on a host without
+  process 0 nothing would ever be cached, nor would any process's own computations (their
+  devices differ, so do their keys): :func:`jaxnb._engine.jax_internals.cache_from_every_process`;
+- thresholds for interactive use: an executable that took :data:`MIN_COMPILE_SECONDS` (10 ms)
+  to compile is kept, of any size: reading one back takes a few milliseconds, and a model's
+  set-up compiles dozens of small programs (initialisers, optimizer state) of 10–150 ms each
+  besides its step, which a recovery or a replay would otherwise compile again. JAX's default,
+  1 s, keeps almost nothing on CPU, where even a training step compiles in tenths of a second;
+  below 10 ms are the one-operation programs of eager code. The folder is bounded to
+  :data:`MAX_BYTES`, least recently used entries evicted first. The bound also turns on JAX's
+  file lock (``filelock``), so processes sharing the folder never read half-written entries;
+- hits, lookups and the compile time they saved are counted from JAX's monitoring events
+  (:func:`describe`, shown by ``%jax_cluster status``).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+from typing import Any
+
+from jaxnb._core.contract import COMPILE_CACHE_OFF, ENV_COMPILE_CACHE
+
+#: Executables that took at least this long to compile are written (JAX's default: 1 s).
+MIN_COMPILE_SECONDS = 0.01
+#: The folder's bound (least recently used entries go first).
+MAX_BYTES = 2 * 1024**3
+
+_EVENTS = {
+    "/jax/compilation_cache/cache_hits": "hits",
+    "/jax/compilation_cache/compile_requests_use_cache": "lookups",
+    "/jax/compilation_cache/cache_misses": "writes",
+}
+_SAVED = "/jax/compilation_cache/compile_time_saved_sec"
+
+
+
+class _Stats:
+    """What this process counted of JAX's cache events, and the folder it caches in."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.saved = 0.0
+        self.folder: str | None = None
+        #: Why the cache is off on this host although it was asked for (a folder it cannot make).
+        self.problem: str | None = None
+        self.listening = False
+
+    def on_event(self, event: str, **_: Any) -> None:
+        if event in _EVENTS:
+            with self.lock:
+                self.counts[event] += 1
+
+    def on_duration(self, event: str, duration_secs: float, **_: Any) -> None:
+        if event == _SAVED:
+            with self.lock:
+                self.saved += duration_secs
+
+
+_stats = _Stats()
+
+
+def default_folder() -> str:
+    """This host's default cache folder: ``$XDG_CACHE_HOME/jaxnb/xla`` or ``~/.cache/jaxnb/xla``."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "jaxnb", "xla")
+
+
+def folder_from(value: str | None) -> str | None:
+    """The folder ``--compile-cache``'s value names on this host (``None``: off)."""
+    if value is None or not value.strip():
+        return default_folder()
+    if value == COMPILE_CACHE_OFF:
+        return None
+    return os.path.abspath(os.path.expanduser(value))
+
+
+def enable_from_env() -> str | None:
+    """Turn the cache on as ``JAXNB_COMPILE_CACHE`` says (before anything compiles); its folder."""
+    if ENV_COMPILE_CACHE not in os.environ:
+        return None  # not started by jaxnb
+    return enable(folder_from(os.environ[ENV_COMPILE_CACHE]))
+
+
+def enable(folder: str | None) -> str | None:
+    """Cache compiled executables in ``folder`` from every process, and count hits (``None``: off)."""
+    import jax
+    import jax.monitoring
+
+    from jaxnb._engine import jax_internals
+
+    if not _stats.listening:
+        jax.monitoring.register_event_listener(_stats.on_event)
+        jax.monitoring.register_event_duration_secs_listener(_stats.on_duration)
+        _stats.listening = True
+    if folder is not None:
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError as exc:  # e.g. a host whose user has no home: go on without the cache
+            _stats.problem = f"{folder} cannot be made: {exc.strerror or exc}"
+            folder = None
+    if folder is None:
+        jax.config.update("jax_enable_compilation_cache", False)
+        return None
+    jax.config.update("jax_compilation_cache_dir", folder)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)  # any size
+    jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
+    jax_internals.cache_from_every_process()
+    _stats.folder = folder
+    return folder
+
+
+def describe() -> dict[str, Any]:
+    """The cache as this process sees it: folder (``None``: off), its entries and bytes on this
+    host, this process's hits, lookups, writes and compile seconds saved since it started, and
+    the problem that turned it off here (``None`` when none did)."""
+    folder = _stats.folder
+    entries = size = 0
+    if folder is not None:
+        try:
+            with os.scandir(folder) as found:
+                for entry in found:
+                    if entry.name.endswith("-cache") and entry.is_file():
+                        entries += 1
+                        size += entry.stat().st_size
+        except OSError:
+            pass
+    with _stats.lock:
+        counts = {name: _stats.counts[event] for event, name in _EVENTS.items()}
+        saved = _stats.saved
+    return {"folder": folder, "entries": entries, "bytes": size, **counts,
+            "saved_seconds": round(saved, 3), "problem": _stats.problem}
