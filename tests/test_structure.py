@@ -344,7 +344,7 @@ def test_every_engine_path_written_down_exists():
     modules = _modules()
     root = PACKAGE.parent
     texts = [*PACKAGE.rglob("*.py"), *(root / "bench").glob("*.py"), root / "README.md",
-             *(root / "notebooks").glob("*.md")]
+             *(root / "docs").rglob("*.md")]
     bad = {str(p.relative_to(root)): b for p in texts if (b := unknown_engine_paths(p.read_text(), modules))}
     assert bad == {}
 

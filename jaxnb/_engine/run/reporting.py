@@ -79,7 +79,7 @@ def report(metrics: dict[str, Any], checkpoint: Any = None) -> None:
     works too). The step is
     ``metrics["step"]`` when it is a Python int, else the number of reports
     so far (continuing from the resumed checkpoint's step). It does not wait on
-    the device, except to keep at most :data:`MAX_IN_FLIGHT` reported values
+    the device, except to keep at most ``MAX_IN_FLIGHT`` reported values
     computing (1 with several CPU devices per process).
     """
     run = _run
