@@ -38,7 +38,7 @@ def machine() -> dict[str, Any]:
         from importlib.metadata import version
 
         found["jax"] = version("jax")
-    except Exception:  # noqa: BLE001 - a bench without JAX still records its machine
+    except Exception:
         pass
     return found
 
