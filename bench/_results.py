@@ -1,14 +1,8 @@
-"""What a bench measured, written where the docs read it: ``bench/results/NAME.json``.
+"""Where a bench writes its figures: ``bench/results/NAME.json`` (or ``$JAXNB_BENCH_RESULTS``).
 
-Every bench records its figures with :class:`Results` and saves them at the end; the docs'
-Benchmarks page is made from these files (``docs/_ext/jaxnb_docs.py``), so no figure is typed by
-hand. Each file says when, where (the machine, the load average when the run started) and how
-(the command) its figures were measured::
-
-    results = Results("cluster", "Start, stop and a cell's round trip against bare ipyparallel")
-    results.add("start to ready, N=2", 1.41, "s", baseline="bare ipyparallel 1.05 s", ratio=1.34,
-                target="<= 1.3x")
-    results.save()
+One JSON document a bench run: the date, the machine, its load average at the start and at
+the end, the command, and the figures the bench printed, so that the README and the docs can
+be made from what a bench measured rather than copied by hand.
 """
 
 from __future__ import annotations
@@ -16,65 +10,44 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import pathlib
 import platform
-import shlex
 import sys
 from typing import Any
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
-
-
-def machine() -> dict[str, Any]:
-    """This machine, as the figures need it said: cores, memory, CPU, Python, JAX."""
-    import psutil
-
-    found: dict[str, Any] = {
-        "cores": os.cpu_count(),
-        "memory": f"{psutil.virtual_memory().total / 2**30:.0f} GiB",
-        "cpu": platform.processor() or platform.machine(),
-        "python": platform.python_version(),
-    }
-    try:
-        from importlib.metadata import version
-
-        found["jax"] = version("jax")
-    except Exception:
-        pass
-    return found
+#: Set to write results elsewhere (the test suite's small runs write to a temporary folder).
+ENV = "JAXNB_BENCH_RESULTS"
+DEFAULT = pathlib.Path(__file__).resolve().parent / "results"
 
 
 class Results:
-    """The figures of one bench run; the load average is read when it is made (the run's start)."""
+    """A bench run's figures, written as JSON by :meth:`write` (started at construction)."""
 
-    def __init__(self, bench: str, title: str) -> None:
-        self.bench, self.title = bench, title
-        self.load_average = list(os.getloadavg())
-        self.date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        self.command = "python -m bench." + " ".join([bench, *map(shlex.quote, sys.argv[1:])])
-        self.figures: list[dict[str, Any]] = []
-        self.notes: list[str] = []
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.started = datetime.datetime.now().astimezone()
+        self.load_at_start = os.getloadavg()
+        self.figures: dict[str, Any] = {}
 
-    def add(self, what: str, value: float, unit: str = "", *, baseline: str = "",
-            ratio: float | None = None, target: str = "") -> None:
-        """One figure: ``what`` was measured as ``value`` ``unit``; against ``baseline`` (its
-        ``ratio``), with the ``target`` it must meet."""
-        self.figures.append({"what": what, "value": value, "unit": unit, "baseline": baseline,
-                             "ratio": ratio, "target": target})
+    def add(self, **figures: Any) -> None:
+        """Record figures (JSON values: numbers, strings, lists, dicts)."""
+        self.figures.update(figures)
 
-    def note(self, text: str) -> None:
-        """A sentence the figures need (what was not measured, why a target was missed)."""
-        self.notes.append(text)
-
-    def save(self, folder: str = RESULTS) -> str:
-        """Write ``folder/BENCH.json`` (replacing the last run's); its path."""
-        os.makedirs(folder, exist_ok=True)
-        path = os.path.join(folder, f"{self.bench}.json")
-        document = {"bench": self.bench, "title": self.title, "command": self.command,
-                    "date": self.date, "machine": machine(), "load_average": self.load_average,
-                    "figures": self.figures, "notes": self.notes}
-        with open(path + ".tmp", "w") as f:
-            json.dump(document, f, indent=2)
-            f.write("\n")
-        os.replace(path + ".tmp", path)
-        print(f"bench: figures written to {os.path.relpath(path)}")
+    def write(self) -> pathlib.Path:
+        """Write ``NAME.json``; print and return its path."""
+        folder = pathlib.Path(os.environ.get(ENV) or DEFAULT)
+        folder.mkdir(parents=True, exist_ok=True)
+        doc = {
+            "bench": self.name,
+            "date": self.started.isoformat(timespec="seconds"),
+            "ended": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "machine": {"host": platform.node(), "cpus": os.cpu_count(),
+                        "platform": platform.platform(), "python": platform.python_version()},
+            "load_average": {"start": list(self.load_at_start), "end": list(os.getloadavg())},
+            "command": " ".join(["python -m", f"bench.{self.name}", *sys.argv[1:]]),
+            "figures": self.figures,
+        }
+        path = folder / f"{self.name}.json"
+        path.write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"figures written to {path}")
         return path

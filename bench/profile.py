@@ -11,6 +11,11 @@ One command, both numbers measured in the same run on the same 2-process cluster
 2. end of cell → table shown: from the moment the cell's last process finished to
    the step table being displayed (stop together, files pulled over the engines,
    merge, step table, timeline PNG), with the time of each stage.
+3. clock error: ``ProfileResult.clock_error_ms`` of process 1 in each profiled round (how far
+   its events may sit off process 0's on the merged timeline), with its measured offset
+   (two processes on one host share one clock, so the true offset is 0).
+
+Also written to ``bench/results/profile.json``.
 
     python -m bench.profile [--steps 30] [--rounds 5]
 """
@@ -24,6 +29,7 @@ import statistics
 import tempfile
 import time
 
+from bench._results import Results
 from jaxnb import JaxCluster
 from jaxnb._profile import session
 
@@ -67,14 +73,17 @@ def main() -> None:
     session.collect = timed("collect", session.collect)
     session.showing.show = timed("show", session.showing.show)
 
-    plain, profiled = [], []
+    plain, profiled, errors, offsets = [], [], [], []
+    results = Results("profile")
     with tempfile.TemporaryDirectory() as storage, JaxCluster(n=2) as cluster:
         cluster.run(SETUP)
         for _ in range(args.rounds):
             cluster.run(f"_t = run_steps({args.steps})")
             plain.append(statistics.median(cluster.pull("_t")[1:]))
             with contextlib.redirect_stdout(io.StringIO()):
-                cluster.profile(f"_t = run_steps({args.steps})", storage=storage)
+                traced = cluster.profile(f"_t = run_steps({args.steps})", storage=storage)
+            errors.append(traced.clock_error_ms[1])
+            offsets.append(traced.clock_offsets_ms[1])
             profiled.append(statistics.median(cluster.pull("_t")[1:]))
             stages["stop"].append(marks["stop"] - marks["cell"])
             stages["collect"].append(marks["collect"] - marks["stop"])
@@ -89,6 +98,22 @@ def main() -> None:
           f"{args.rounds}; stop {statistics.median(stages['stop']):.2f} s, fetch+merge+steps "
           f"{statistics.median(stages['collect']):.2f} s, table+timeline "
           f"{statistics.median(stages['show']):.2f} s)")
+    print(f"clock error, process 1:     {statistics.median(errors):7.2f} ms median, "
+          f"{min(errors):.2f}–{max(errors):.2f} ms over rounds (measured offset "
+          f"{min(offsets):+.2f} to {max(offsets):+.2f} ms; one host, so the true offset is 0)")
+    results.add(
+        steps=args.steps, rounds=args.rounds,
+        step_plain_ms=statistics.median(plain) * 1e3,
+        step_profiled_ms=statistics.median(profiled) * 1e3,
+        overhead_percent=statistics.median(ratios) * 100,
+        overhead_percent_rounds=[r * 100 for r in ratios],
+        cell_end_to_table_s=statistics.median(stages["total"]),
+        stages_s={k: statistics.median(v) for k, v in stages.items()},
+        clock_error_ms={"median": statistics.median(errors), "min": min(errors),
+                        "max": max(errors), "rounds": errors},
+        clock_offset_ms_rounds=offsets,
+    )
+    results.write()
 
 
 if __name__ == "__main__":

@@ -17,10 +17,13 @@ each measuring, with warm spares and without (``spares=0``), in one loop per rep
   ``max_failures=1``: kill → first report after the resume, split into detect (kill →
   death seen), restart, replay (one setup cell), restore (in the loop) and first step;
 
+- memory: the resident memory (RSS) of each warm spare and of each group engine after it
+  joined, before the first restart;
+
 - ``ray``: Ray Train (``pip install -e ".[bench]"``), in the same run: see
   :mod:`bench._ray_recovery`; the ratio jaxnb (local, with spares) ÷ Ray (target ≤ 0.2).
 
-Prints medians.
+Prints medians; also writes them to ``bench/results/recovery.json``.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+
+from bench._results import Results
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -110,21 +115,37 @@ def _spares_ready(cluster, seconds: float = 120.0) -> None:
     time.sleep(0.5)  # the old engines' registrations are gone too
 
 
-def measure(repeats: int, **cluster_options) -> tuple[list[float], list[dict[str, float]]]:
-    """One loop: per repeat, a restart's seconds, then one recovery split into phases."""
+def resident_mb(pids) -> list[float]:
+    """The resident memory (RSS, MB) of each process still running."""
+    import psutil
+
+    found = []
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            found.append(psutil.Process(pid).memory_info().rss / 1e6)
+    return found
+
+
+def measure(repeats: int, **cluster_options
+            ) -> tuple[list[float], list[dict[str, float]], dict[str, list[float]]]:
+    """One loop: per repeat, a restart's seconds, then one recovery split into phases; and the
+    memory of the spares and of the group's engines, once, before the first restart."""
     from jaxnb import JaxCluster
 
-    restarts, recoveries = [], []
+    restarts, recoveries, memory = [], [], {}
     with contextlib.redirect_stdout(io.StringIO()), JaxCluster(**cluster_options) as cluster:
         for i in range(repeats):
             _spares_ready(cluster)
+            if i == 0:
+                memory = {"spare_mb": resident_mb(cluster.group.spare_pids),
+                          "engine_mb": resident_mb(p.pid for p in cluster.processes)}
             t0 = time.perf_counter()
             cluster.restart()
             restarts.append(time.perf_counter() - t0)
             cluster.run(SETUP_CELL)  # the setup a recovery replays
             _spares_ready(cluster)
             recoveries.append(_recovery(cluster, f"r{i}"))
-    return restarts, recoveries
+    return restarts, recoveries, memory
 
 
 def _recovery(cluster, name: str) -> dict[str, float]:
@@ -149,8 +170,8 @@ def _recovery(cluster, name: str) -> dict[str, float]:
 def compare(where: str, repeats: int, found: dict, **cluster_options) -> None:
     """Restart and recovery with warm spares and without, on one kind of cluster; prints them
     and records the median recovery with spares in ``found[where]``."""
-    warm_restarts, warm = measure(repeats, spares=None, **cluster_options)
-    cold_restarts, cold = measure(repeats, spares=0, **cluster_options)
+    warm_restarts, warm, memory = measure(repeats, spares=None, **cluster_options)
+    cold_restarts, cold, _ = measure(repeats, spares=0, **cluster_options)
     for label, times in (("with warm spares (a join)", warm_restarts),
                          ("without spares (stop, start, join)", cold_restarts)):
         print(f"jaxnb restart {label}, {where}: median {statistics.median(times):.2f} s "
@@ -162,7 +183,22 @@ def compare(where: str, repeats: int, found: dict, **cluster_options) -> None:
         a = statistics.median(r[phase] for r in warm)
         b = statistics.median(r[phase] for r in cold)
         print(f"  {phase:<11} {a:6.2f}s {b:6.2f}s")
+    spare, engine = memory.get("spare_mb") or [0.0], memory.get("engine_mb") or [0.0]
+    print(f"jaxnb memory, {where}: a warm spare {statistics.median(spare):.0f} MB resident, a group "
+          f"engine after joining {statistics.median(engine):.0f} MB (medians of "
+          f"{len(memory.get('spare_mb', []))} spares, {len(memory.get('engine_mb', []))} engines)")
     found[where] = statistics.median(r["total"] for r in warm)
+    found["results"].add(**{where: {
+        "repeats": repeats,
+        "restart_s": {"spares": statistics.median(warm_restarts),
+                      "no_spares": statistics.median(cold_restarts)},
+        "recovery_s": {phase: {"spares": statistics.median(r[phase] for r in warm),
+                               "no_spares": statistics.median(r[phase] for r in cold)}
+                       for phase in warm[0]},
+        "memory_mb": {"spare": statistics.median(spare), "engine": statistics.median(engine),
+                      "spares_measured": memory.get("spare_mb", []),
+                      "engines_measured": memory.get("engine_mb", [])},
+    }})
 
 
 def local_section(args: argparse.Namespace, found: dict) -> None:
@@ -209,9 +245,10 @@ def main() -> None:
     unknown = [name for name in chosen if name not in SECTIONS]
     if unknown:
         sys.exit(f"unknown section {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
-    found: dict = {}
+    found: dict = {"results": Results("recovery")}
     for name in chosen:
         SECTIONS[name](args, found)
+    found["results"].write()
 
 
 if __name__ == "__main__":

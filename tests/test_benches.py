@@ -2,11 +2,14 @@
 
 Fast: each ``bench/NAME.py`` imports and its flags parse (``--help``). With engines:
 the benches that take seconds at their smallest sizes run once, end to end; their
-figures are not checked (speed is measured in ``bench/``, never asserted here).
+figures are not checked (speed is measured in ``bench/``, never asserted here), only that
+those that write ``bench/results/NAME.json`` wrote it (here to a temporary folder).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import pathlib
 import runpy
 import subprocess
@@ -34,13 +37,22 @@ SMALL_RUNS = [
     ("profile", ["--steps", "3", "--rounds", "1"]),
     ("checkpoint_save", ["--mb", "1", "--rounds", "1"]),
     ("recovery", ["--repeats", "1", "--only", "local"]),
+    ("browser_latency", ["--only", "draw"]),
 ]
+#: The benches that write their figures as JSON, and a figure each must hold.
+WRITES = {"profile": "clock_error_ms", "recovery": "2 local processes",
+          "browser_latency": "refresh_cpu_ms"}
 
 
 @pytest.mark.engines
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name, flags", SMALL_RUNS, ids=[name for name, _ in SMALL_RUNS])
-def test_a_small_run_of_the_bench_ends_well(name, flags):
-    run = subprocess.run([sys.executable, "-m", f"bench.{name}", *flags], cwd=ROOT,
+def test_a_small_run_of_the_bench_ends_well(name, flags, tmp_path):
+    env = {**os.environ, "JAXNB_BENCH_RESULTS": str(tmp_path)}
+    run = subprocess.run([sys.executable, "-m", f"bench.{name}", *flags], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=280)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    if name in WRITES:
+        doc = json.loads((tmp_path / f"{name}.json").read_text())
+        assert doc["bench"] == name and doc["command"].startswith(f"python -m bench.{name} ")
+        assert {"date", "machine", "load_average"} <= set(doc) and WRITES[name] in doc["figures"]

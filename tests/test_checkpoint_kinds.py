@@ -15,8 +15,22 @@ pytestmark = pytest.mark.engines
 def cluster(make_cluster):
     """This module's own cluster: 2 processes x 2 CPU devices, so that ``pmap`` outputs and
     host-local arrays span several local devices (``report`` keeps one step in flight there,
-    README "CPU collectives"). One of its tests makes every process raise on purpose."""
-    return make_cluster(2, devices_per_process=2)
+    README "CPU collectives"). One of its tests makes every process raise on purpose. The
+    state's dataclass is defined on the engines, as a notebook's %%jax_cluster cell would: a
+    checkpoint names its class, and ``restore()`` finds it there (never by unpickling)."""
+    made = make_cluster(2, devices_per_process=2)
+    made.run(LOADER_CELL)
+    return made
+
+
+LOADER_CELL = """
+import dataclasses
+
+@dataclasses.dataclass
+class Loader:
+    position: int
+    seed: object
+"""
 
 
 # ---- functions that run on the engines --------------------------------------------------
@@ -24,8 +38,6 @@ def cluster(make_cluster):
 
 def every_kind_state(rank: int, step: int):
     """One leaf of each kind, its values fixed by (rank, step); some differ per process."""
-    import dataclasses
-
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -34,10 +46,7 @@ def every_kind_state(rank: int, step: int):
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    @dataclasses.dataclass
-    class Loader:
-        position: int
-        seed: object
+    import __main__
 
     class Model(nnx.Module):
         def __init__(self, rngs):
@@ -65,7 +74,7 @@ def every_kind_state(rank: int, step: int):
         "pmap": jax.pmap(lambda a: a * step)(jnp.ones((jax.local_device_count(), 2))),
         "nnx": nnx.state(model),
         "optax": opt_state,
-        "loader": Loader(position=100 * rank + step, seed=jax.random.key(rank)),
+        "loader": __main__.Loader(position=100 * rank + step, seed=jax.random.key(rank)),
         "per_process": jnp.full(2, rank + 10 * step, jnp.int32),
         "per_process_np": np.full(rank + 1, step, np.uint8),  # a shape per process too
         "nothing": None,

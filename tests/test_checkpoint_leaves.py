@@ -26,7 +26,7 @@ def test_plain_dataclasses_are_walked_and_rebuilt():
     paths, leaves, treedef = ctree.flatten(tree)
     assert paths == ["['loader'].position", "['loader'].seed", "['t'][0]", "['t'][2][0].position",
                      "['t'][2][0].seed"]
-    back = ctree.unflatten(ctree.load_treedef(ctree.dump_treedef(treedef)), leaves)
+    back = ctree.unflatten(treedef, leaves)
     assert isinstance(back["loader"], Loader) and back["loader"].position == 3
     assert back["t"][1] is None and back["t"][2][0] == Loader(4, "x")
 

@@ -225,3 +225,41 @@ def test_gather_of_documents_of_any_size(tmp_path: Path) -> None:
     want = [[{"p": 0, "text": ""}, {"p": 1, "text": "xxxxx"}], [[0], [1]],
             [{"p": 0, "text": ""}, {"p": 1, "text": "yyy"}]]
     assert _run_two_processes(tmp_path, tmp_path, worker=GATHER_WORKER) == [want, want]
+
+
+class _Plant:
+    """Unpickled, it creates the file ``marker``."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_a_checkpoint_of_the_pickled_format_is_refused_without_a_target(tmp_path: Path) -> None:
+    """jaxnb-checkpoint/1 kept the structure as a pickle: it is never read (one line), while a
+    target (which gives the structure) still restores the arrays and values."""
+    import base64
+    import pickle
+
+    from jaxnb._engine.checkpoint.structure import StructureError
+
+    with CheckpointStore(str(tmp_path)) as store:
+        ck = store.save(1, {"w": jnp.ones(2), "n": 3})
+    manifest = Path(ck.path, "jaxnb", "metadata")
+    old = json.loads(manifest.read_text())
+    old.pop("structure")
+    old["format"] = "jaxnb-checkpoint/1"
+    marker = tmp_path / "pickle-ran"
+    old["treedef"] = base64.b64encode(pickle.dumps(_Plant(marker))).decode()
+    manifest.write_text(json.dumps(old))
+    with pytest.raises(StructureError) as err:
+        ck.restore()
+    assert not marker.exists()
+    assert str(err.value) == (
+        f"checkpoint {ck.path} keeps its structure as a pickle (an earlier jaxnb), which is never "
+        "read; pass restore(target) with a pytree of the saved structure")
+    got = ck.restore({"w": jnp.zeros(2), "n": 0})
+    np.testing.assert_array_equal(got["w"], np.ones(2))
+    assert got["n"] == 3 and not marker.exists()

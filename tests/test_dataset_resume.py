@@ -99,21 +99,47 @@ def test_a_resumed_run_continues_the_data_and_the_losses_exactly(engines, tmp_pa
     assert epochs[:12] != epochs[12:]  # shuffled anew each epoch
 
 
-def test_a_resume_without_saved_positions_starts_the_data_from_the_beginning(engines, tmp_path):
+def test_a_committed_step_carries_its_positions_without_the_log(engines, tmp_path):
+    """The positions are in the checkpoint's step (committed with it): the log is not needed."""
     datasets = {"train": "resume_train", "val": "resume_val"}
-    whole = engines.train(shuffled_regression, {"steps": 20}, name="w", storage=tmp_path,
+    whole = engines.train(shuffled_regression, {"steps": 22}, name="w", storage=tmp_path,
                           datasets=datasets)
-    (tmp_path / "w" / "datasets" / "process_0.jsonl").unlink()
-    (tmp_path / "w" / "datasets" / "process_1.jsonl").unlink()
+    engines.train(shuffled_regression, {"steps": 20}, name="cut", storage=tmp_path,
+                  datasets=datasets)
+    (tmp_path / "cut" / "datasets" / "process_0.jsonl").unlink()
+    (tmp_path / "cut" / "datasets" / "process_1.jsonl").unlink()
     with capture_output() as shown:
-        again = engines.train(shuffled_regression, {"steps": 22}, name="w", storage=tmp_path,
+        again = engines.train(shuffled_regression, {"steps": 22}, name="cut", storage=tmp_path,
                               datasets=datasets, resume=True)
-    assert [h["ids"] for h in again.history] == [h["ids"] for h in whole.history[:2]]
+    assert again.history == whole.history[20:]
+    assert "no position saved" not in shown.stderr, shown.stderr
+
+
+def from_the_start_or_not(config):
+    """Reads its dataset only when the config says so (a checkpoint every 5 steps)."""
+    import jaxnb
+
+    rows = iter(jaxnb.get_dataset_shard("train").iter_batches(batch_size=4)) \
+        if config["data"] else None
+    checkpoint = jaxnb.get_checkpoint()
+    for i in range(checkpoint.step if checkpoint else 0, config["steps"]):
+        ids = next(rows)["id"].tolist() if rows else None
+        jaxnb.report({"step": i + 1, "ids": ids},
+                     checkpoint={"step": i + 1} if (i + 1) % 5 == 0 else None)
+
+
+def test_a_resume_without_saved_positions_starts_the_data_from_the_beginning(engines, tmp_path):
+    fresh = engines.train(from_the_start_or_not, {"steps": 2, "data": True}, name="fresh",
+                          storage=tmp_path, datasets={"train": "resume_train"})
+    engines.train(from_the_start_or_not, {"steps": 10, "data": False}, name="w", storage=tmp_path)
+    with capture_output() as shown:
+        again = engines.train(from_the_start_or_not, {"steps": 12, "data": True}, name="w",
+                              storage=tmp_path, datasets={"train": "resume_train"}, resume=True)
+    assert [h["ids"] for h in again.history] == [h["ids"] for h in fresh.history]
     said = [line for line in shown.stderr.splitlines() if "no position saved" in line]
-    assert said == [f"jaxnb: dataset {name!r} has no position saved with the checkpoint of step 20 "
+    assert said == ["jaxnb: dataset 'train' has no position saved with the checkpoint of step 10 "
                     "(saved before its first iterator opened, or by a run without --datasets): its "
-                    "batches start again from the beginning of an epoch" for name in ("train", "val")
-                    ], shown.stderr
+                    "batches start again from the beginning of an epoch"], shown.stderr
 
 
 def test_a_resume_on_another_number_of_processes_is_refused_before_it_starts(engines, tmp_path):

@@ -189,21 +189,21 @@ def test_datasets_must_be_engine_variable_names(engines, tmp_path):
 
 
 def test_a_resume_with_another_process_count_is_refused_in_one_line(tmp_path):
-    from jaxnb._engine.datasets.data_run import saved_positions
+    from jaxnb._engine.datasets.data_run import logged_positions
 
     folder = tmp_path / "datasets"
     folder.mkdir()
     entry = {"step": 30, "checkpoint": True, "num_processes": 2, "positions": {"train": {}}}
     (folder / "process_0.jsonl").write_text(json.dumps(entry) + "\n")
-    assert saved_positions(str(tmp_path), 0, 2, 30) == {"train": {}}
-    assert saved_positions(str(tmp_path), 0, 2, 31) == {}
+    assert logged_positions(str(tmp_path), 0, 2, 30) == {"train": {}}
+    assert logged_positions(str(tmp_path), 0, 2, 31) == {}
     with pytest.raises(ValueError, match="saved by 2 processes and this cluster has 4: they cannot "
                                          "be carried over exactly; resume on 2 processes"):
-        saved_positions(str(tmp_path), 3, 4, 30)  # process 3 had no file: process 0's tells
+        logged_positions(str(tmp_path), 3, 4, 30)  # process 3 had no file: process 0's tells
 
 
 def test_the_checkpointed_report_wins_over_others_at_its_step(tmp_path):
-    from jaxnb._engine.datasets.data_run import saved_positions
+    from jaxnb._engine.datasets.data_run import logged_positions
 
     folder = tmp_path / "datasets"
     folder.mkdir()
@@ -211,10 +211,28 @@ def test_the_checkpointed_report_wins_over_others_at_its_step(tmp_path):
              {"step": 10, "checkpoint": True, "num_processes": 2, "positions": {"t": "b"}},
              {"step": 10, "checkpoint": False, "num_processes": 2, "positions": {"t": "c"}}]
     (folder / "process_1.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
-    assert saved_positions(str(tmp_path), 1, 2, 10) == {"t": "b"}
+    assert logged_positions(str(tmp_path), 1, 2, 10) == {"t": "b"}
     (folder / "process_1.jsonl").write_text(json.dumps({**lines[0], "positions": {"t": "x"}}) + "\n"
                                             + json.dumps(lines[2]) + "\n")
-    assert saved_positions(str(tmp_path), 1, 2, 10) == {"t": "c"}  # the last report at the step
+    assert logged_positions(str(tmp_path), 1, 2, 10) == {"t": "c"}  # the last report at the step
+
+
+def test_a_log_line_cut_short_by_a_crash_loses_no_other_line(tmp_path):
+    """A crash in the middle of a line, then a resumed run appending: every whole line is read."""
+    from jaxnb._engine.datasets.data_run import DataRun, logged_positions
+
+    folder = tmp_path / "datasets"
+    folder.mkdir()
+    whole = {"step": 10, "checkpoint": True, "num_processes": 2, "positions": {"t": "a"}}
+    (folder / "process_0.jsonl").write_text(json.dumps(whole) + "\n" + '{"step": 11, "che')
+    resumed = DataRun({"t": ("rows", np.arange(8))}, str(tmp_path), 0, 2, resume={"t": None},
+                      resume_step=10)
+    next(resumed.shard("t").iter_batches(batch_size=2))
+    at_11 = resumed.record(11, checkpoint=True)
+    resumed.close()
+    assert at_11["t"]["taken"] == 1
+    assert logged_positions(str(tmp_path), 0, 2, 10) == {"t": "a"}
+    assert logged_positions(str(tmp_path), 0, 2, 11) == at_11
 
 
 def test_sources_of_every_kind_and_their_refusals():

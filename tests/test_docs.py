@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import html
 import http.server
 import inspect
 import pathlib
@@ -115,6 +116,8 @@ def test_the_benchmarks_page_is_made_from_the_benches_results(site):
     for path in results:
         result = json.loads(path.read_text())
         assert result["command"] in page and result["date"] in page, path.name
+        for key, _ in jaxnb_docs.flat_figures(result["figures"]):
+            assert html.escape(key, quote=False) in page, (path.name, key)
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,12 @@ def test_every_process_traces_into_one_run_folder(cluster, tmp_path):
         merged = json.load(f)
     groups = {e["pid"] for e in merged["traceEvents"] if e.get("name") == "process_name"}
     assert groups == {1, 2}
-    assert set(result.clock_error_ms) == {0, 1} and result.clock_error_ms[1] < 1000
+    # Both processes read one clock (one host): the true offset is 0, so the measured offset
+    # must lie within the error bound the result claims, however loaded the machine (what the
+    # bound is on this machine is measured by bench/profile.py, not asserted here).
+    assert set(result.clock_error_ms) == {0, 1} and result.clock_error_ms[1] > 0
+    assert abs(result.clock_offsets_ms[1]) <= result.clock_error_ms[1], (
+        result.clock_offsets_ms, result.clock_error_ms)
     # nothing left behind on the engines: the next profile starts cleanly
     again = cluster.profile("x = 1", name="run", storage=str(tmp_path))
     assert again.session != result.session and len(again.steps) == 2

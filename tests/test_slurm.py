@@ -8,6 +8,7 @@ be built or Slurm is not installed (``.ci/run`` installs ``slurm-wlm munge``).""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 
@@ -87,7 +88,9 @@ def test_slurm_start_cell_train_killed_step_stop(slurm_lab, magics, capsys):
     with pytest.raises(ProcessFailure) as caught:
         cluster.run("import time\nfor _ in range(300): time.sleep(0.1)\n", timeout=60)
     text = str(caught.value)
-    assert f"step {job}.0 of Slurm job {job}" in text or f"Slurm job {job}" in text, text
+    # named: the process, the job step and its job, where it ran, and how Slurm says it ended
+    assert re.search(rf"\[p[01]\] .*(died in|ended with|ended:) step {job}\.0 of Slurm job {job} "
+                     rf"[( ].*task [01] on labhost[12]", text), text
     ip.run_line_magic("jax_cluster", "stop")
     deadline = time.monotonic() + 20
     while (jobs(slurm_lab) or slurm_lab.leftovers(DAEMONS)) and time.monotonic() < deadline:
@@ -106,7 +109,8 @@ def test_a_job_the_queue_does_not_start_is_named_pending_with_the_reason(slurm_l
         )
     text = str(caught.value)
     assert "only 0 of 2 engines registered within 3 s" in text, text
-    assert "is still PENDING (reason: PartitionDown)" in text or "is still PENDING (reason: " in text, text
+    assert re.search(r"the Slurm job \d+ is still PENDING \(reason: PartitionDown\): the queue did "
+                     r"not start it; wait and start again, or pick another --partition", text), text
     deadline = time.monotonic() + 20
     while jobs(slurm_lab) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -129,3 +133,25 @@ def test_slurm_flags_need_engines_slurm(ip):
     says = "--partition is for --engines slurm only; add --engines slurm or drop it"
     with pytest.raises(UsageError, match=says):
         ip.run_line_magic("jax_cluster", "start --partition gpu")
+
+
+@pytest.mark.engines
+def test_the_job_gets_only_the_environment_the_engines_need(slurm_lab, magics, monkeypatch, capsys):
+    """``--export`` names the variables (never ALL): a token in the kernel's environment stays
+    there; the engines get their own variables and a login's basics."""
+    monkeypatch.setenv("JAXNB_LAB_SECRET_TOKEN", "s3cret")
+    with capture_output() as shown:
+        magics.run_line_magic("jax_cluster", f"start --engines slurm -n 2 --address "
+                              f"{slurm_lab.bridge_address} --partition lab --time-limit 10")
+    cluster = current_cluster(magics)
+    assert cluster is not None and cluster.running, shown.stdout
+    engine_set = next(iter(cluster.group.ipp.engines.values()))
+    with open(engine_set.batch_file) as f:
+        export = [line for line in f.read().splitlines() if line.startswith("#SBATCH --export=")]
+    names = export[0].removeprefix("#SBATCH --export=").split(",")
+    assert len(export) == 1 and "ALL" not in names and "JAXNB_LAB_SECRET_TOKEN" not in names
+    assert {"PATH", "HOME", "IPP_CONNECTION_INFO", "JAX_PLATFORMS"} <= set(names), names
+    capsys.readouterr()
+    magics.run_cell_magic("jax_cluster", "", "import os\nprint('seen', os.environ.get("
+                          "'JAXNB_LAB_SECRET_TOKEN'), 'HOME' in os.environ, os.environ['JAX_PLATFORMS'])")
+    assert "seen None True cpu" in capsys.readouterr().out

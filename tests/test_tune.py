@@ -14,16 +14,28 @@ from jaxnb import tune
 
 
 def quadratic(config):
-    """``loss`` falls over the steps towards (x - 2)^2: x near 2 is good, far is bad."""
+    """``loss`` falls over the steps towards (x - 2)^2: x near 2 is good, far is bad.
+
+    With ``config["marks"]`` (a folder), each process writes there the last step it reported,
+    however the trial ended (a file per trial and process)."""
+    import os
     import time
 
     import jaxnb
 
-    for step in range(1, config["steps"] + 1):
-        if jaxnb.should_stop():
-            return
-        jaxnb.report({"loss": (config["x"] - 2.0) ** 2 + 1.0 / step, "step": step})
-        time.sleep(config.get("sleep", 0.02))
+    last = 0
+    try:
+        for step in range(1, config["steps"] + 1):
+            if jaxnb.should_stop():
+                return
+            jaxnb.report({"loss": (config["x"] - 2.0) ** 2 + 1.0 / step, "step": step})
+            last = step
+            time.sleep(config.get("sleep", 0.02))
+    finally:
+        if config.get("marks"):
+            rank = jaxnb.get_context().get_world_rank()
+            with open(os.path.join(config["marks"], f"{config['x']!r}-p{rank}"), "w") as f:
+                f.write(str(last))
 
 
 def breaks_when_far(config):
@@ -52,12 +64,18 @@ def good_then_bad(trial):
 
 
 def test_pruning_stops_bad_trials_early_and_the_best_is_kept(cluster, tmp_path):
+    marks = tmp_path / "marks"
+    marks.mkdir()
     result = cluster.tune(quadratic, good_then_bad, trials=4, metric="loss", mode="min",
-                          config={"steps": 30}, storage=str(tmp_path), name="prune", seed=0)
+                          config={"steps": 30, "marks": str(marks)}, storage=str(tmp_path),
+                          name="prune", seed=0)
     states = [t.state for t in result.trials]
     assert states == ["COMPLETE", "COMPLETE", "PRUNED", "PRUNED"]
     full, pruned = len(result.trials[0].history), len(result.trials[2].history)
-    assert full == 30 and pruned < full  # stopped early on every process, same step
+    assert full == 30 and pruned < full
+    for trial in result.trials:  # each trial ended on every process at the same step
+        last = [int((marks / f"{trial.config['x']!r}-p{p}").read_text()) for p in (0, 1)]
+        assert last == [len(trial.history)] * 2, (trial.number, last)
     assert result.trials[2].stopped and result.trials[2].error is None
     assert 1.9 <= result.best_config["x"] <= 2.1 and result.best_config["steps"] == 30
     assert result.best_value == result.best_result.history[-1]["loss"]

@@ -98,3 +98,35 @@ def test_datasets_built_on_the_engines_feed_every_trial(tmp_path):
         assert k.value("[t.state for t in search.trials]") == ["COMPLETE", "COMPLETE"]
         assert k.value("[t.history[-1]['rows'] for t in search.trials]") == [5, 5]
 
+
+
+def running_trials(journal) -> list[int]:
+    """The numbers of study 's''s RUNNING trials, read from its journal here."""
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(journal)))
+    return [t.number for t in optuna.load_study(study_name="s", storage=storage).trials
+            if t.state == optuna.trial.TrialState.RUNNING]
+
+
+def test_resume_in_another_kernel_leaves_a_live_searchs_trial_and_takes_it_once_that_kernel_died(
+        tmp_path):
+    line = (f"%jax_tune slow_quadratic --space {{'x': tune.uniform(1, 3)}} --trials 2 "
+            f"--config dict(steps=STEPS, sleep=0.1) --storage {tmp_path} --name s --pruner none")
+    journal = tmp_path / "s" / "study.journal"
+    with started_kernel("-n 1", FUNCS) as second:
+        with started_kernel("-n 1", FUNCS) as first:
+            first.ok(line.replace("STEPS", "10**5") + " --background -o live")
+            deadline = time.monotonic() + 120
+            while not (journal.exists() and running_trials(journal) == [0]):
+                assert time.monotonic() < deadline, "trial 0 never started"
+                time.sleep(0.5)
+            out = second.run(line.replace("STEPS", "3") + " --resume")
+            said = out.stderr.strip()
+            assert said.startswith(f"UsageError: study 's' in {tmp_path / 's'} is being run by a live "
+                                   f"search in another kernel (pid {first.pid} on "), out.shown
+            assert said.endswith("); wait for it to end or stop it there, then pass --resume"), said
+            assert running_trials(journal) == [0]  # still the live search's
+            assert first.value("live.running")
+            first.kill()
+        second.ok(line.replace("STEPS", "3") + " --resume -o search")
+        assert second.value("[t.state for t in search.trials]") == ["FAIL", "COMPLETE", "COMPLETE"]
+        assert second.value("search.trials[1].config['x'] == search.study.trials[0].params['x']")

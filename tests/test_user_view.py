@@ -282,13 +282,20 @@ def test_small_things_timeout_0_resume_checkpoint_grammar_and_temp_folders(tmp_p
         k.ok(f"%jax_train ckpt --config dict(steps=2) --storage {tmp_path} -o first")
         k.ok(f"%jax_train ckpt --config dict(steps=2) --storage {tmp_path} --resume -o again")
         assert k.value("[len(again.history), again.checkpoint.step]") == [0, 2]
-        # a cut cell's full output folder lives until the cluster stops
+        # a cut cell's full output folder lives until its own cluster stops
         out = k.ok("%%jax_cluster\nfor i in range(2500): print(i)")
         note = re.search(r"each process's full output: (\S+)/p\*", out.stdout)
         assert note, out.stdout[:300]
+        other = k.ok("other = __import__('jaxnb').JaxCluster(n=1, spares=0)\nother.start()\n"
+                     "other.run('for i in range(2500): print(i)')")
+        other_note = re.search(r"each process's full output: (\S+)/p\*", other.stdout)
+        assert other_note and other_note[1] != note[1], other.stdout[:300]
         assert k.value(f"__import__('os').path.isdir({note[1]!r})")
         k.ok("%jax_cluster stop")
         assert not k.value(f"__import__('os').path.isdir({note[1]!r})")
+        assert k.value(f"__import__('os').path.isdir({other_note[1]!r})")  # not the other's
+        k.ok("other.stop()")
+        assert not k.value(f"__import__('os').path.isdir({other_note[1]!r})")
 
 
 LEAF_ERROR = """\

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import argparse
+import ast
 import glob
 import json
 import os
@@ -142,25 +143,50 @@ def benchmark_section(result: dict[str, Any]) -> list[str]:
     name = result["bench"]
     machine = result.get("machine", {})
     where = ", ".join(f"{k} {v}" for k, v in machine.items())
-    load = result.get("load_average")
-    lines = [name, "-" * len(name), "", result.get("title", ""), "",
+    load = result.get("load_average", {})
+    lines = [name, "-" * len(name), "", bench_title(name), "",
              f"- **run:** ``{result['command']}``",
              f"- **when:** {result['date']}",
              f"- **machine:** {where or 'not recorded'}"]
-    if load is not None:
-        lines.append(f"- **load average at start:** {' / '.join(f'{x:.2f}' for x in load)}")
-    lines += ["", ".. list-table::", "   :header-rows: 1", "", "   * - measured", "     - value",
-              "     - against", "     - target"]
-    for figure in result["figures"]:
-        value = f"{figure['value']:g} {figure.get('unit', '')}".strip()
-        against = figure.get("baseline", "")
-        if figure.get("ratio") is not None:
-            against = f"{against} (ratio {figure['ratio']:.2f})".strip()
-        lines += [f"   * - {figure['what']}", f"     - {value}", f"     - {against or '—'}",
-                  f"     - {figure.get('target') or '—'}"]
-    for note in result.get("notes", []):
-        lines += ["", note]
+    for moment in ("start", "end"):
+        if load.get(moment):
+            lines.append(f"- **load average at the {moment}:** "
+                         + " / ".join(f"{x:.2f}" for x in load[moment]))
+    lines += ["", ".. list-table::", "   :header-rows: 1", "", "   * - figure", "     - value"]
+    for key, value in flat_figures(result["figures"]):
+        lines += [f"   * - {key}", f"     - {shown(value)}"]
     return [*lines, ""]
+
+
+def bench_title(name: str) -> str:
+    """The first line of ``bench/NAME.py``'s docstring: what the bench compares."""
+    try:
+        with open(os.path.join(ROOT, "bench", f"{name}.py")) as f:
+            doc = ast.get_docstring(ast.parse(f.read())) or ""
+    except OSError:
+        return ""
+    return doc.strip().splitlines()[0] if doc.strip() else ""
+
+
+def flat_figures(figures: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """A bench's figures (nested JSON) as ``(a / b / c, value)`` rows, in the bench's order."""
+    if isinstance(figures, dict):
+        rows: list[tuple[str, Any]] = []
+        for key, value in figures.items():
+            rows += flat_figures(value, f"{prefix} / {key}" if prefix else str(key))
+        return rows
+    return [(prefix, figures)]
+
+
+def shown(value: Any) -> str:
+    """A figure as text: numbers to 4 significant digits, lists joined."""
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, list):
+        return ", ".join(shown(v) for v in value) or "—"
+    return str(value).replace("\n", " ") or "—"
 
 
 #: A docstring that starts so marks a method jaxnb itself calls (``Result.add_report``): public

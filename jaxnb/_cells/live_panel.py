@@ -11,12 +11,11 @@ from __future__ import annotations
 import os
 import pathlib
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from jaxnb._core import temp_folders
+from jaxnb._core.temp_folders import TempFolders
 
 #: Seconds the view must have content before the panel appears.
 GRACE_SECONDS = 0.25
@@ -110,15 +109,16 @@ class LivePanel:
             self._drawn = ""
 
 
-def save_outputs(stream: str) -> Callable[[dict[int, str]], str]:
+def save_outputs(stream: str, folders: TempFolders) -> Callable[[dict[int, str]], str]:
     """A ``save_log`` for :class:`jaxnb._cells.live.LiveMerger`: each process's text to a file.
 
-    The files go to a new folder under the temporary directory, removed when the
-    cluster stops; the folder's name is what the page's note shows.
+    The files go to a new folder under the temporary directory, one of the cluster's
+    ``folders`` (removed when that cluster stops); the folder's name is what the page's
+    note shows.
     """
 
     def save(texts: dict[int, str]) -> str:
-        folder = pathlib.Path(temp_folders.made(tempfile.mkdtemp(prefix="jaxnb-output-")))
+        folder = pathlib.Path(folders.make("jaxnb-output-"))
         for p, text in texts.items():
             (folder / f"p{p}.{stream}.txt").write_text(text)
         return f"{folder}{os.sep}p*.{stream}.txt"
@@ -126,6 +126,7 @@ def save_outputs(stream: str) -> Callable[[dict[int, str]], str]:
     return save
 
 
-def live_options(stream: str) -> dict:
-    """The ``save_log`` and ``flush`` of the :class:`jaxnb._cells.live.LiveMerger` of ``sys.<stream>``."""
-    return {"save_log": save_outputs(stream), "flush": getattr(sys, stream).flush}
+def live_options(stream: str, folders: TempFolders) -> dict:
+    """The ``save_log`` and ``flush`` of the :class:`jaxnb._cells.live.LiveMerger` of
+    ``sys.<stream>``; full outputs are saved in one of the cluster's ``folders``."""
+    return {"save_log": save_outputs(stream, folders), "flush": getattr(sys, stream).flush}

@@ -86,8 +86,9 @@ def run_cell(
     # Per-process metadata dicts (stdout, stderr, outputs, error) filled as messages arrive.
     by_process = {p: f.output.metadata for p, f in futures.items()}
     merged = show.process is None and not show.all and not show.quiet
-    out = LiveMerger(processes, sys.stdout.write, **live_options("stdout")) if merged else None
-    err = LiveMerger(processes, sys.stderr.write, **live_options("stderr")) if merged else None
+    folders = group.temp_folders
+    out = LiveMerger(processes, sys.stdout.write, **live_options("stdout", folders)) if merged else None
+    err = LiveMerger(processes, sys.stderr.write, **live_options("stderr", folders)) if merged else None
     live = LivePanel([out.view, err.view], NotebookScreen()) if out and err and in_kernel() else None
     shown_displays = 0
     watch = Watch(group, code, timeout, list(ar.msg_ids))

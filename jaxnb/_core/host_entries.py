@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import re
 import socket
 from collections.abc import Callable
 
@@ -17,6 +18,10 @@ from jaxnb._core.spelling import example, option
 
 #: Any port: a UDP ``connect`` only asks the kernel for a route, it sends nothing.
 _PROBE_PORT = 9
+#: A host name (an ssh-config alias too) or a user name: never an option of ssh, rsync or
+#: mpiexec (no leading ``-``), never more than one word of a shell command.
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
+_NAME_RULE = "letters, digits, '.', '-' and '_', not starting with '-' or '.'"
 
 
 class HostError(ValueError):
@@ -39,7 +44,10 @@ class HostEntry:
         return f"{self.user}@{self.host}" if self.user else self.host
 
     def __str__(self) -> str:
-        return self.target + (f":{self.count}" if self.count != 1 or self.explicit else "")
+        if self.count == 1 and not self.explicit:
+            return self.target
+        host = f"[{self.host}]" if ":" in self.host else self.host  # an IPv6 address
+        return f"{self.user}@{host}:{self.count}" if self.user else f"{host}:{self.count}"
 
 
 def parse_entry(text: str) -> HostEntry:
@@ -52,6 +60,9 @@ def parse_entry(text: str) -> HostEntry:
         user, entry = entry.split("@", 1)
         if not user:
             raise HostError(f"host entry {text.strip()!r} has an empty user; e.g. alice@node1")
+        if not _NAME.match(user):
+            raise HostError(f"the user in host entry {text.strip()!r} is not a user name "
+                            f"({_NAME_RULE}); e.g. alice@node1")
     count_text = None
     if entry.startswith("["):  # [ipv6]:count
         close = entry.find("]")
@@ -68,8 +79,9 @@ def parse_entry(text: str) -> HostEntry:
         host, count_text = entry.split(":")
     else:
         host = entry  # a bare IPv6 address has several colons and no count
-    if not host or any(c.isspace() for c in host):
-        raise HostError(f"bad host in entry {text.strip()!r}; write [user@]host[:count]")
+    if not is_host(host):
+        raise HostError(f"bad host in entry {text.strip()!r}: a host is a name ({_NAME_RULE}) "
+                        "or an IP address; write [user@]host[:count], e.g. node1:2")
     count = 1
     if count_text is not None:
         if not count_text.isdigit() or int(count_text) < 1:
@@ -78,6 +90,18 @@ def parse_entry(text: str) -> HostEntry:
             )
         count = int(count_text)
     return HostEntry(host=host, user=user, count=count, explicit=count_text is not None)
+
+
+def is_host(host: str) -> bool:
+    """Whether ``host`` is a host name (an ssh-config alias too) or an IP address: what may
+    reach ssh, rsync or mpiexec as a destination."""
+    if _NAME.match(host):
+        return True
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def parse_hosts(text: str) -> tuple[HostEntry, ...]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -24,6 +25,22 @@ DEFAULT_COLLECTIVE_TIMEOUT = 60
 
 class OptionError(ValueError):
     """A wrong option value; the message says what to pass instead."""
+
+
+#: An environment variable's name (it goes on launchers' command lines: ``mpiexec -x``, sbatch).
+VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+#: What each Slurm option may hold, so that it stays one option of one ``#SBATCH`` line: (the
+#: pattern, what it says, an example). ``sbatch`` lines are options themselves (any printable
+#: text that starts with ``-``); none may hold a line break or another control character.
+SLURM_VALUES = {
+    "partition": (r"[A-Za-z0-9_][A-Za-z0-9_.,-]*", "a partition name (letters, digits, '_', '.', "
+                  "'-'; several separated by commas)", "gpu"),
+    "account": (r"[A-Za-z0-9_][A-Za-z0-9_.-]*", "an account name (letters, digits, '_', '.', '-')",
+                "proj42"),
+    "time_limit": (r"(\d+-)?\d+(:\d+){0,2}|(?i:unlimited|infinite)", "a Slurm time (MINUTES, "
+                   "[DAYS-]HOURS:MINUTES:SECONDS, ...)", "1:00:00"),
+    "sbatch": (r"-[^\x00-\x1f\x7f]*", "an sbatch option on one line", "--gres=gpu:8"),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +122,7 @@ class ClusterOptions:
         except HostError as exc:
             raise OptionError(str(exc)) from None
         self._check_places()
+        self._check_slurm_values()
         self._check_numbers()
 
     def _normalise(self) -> None:
@@ -116,6 +134,11 @@ class ClusterOptions:
         env = self.env
         pairs = env.items() if isinstance(env, Mapping) else (env or ())
         object.__setattr__(self, "env", tuple(sorted((str(k), str(v)) for k, v in pairs)))
+        bad = next((k for k, _ in self.env if not VARIABLE_NAME.match(k)), None)
+        if bad is not None:
+            raise OptionError(f"env= names {bad!r}, which is not an environment variable name "
+                              "(letters, digits and '_', not starting with a digit); e.g. "
+                              "env={'WANDB_API_KEY': key}")
 
     def _check_places(self) -> None:
         if self.python is not None and not self.python.strip():
@@ -158,6 +181,15 @@ class ClusterOptions:
                 f"engines use loopback: drop {option('address')}, or pass {option('hosts')}"
             )
 
+    def _check_slurm_values(self) -> None:
+        """Each Slurm option stays one option of one ``#SBATCH`` line (no line break, no space)."""
+        for name, (pattern, what, good) in SLURM_VALUES.items():
+            values = getattr(self, name)
+            for value in values if isinstance(values, tuple) else (values,):
+                if value is not None and not (isinstance(value, str) and re.fullmatch(pattern, value)):
+                    raise OptionError(f"{example(name, value, repr(value))} is not {what}; e.g. "
+                                      f"{example(name, good)}")
+
     def _check_numbers(self) -> None:
         for name in ("n", "devices_per_process"):
             value = getattr(self, name)
@@ -183,8 +215,8 @@ class ClusterOptions:
 
     @property
     def is_local(self) -> bool:
-        """True when every engine runs on this machine."""
-        return self.engines == "local" and not self.hosts
+        """True when every engine runs on this machine (no hosts, no hostfile still to read)."""
+        return self.engines == "local" and not self.hosts and self.hostfile is None
 
     def resolved_n(self) -> int:
         """Number of processes: given, one per host or GPU, or the CPU default."""

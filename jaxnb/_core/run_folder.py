@@ -1,7 +1,7 @@
 """A training run's folder: where its checkpoints are, which exist, and refusing to mix runs.
 
 Pure file-system logic, used by the notebook (``--resume``, the refusal to
-overwrite) and by the engines (where to save). No JAX, no Orbax.
+overwrite, one live run per folder) and by the engines (where to save). No JAX, no Orbax.
 """
 
 from __future__ import annotations
@@ -14,9 +14,17 @@ from collections.abc import Iterator
 from typing import Any
 
 from jaxnb._core.contract import EngineCall
+from jaxnb._core.file_lock import FileLock
 from jaxnb._core.spelling import example
 
 _USER_RECORD = "user_checkpoint.json"  # the last directory checkpoint the user reported
+#: The file the notebook kernel of a live run holds locked (the OS drops the lock if it dies).
+LOCK_FILE = "run.lock"
+
+LIVE_ELSEWHERE = ("run {name!r} in {dir} is live in another kernel ({holder}); wait for it to end "
+                  "or stop it there, or pass {new} for a new run")
+LIVE_HERE = ("run {name!r} in {dir} is live in this kernel (another cluster's run); wait for it "
+             "to end or stop it, or pass {new} for a new run")
 
 
 _RESTORE = EngineCall("jaxnb._engine.checkpoint.store:restore")
@@ -119,3 +127,26 @@ def check_fresh_run(run_dir: str, resume: bool) -> Checkpoint | None:
         f"checkpoints (steps {shown}); pass {example('resume', True)} to continue it, or "
         f"{example('name', 'NEW')} / delete the folder to start over"
     )
+
+
+def hold(run_dir: str) -> FileLock:
+    """Lock the run folder for a live run (made if missing); ``FileExistsError`` naming the
+    kernel that runs it when it is live already. ``release()`` the lock when the run ends."""
+    lock = FileLock(os.path.join(run_dir, LOCK_FILE))
+    holder = lock.acquire()
+    if holder is None:
+        return lock
+    run_dir = os.path.abspath(run_dir)
+    name, parent, new = os.path.basename(run_dir), os.path.dirname(run_dir), example("name", "NEW")
+    if holder.is_this_process():
+        raise FileExistsError(LIVE_HERE.format(name=name, dir=parent, new=new))
+    raise FileExistsError(LIVE_ELSEWHERE.format(name=name, dir=parent, holder=holder.describe(),
+                                                new=new))
+
+
+def left_by_earlier_run(run_dir: str) -> bool:
+    """Whether an earlier run left files in ``run_dir`` (its lock file aside)."""
+    try:
+        return any(entry != LOCK_FILE for entry in os.listdir(run_dir))
+    except OSError:
+        return False

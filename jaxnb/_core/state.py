@@ -16,6 +16,7 @@ from jaxnb._core.errors import ClusterStateError
 from jaxnb._core.messages import BUSY, NOT_STARTED
 from jaxnb._core.options import ClusterOptions
 from jaxnb._core.replay import Replay
+from jaxnb._core.temp_folders import TempFolders
 
 
 class Suspect(str, enum.Enum):
@@ -94,6 +95,8 @@ class Group:
     spare_pids: set[int] = dataclasses.field(default_factory=set)
     #: The environment the engines were started with (spares get the same).
     engine_env: dict[str, str] | None = None
+    #: Folders this cluster's cells made under the temporary directory (removed at its stop).
+    temp_folders: TempFolders = dataclasses.field(default_factory=TempFolders)
 
     @property
     def running(self) -> bool:

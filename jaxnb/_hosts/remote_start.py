@@ -8,6 +8,7 @@ import concurrent.futures
 import dataclasses
 import json
 import os
+import shlex
 import threading
 import time
 from collections.abc import Callable
@@ -31,14 +32,15 @@ def configure(config: Config, options: ClusterOptions, engine_cmd: list[str]) ->
     one shared connection per host (in a new folder), each engine under a shell that reports
     its exit, and the entry that is this machine (a TPU VM worker: its engine runs here)."""
     config.SSHEngineSetLauncher.engines = engine_counts(options.host_entries())
-    config.SSHLauncher.remote_python = options.resolved_python()
+    # ipyparallel puts it in the remote shell's command line as it is: quoted, it stays one word
+    config.SSHLauncher.remote_python = shlex.quote(options.resolved_python())
     control_dir = ssh_connections.new_control_dir()
     config.FastSSHEngineSetLauncher.control_dir = control_dir
     config.FastSSHEngineSetLauncher.engine_cmd = ssh.reporting_exit(engine_cmd)
     if options.local_host:
         config.FastSSHEngineSetLauncher.local_targets = [options.local_host]
     config.SSHLauncher.ssh_args = ssh_connections.ssh_options(control_dir)
-    config.SSHLauncher.scp_args = ssh_connections.ssh_options(control_dir)
+    config.SSHLauncher.scp_args = [*ssh_connections.ssh_options(control_dir), "--"]  # then files
 
 
 def start_launch(

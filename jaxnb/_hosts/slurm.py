@@ -2,11 +2,13 @@
 
 jaxnb keeps ipyparallel's :class:`SlurmEngineSetLauncher` (``sbatch`` a script whose
 ``srun`` starts one engine per task) and sets only its script: the job's name
-(``jaxnb-CLUSTER``), ``--ntasks``, and the user's partition, time limit, account
-and extra ``#SBATCH`` lines. Process ``i`` is the job's task ``i`` (``SLURM_PROCID``),
-so the coordinator runs on task 0's node. Stopping cancels the job and waits until
-Slurm no longer lists it; a job that does not start in time is named with its state
-and Slurm's reason (``squeue``).
+(``jaxnb-CLUSTER``), ``--ntasks``, the user's partition, time limit, account and extra
+``#SBATCH`` lines (checked in :class:`~jaxnb._core.options.ClusterOptions`: each stays one
+option of one line), and the variables the job gets (``--export``: the engines' own and a
+login's basics, never the kernel's whole environment). Process ``i`` is the job's task
+``i`` (``SLURM_PROCID``), so the coordinator runs on task 0's node. Stopping cancels the
+job and waits until Slurm no longer lists it; a job that does not start in time is named
+with its state and Slurm's reason (``squeue``).
 """
 
 from __future__ import annotations
@@ -21,13 +23,17 @@ from typing import Any
 from ipyparallel.cluster.launcher import SlurmEngineSetLauncher
 from traitlets.config import Config
 
-from jaxnb._core.options import ClusterOptions
+from jaxnb._core.options import VARIABLE_NAME, ClusterOptions
 from jaxnb._core.spelling import example
 from jaxnb._core.state import Group
 from jaxnb._hosts.site_jobs import Site
 
 #: How long ``stop`` waits for Slurm to stop listing the cancelled job.
 CANCEL_WAIT_SECONDS = 30.0
+#: What the engines' Python and the job's shell need of the kernel's environment (when set
+#: there), besides the engines' own variables: a login's basics, never keys or tokens.
+BASICS = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR",
+          "LD_LIBRARY_PATH", "PYTHONHOME", "VIRTUAL_ENV", "CONDA_PREFIX")
 
 
 def missing() -> str | None:
@@ -38,17 +44,26 @@ def missing() -> str | None:
     return None
 
 
+def exported(engine_env: dict[str, str], kernel_env: dict[str, str]) -> list[str]:
+    """The variables a job exports (``--export``; Slurm adds its own ``SLURM_*``): the engines'
+    own (jaxnb's, ipyparallel's and ``env=``) and the :data:`BASICS` the kernel has (``LC_*``
+    too); the values come from ``sbatch``'s environment."""
+    basics = [k for k in kernel_env if k in BASICS or k.startswith("LC_")]
+    return sorted(k for k in {*engine_env, *basics} if VARIABLE_NAME.match(k))
+
+
 def batch_template(
     lines: tuple[str, ...] = (), partition: str = "", time_limit: str = "", account: str = ""
 ) -> str:
-    """The job script: ipyparallel's, with jaxnb's job name, the user's partition, time limit,
-    account and extra ``#SBATCH`` lines (braces are kept: the launcher formats the script)."""
+    """The job script: ipyparallel's, with jaxnb's job name, the variables exported (filled in
+    at submission: ``{exported}``), the user's partition, time limit, account and extra
+    ``#SBATCH`` lines (braces are kept: the launcher formats the script)."""
     given = [f"--partition={partition}" if partition else "", f"--time={time_limit}" if time_limit else "",
              f"--account={account}" if account else "", *lines]
     extra = "".join(f"#SBATCH {line.replace('{', '{{').replace('}', '}}')}\n" for line in given if line)
     return (
         "#!/bin/sh\n"
-        "#SBATCH --export=ALL\n"
+        "#SBATCH --export={exported}\n"
         "#SBATCH --job-name=jaxnb-{cluster_id}\n"
         "#SBATCH --ntasks={n}\n"
         "#SBATCH --output={output_file}\n"
@@ -79,7 +94,12 @@ def job_steps(job_id: str) -> dict[str, str]:
 
 
 class JaxnbSlurmEngineSetLauncher(SlurmEngineSetLauncher):
-    """ipyparallel's Slurm engine launcher; ``kill_all`` cancels the job and waits it out."""
+    """ipyparallel's Slurm engine launcher; the job gets only the variables :func:`exported`
+    names; ``kill_all`` cancels the job and waits it out."""
+
+    def write_batch_script(self, n: int = 1) -> None:
+        self.context["exported"] = ",".join(exported(self.get_env(), dict(os.environ)))
+        super().write_batch_script(n)
 
     def kill_all(self) -> None:
         """``scancel`` the job (every task on every node), then wait until Slurm drops it."""

@@ -63,7 +63,7 @@ class FastSSHEngineLauncher(SSHEngineLauncher):
         (so the host's Python need not import all of ipyparallel for every command)."""
         if self._jaxnb_sender is None:
             self._jaxnb_sender = ShellCommandSend(
-                self.ssh_cmd, [*self.ssh_args, self.location], self.remote_python,
+                self.ssh_cmd, [*self.ssh_args, "--", self.location], self.remote_python,
                 send_receiver_code=True, log=self.log,
             )
         return self._jaxnb_sender

@@ -49,7 +49,7 @@ def resolve(host: str, config: str | None = None) -> SshHost:
     )
 
     config = config if config is not None else os.environ.get(SSH_CONFIG_VARIABLE)
-    cmd = ["ssh", *(["-F", config] if config else []), "-G", host]
+    cmd = ["ssh", *(["-F", config] if config else []), "-G", "--", host]
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_SECONDS, check=False)
     except (OSError, subprocess.SubprocessError):

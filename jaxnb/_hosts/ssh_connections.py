@@ -73,8 +73,9 @@ def check_hosts(
 
     targets = list(dict.fromkeys(entry.target for entry in entries))
     assign = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    missing = shlex.quote(f"no interpreter {python} on this host")
     remote = (
-        f"test -x {shlex.quote(python)} || {{ echo 'no interpreter {python} on this host' >&2; "
+        f"test -x {shlex.quote(python)} || {{ echo {missing} >&2; "
         f"exit 127; }}; env {assign} {shlex.quote(python)} -c "
         f"{shlex.quote(_CHECK + preflight.REPORT)} {shlex.quote(log_dir)} {int(count_gpus)}"
     )
@@ -83,7 +84,7 @@ def check_hosts(
     def check(target: str) -> str | None:
         try:
             out = subprocess.run(
-                ["ssh", *ssh_options(control_dir), target, remote],
+                ["ssh", *ssh_options(control_dir), "--", target, remote],
                 capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
             )
         except subprocess.TimeoutExpired:
@@ -116,7 +117,7 @@ def close_connections(control_dir: str | None, targets: list[str]) -> None:
     for target in targets:
         with contextlib.suppress(OSError):
             procs.append(subprocess.Popen(
-                ["ssh", *ssh_options(control_dir), "-O", "exit", target],
+                ["ssh", *ssh_options(control_dir), "-O", "exit", "--", target],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
             ))
     for proc in procs:
@@ -162,7 +163,7 @@ def _fresh(target: str, command: str, control_dir: str, timeout: float) -> tuple
     args = ssh_options(control_dir, shared=False, connect_timeout=max(1, int(timeout)))
     try:
         out = subprocess.run(
-            ["ssh", *args, target, command],
+            ["ssh", *args, "--", target, command],
             capture_output=True, text=True, timeout=timeout + 1, stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:

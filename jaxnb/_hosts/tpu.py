@@ -70,6 +70,13 @@ def discover(env: dict[str, str] | None = None, ask_metadata: bool = True) -> Sl
         workers = parse_endpoints(endpoints) if endpoints else ()
     if len(workers) < 2:
         return None
+    from jaxnb._core.host_entries import is_host
+
+    bad = next((w for w in workers if not is_host(w)), None)
+    if bad is not None:
+        where = "TPU_WORKER_HOSTNAMES" if names is not None else "the TPU metadata's worker-network-endpoints"
+        raise SliceError(f"{where} names {bad[:80]!r}, which is not a host name or an IP address; "
+                         "fix it or pass --hosts")
     return Slice(workers, this_worker(workers, env, ask_metadata))
 
 

@@ -111,7 +111,7 @@ def place(
     local_rsync = shutil.which("rsync") is not None
 
     def one(target: str) -> Placed:
-        out = subprocess.run(["ssh", *ssh_args, target, remote], capture_output=True, text=True,
+        out = subprocess.run(["ssh", *ssh_args, "--", target, remote], capture_output=True, text=True,
                              timeout=120, stdin=subprocess.DEVNULL)
         found = next((json.loads(line[len(MARKER):]) for line in out.stdout.splitlines()
                       if line.startswith(MARKER)), None)
@@ -142,7 +142,7 @@ def _rsync(target: str, folder: str, copy: str, excludes: tuple[str, ...],
     rules = [f"--exclude={'/' + p.strip('/') if '/' in p.strip('/') else p}" for p in excludes]
     shell = " ".join(shlex.quote(a) for a in ["ssh", *ssh_args])
     out = subprocess.run(
-        ["rsync", "-a", "--delete", "--stats", "--mkpath", *rules, "-e", shell,
+        ["rsync", "-a", "--delete", "--stats", "--mkpath", *rules, "-e", shell, "--",
          folder.rstrip("/") + "/", f"{target}:{copy}/"],
         capture_output=True, text=True, timeout=3600, stdin=subprocess.DEVNULL,
     )
@@ -165,7 +165,7 @@ def _tar(target: str, folder: str, copy: str, excludes: tuple[str, ...], ssh_arg
     rules = [f"--exclude={p}" for p in excludes]
     unpack = f"rm -rf {shlex.quote(copy)} && mkdir -p {shlex.quote(copy)} && tar -C {shlex.quote(copy)} -xf -"
     tar = subprocess.Popen(["tar", "-C", folder, *rules, "-cf", "-", "."], stdout=subprocess.PIPE)
-    out = subprocess.run(["ssh", *ssh_args, target, unpack], stdin=tar.stdout, capture_output=True,
+    out = subprocess.run(["ssh", *ssh_args, "--", target, unpack], stdin=tar.stdout, capture_output=True,
                          text=True, timeout=3600)
     tar.wait()
     if out.returncode != 0 or tar.returncode != 0:

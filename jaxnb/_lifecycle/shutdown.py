@@ -18,7 +18,7 @@ from typing import Any
 
 import psutil
 
-from jaxnb._core import ipp_internals, temp_folders
+from jaxnb._core import ipp_internals
 from jaxnb._core.contract import EngineCall
 from jaxnb._core.state import Group
 from jaxnb._hosts import processes, site
@@ -49,7 +49,7 @@ def stop_all(group: Group) -> None:
     if group.stacks_dir is not None:
         shutil.rmtree(group.stacks_dir, ignore_errors=True)
         group.stacks_dir = None
-    temp_folders.remove_all()  # the cut cells' full outputs (jaxnb-output-*)
+    group.temp_folders.remove_all()  # its cut cells' full outputs (jaxnb-output-*)
 
 
 def _stop_processes(ipp_cluster: Any, where: Site, launched: list[psutil.Process | None]) -> None:

@@ -12,11 +12,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from jaxnb._cells.pull import note_size
-from jaxnb._core import ipp_internals, spelling
+from jaxnb._core import ipp_internals, run_folder, spelling
 from jaxnb._core.contract import EngineCall
 from jaxnb._core.errors import ClusterStateError, remote_error
+from jaxnb._core.file_lock import FileLock
 from jaxnb._core.messages import BUSY, RESET, RESTART
-from jaxnb._core.run_folder import check_fresh_run
 from jaxnb._core.spelling import example, option
 from jaxnb._core.state import Group, Suspect
 from jaxnb._train import dataset_names, function, handover
@@ -46,6 +46,8 @@ FIRST_INTERRUPT = (
 )
 SECOND_INTERRUPT = "jaxnb: interrupting every process (SIGINT); interrupt again to stop waiting."
 NO_CHECKPOINT_YET = "jaxnb: run {name!r} has no checkpoint yet; starting it from the beginning"
+REUSED = ("jaxnb: run {name!r} in {dir} has no checkpoint: it starts over in the same folder (the "
+          "earlier run's files there are replaced)")
 
 
 def train(
@@ -92,27 +94,35 @@ def train(
         note_size(f"`{spec['label']}` with what it uses from the notebook", len(spec["pickled"]),
                   group.size)
     run_dir = os.path.abspath(os.path.join(os.fspath(storage or DEFAULT_STORAGE), run))
-    resume_from = check_fresh_run(run_dir, resume)
-    if resume and resume_from is None:
-        print(NO_CHECKPOINT_YET.format(name=run))
-    os.makedirs(run_dir, exist_ok=True)
-    spec.update(run_dir=run_dir, run_id=uuid.uuid4().hex, resume=resume_from,
-                as_flags=spelling.active())
-    _prepare(group, spec)
+    lock = run_folder.hold(run_dir)  # one live run per folder, until _conclude releases it
+    try:
+        earlier = run_folder.left_by_earlier_run(run_dir)
+        resume_from = run_folder.check_fresh_run(run_dir, resume)
+        if resume and resume_from is None:
+            print(NO_CHECKPOINT_YET.format(name=run))
+        elif earlier and resume_from is None:
+            print(REUSED.format(name=run, dir=os.path.dirname(run_dir)))
+        spec.update(run_dir=run_dir, run_id=uuid.uuid4().hex, resume=resume_from,
+                    as_flags=spelling.active())
+        _prepare(group, spec)
 
-    result = Result(run, run_dir)
-    result.checkpoint = resume_from  # until the run saves a newer one (it may have nothing left to do)
-    attempts = _Attempts(group, spec, result, Recovery(max_failures, restart, run_dir, run))
-    if background:
-        monitor = _launch(group, result, total, attempts, view=view)
-        follow = contextvars.copy_context().run  # output goes to the cell that started the run
-        threading.Thread(target=follow, args=(_follow_background, monitor, on_result, attempts),
-                         name=f"jaxnb-train-{run}", daemon=True).start()
-        return result
-    with InterruptCounter() as ctrl_c:  # from before the run starts: no interrupt is lost
-        attempts.interrupts = ctrl_c
-        monitor = _launch(group, result, total, attempts, view=view)
-        error = _follow_blocking(monitor, on_result, ctrl_c, attempts)
+        result = Result(run, run_dir)
+        result.checkpoint = resume_from  # until the run saves a newer one (it may have nothing left)
+        attempts = _Attempts(group, spec, result, Recovery(max_failures, restart, run_dir, run))
+        attempts.lock = lock
+        if background:
+            monitor = _launch(group, result, total, attempts, view=view)
+            follow = contextvars.copy_context().run  # output goes to the cell that started the run
+            threading.Thread(target=follow, args=(_follow_background, monitor, on_result, attempts),
+                             name=f"jaxnb-train-{run}", daemon=True).start()
+            return result
+        with InterruptCounter() as ctrl_c:  # from before the run starts: no interrupt is lost
+            attempts.interrupts = ctrl_c
+            monitor = _launch(group, result, total, attempts, view=view)
+            error = _follow_blocking(monitor, on_result, ctrl_c, attempts)
+    except BaseException:
+        lock.release()  # it never started, or _conclude released it already
+        raise
     if error is not None:
         raise error
     return result
@@ -143,6 +153,7 @@ class _Attempts:
         self.interrupts: InterruptCounter | None = None
         self.ended_in_recovery = ""
         self.resumed: tuple[Any, float] | None = None  # the last failure, when its attempt began
+        self.lock: FileLock | None = None  # the run folder's, held until the run is concluded
 
     def request_stop(self) -> None:
         """Stop: the running attempt stops at ``should_stop()``; a recovery under way ends."""
@@ -327,6 +338,8 @@ def _conclude(
     try:
         monitor.dashboard.finish(status, message)
     finally:
+        if attempts.lock is not None:
+            attempts.lock.release()  # before set_done: a waiter may start the same run at once
         result.set_done()
         if on_result is not None:
             on_result(result)

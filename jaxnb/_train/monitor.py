@@ -47,8 +47,8 @@ class Monitor:
         self.md = {p: f.output.metadata for p, f in self.futures.items()}
         self.receivers = {p: Receiver(self.md[p]["data"]) for p in self.processes}
         # Identical lines as they come; the rest, tidy, at the end (bounded, full logs saved).
-        self.out = LiveMerger(self.processes, sys.stdout.write, **live_options("stdout"))
-        self.err = LiveMerger(self.processes, sys.stderr.write, **live_options("stderr"))
+        self.out = LiveMerger(self.processes, sys.stdout.write, **live_options("stdout", group.temp_folders))
+        self.err = LiveMerger(self.processes, sys.stderr.write, **live_options("stderr", group.temp_folders))
         # Lines that differ between processes, live (as in cells), also for a --background run.
         self.live = LivePanel([self.out.view, self.err.view], NotebookScreen()) if in_kernel() else None
         self.stop_requested = False

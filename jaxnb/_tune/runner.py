@@ -59,17 +59,22 @@ def tune(group: Group, fn: Any, space: Any, opts: TuneOptions, *, on_result: Any
               file=sys.stderr)
     opened = studies.open_study(folder, name, opts.direction, make_pruner(opts.pruner),
                                 optuna.samplers.TPESampler(seed=opts.seed), opts.resume)
-    result = TuneResult(opened.study, folder, opts.metric, opts.mode)
-    search = _Search(group, fn, sample, opts, result, restart)
-    if opts.background:
-        result.set_stopper(search.request_stop)
-        follow = contextvars.copy_context().run  # output goes to the cell that started it
-        threading.Thread(target=follow, args=(_in_background, search, opened, on_result),
-                         name=f"jaxnb-tune-{name}", daemon=True).start()
-        return result
+    try:  # the study is this search's until it ends (one live search per study)
+        result = TuneResult(opened.study, folder, opts.metric, opts.mode)
+        search = _Search(group, fn, sample, opts, result, restart)
+        if opts.background:
+            result.set_stopper(search.request_stop)
+            follow = contextvars.copy_context().run  # output goes to the cell that started it
+            threading.Thread(target=follow, args=(_in_background, search, opened, on_result),
+                             name=f"jaxnb-tune-{name}", daemon=True).start()
+            return result
+    except BaseException:
+        opened.hold.release()
+        raise
     try:
         search.run(opened)
     finally:
+        opened.hold.release()
         result.set_done()
         if on_result is not None:
             on_result(result)
@@ -83,6 +88,7 @@ def _in_background(search: _Search, opened: studies.Opened, on_result: Any) -> N
         print(f"jaxnb: background search {search.study.study_name!r} failed: "
               f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
     finally:
+        opened.hold.release()
         search.result.set_done()
         if on_result is not None:
             on_result(search.result)
@@ -120,6 +126,11 @@ class _Search:
         status, message, first = "finished", "", True
         try:
             while studies.counted(self.study) < self.opts.trials:
+                lost = opened.hold.taken_over()
+                if lost:
+                    status, message = "failed", lost
+                    self.result.stopped_because = lost
+                    break
                 if self.stop_requested:
                     done = self.result.trials
                     message = STOPPED.format(n=done[-1].number) if done else "stopped on request"

@@ -6,10 +6,13 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from jaxnb._core.file_lock import FileLock
 from jaxnb._core.spelling import example
+from jaxnb._tune import lease
+from jaxnb._tune.lease import Hold
 
 JOURNAL = "study.journal"
-#: User attribute on a trial the kernel lost while it ran (marked FAIL, re-run on resume).
+#: User attribute on a trial a search lost while it ran (marked FAIL, re-run on resume).
 INTERRUPTED = "jaxnb_interrupted"
 RERUN_OF = "jaxnb_rerun_of"
 
@@ -22,10 +25,12 @@ WRONG_DIRECTION = ("study {name!r} in {dir} was made with {was}; pass {was} to r
 
 @dataclass
 class Opened:
-    """A study ready for trials: ``study``, how many trials count as done, which were re-queued."""
+    """A study ready for trials: ``study``, how many trials count as done, which were re-queued,
+    and this search's ``hold`` on it (``release()`` it when the search ends)."""
 
     study: Any
     folder: str
+    hold: Hold
     done: int = 0
     requeued: list[int] = field(default_factory=list)
 
@@ -34,9 +39,21 @@ def open_study(folder: str, name: str, direction: str, pruner: Any, sampler: Any
                resume: bool) -> Opened:
     """Create (or, with ``resume``, load) study ``name`` kept in ``folder/study.journal``.
 
-    Resuming marks a trial left RUNNING by a lost kernel FAIL and queues its
-    parameters again; finished trials are kept.
+    Holds the study for this search (:mod:`.lease`): refused in one line while another
+    search runs it, so creating it if absent and taking trials over are atomic. Resuming
+    marks a trial left RUNNING by a search whose kernel died FAIL and queues its parameters
+    again; finished trials are kept.
     """
+    locked = lease.lock(folder, name)
+    try:
+        return _open(folder, name, direction, pruner, sampler, resume, locked)
+    except BaseException:
+        locked.release()
+        raise
+
+
+def _open(folder: str, name: str, direction: str, pruner: Any, sampler: Any, resume: bool,
+          locked: FileLock) -> Opened:
     import optuna
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
@@ -49,7 +66,6 @@ def open_study(folder: str, name: str, direction: str, pruner: Any, sampler: Any
                                             new=example("name", "NEW")))
     if resume and not exists:
         print(NO_STUDY_YET.format(name=name, dir=folder))
-    os.makedirs(folder, exist_ok=True)
     storage = JournalStorage(JournalFileBackend(path))
     study = optuna.create_study(study_name=name, storage=storage,
                                 direction=optuna.study.StudyDirection[direction.upper()],
@@ -59,9 +75,13 @@ def open_study(folder: str, name: str, direction: str, pruner: Any, sampler: Any
         mode = example("mode", "min" if was == "minimize" else "max")
         raise ValueError(WRONG_DIRECTION.format(name=name, dir=folder, was=mode,
                                                 new=example("name", "NEW")))
-    opened = Opened(study, folder)
+    opened = Opened(study, folder, lease.Hold(study, locked, name, folder))
     if resume:
-        _recover(opened)
+        try:
+            _recover(opened)
+        except BaseException:
+            opened.hold.release()
+            raise
     return opened
 
 

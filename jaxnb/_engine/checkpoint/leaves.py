@@ -19,7 +19,6 @@ and :mod:`.restore` (giving values back).
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import io
 import json
@@ -28,6 +27,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from jaxnb._engine.checkpoint import typed_json
 from jaxnb._engine.checkpoint.structure import shown
 
 GLOBAL, LOCAL, NUMPY, VALUE = "global", "local", "numpy", "value"
@@ -148,31 +148,12 @@ def _prepare_array(path: str, x: jax.Array, num_processes: int) -> Leaf:
 
 
 def encode_value(x: Any) -> bytes:
-    if isinstance(x, bool):
-        doc: dict[str, Any] = {"t": "bool", "v": x}
-    elif isinstance(x, int):
-        doc = {"t": "int", "v": x}
-    elif isinstance(x, float):
-        doc = {"t": "float", "v": x.hex()}
-    elif isinstance(x, complex):
-        doc = {"t": "complex", "v": [x.real.hex(), x.imag.hex()]}
-    elif isinstance(x, str):
-        doc = {"t": "str", "v": x}
-    else:
-        doc = {"t": "bytes", "v": base64.b64encode(bytes(x)).decode()}
-    return json.dumps(doc).encode()
+    """A Python number, string or bytes as typed JSON (:mod:`.typed_json`)."""
+    return json.dumps(typed_json.to_json(x)).encode()
 
 
 def decode_value(raw: bytes | str) -> Any:
-    doc = json.loads(raw)
-    t, v = doc["t"], doc["v"]
-    if t == "float":
-        return float.fromhex(v)
-    if t == "complex":
-        return complex(float.fromhex(v[0]), float.fromhex(v[1]))
-    if t == "bytes":
-        return base64.b64decode(v)
-    return {"bool": bool, "int": int, "str": str}[t](v)
+    return typed_json.from_json(json.loads(raw))
 
 
 # ---- where a host-local array lives -------------------------------------------------

@@ -3,7 +3,9 @@
 A step's folder holds two Orbax items: ``default`` (the arrays: global arrays as
 they are, host-local values that are the same on every process once, and one
 ``per_process`` byte array with each process's own values in its own row) and
-``jaxnb`` (a JSON manifest: the pytree structure and how to give each leaf back).
+``jaxnb`` (a JSON manifest: the pytree structure and how to give each leaf back), and in a
+run with datasets a third, ``positions`` (JSON: every process's data positions at this step),
+so that a committed step always has its positions: they commit together, in Orbax's one rename.
 :mod:`.leaves` says what each leaf is; :mod:`jaxnb._engine.group.gather` lets the processes
 compare fingerprints before writing.
 """
@@ -21,6 +23,7 @@ import orbax.checkpoint as ocp
 
 from jaxnb._core.messages import plural
 from jaxnb._core.run_folder import Checkpoint, checkpoint_dir
+from jaxnb._engine.checkpoint import crash_points
 from jaxnb._engine.checkpoint import leaves as leaves_
 from jaxnb._engine.checkpoint import plan as plan_
 from jaxnb._engine.checkpoint import restore as restore_
@@ -30,7 +33,31 @@ from jaxnb._engine.group.gather import Gatherer
 _ITEM = "default"  # the arrays (the name a single-item CheckpointManager used)
 _MANIFEST = "jaxnb"  # the JSON manifest beside them
 _PER_PROCESS = "per_process"
-_FORMAT = "jaxnb-checkpoint/1"
+_POSITIONS = "positions"  # every process's data positions at this step
+_FORMAT = "jaxnb-checkpoint/2"
+#: The first format kept the structure as a pickle, which is never read (a target is needed).
+_PICKLED_STRUCTURE = "jaxnb-checkpoint/1"
+
+
+class _PositionsHandler(ocp.JsonCheckpointHandler):
+    """The ``positions`` item's handler; process 0 finalizes it once every process has written
+    its part of the step, just before the commit (a crash point for tests)."""
+
+    step = -1
+
+    def finalize(self, directory: Any) -> None:
+        crash_points.reached("writing", self.step)
+        super().finalize(directory)
+
+
+@ocp.args.register_with_handler(_PositionsHandler, for_save=True)
+class _PositionsSave(ocp.args.JsonSave):
+    """Orbax finds an item's handler by the type of its arguments (to save and to restore)."""
+
+
+@ocp.args.register_with_handler(_PositionsHandler, for_restore=True)
+class _PositionsRestore(ocp.args.JsonRestore):
+    pass
 
 
 def _checkpointer() -> ocp.Checkpointer:
@@ -81,9 +108,10 @@ def _saved_sharding(meta: Any) -> Any:
 def _restore_jaxnb(path: str, target: Any) -> Any:
     """Restore a checkpoint written by :class:`CheckpointStore` (see the module docstring)."""
     manifest = ocp.JsonCheckpointHandler().restore(pathlib.Path(path, _MANIFEST))
-    if manifest.get("format") != _FORMAT:
+    written = manifest.get("format") if isinstance(manifest, dict) else None
+    if written not in (_FORMAT, _PICKLED_STRUCTURE):
         raise ValueError(f"checkpoint {path} was written by another jaxnb version "
-                         f"({manifest.get('format')}); restore it with that version")
+                         f"({str(written)[:40]}); restore it with that version")
     paths, records = manifest["paths"], manifest["records"]
     plan = plan_.Plan(**manifest["plan"])
     saved_n, me = int(manifest["num_processes"]), jax.process_index()
@@ -95,13 +123,10 @@ def _restore_jaxnb(path: str, target: Any) -> Any:
                         f"{len(paths)} leaves vs {len(tpaths)}")
             raise ValueError(f"restore target does not match checkpoint {path} (saved vs target: "
                              f"{diff}); pass a target with the saved structure, or none")
-    else:
-        try:
-            treedef = structure_.load_treedef(manifest["treedef"])
-        except Exception as exc:
-            raise ValueError(
-                f"the structure of checkpoint {path} cannot be rebuilt here ({type(exc).__name__}: "
-                f"{exc}); pass restore(target) with a pytree of the saved structure") from None
+    elif written == _PICKLED_STRUCTURE:
+        raise structure_.StructureError(
+            f"checkpoint {path} keeps its structure as a pickle (an earlier jaxnb), which is never "
+            f"read; {structure_.WITH_TARGET}")
     restored = _restore_arrays(os.path.join(path, _ITEM), records, targets, saved_n)
     own_records = None
     values: dict[int, bytes] = {}
@@ -128,7 +153,12 @@ def _restore_jaxnb(path: str, target: Any) -> Any:
             value = restored[f"leaf_{i}"]
         out.append(restore_.as_saved(record, value) if target is None
                    else restore_.like(record, value, target_leaf))
-    return structure_.unflatten(treedef, out)
+    if target is not None:
+        return structure_.unflatten(treedef, out)
+    try:
+        return structure_.rebuild(manifest["structure"], out)
+    except structure_.StructureError as exc:
+        raise structure_.StructureError(f"checkpoint {path}: {exc}; {structure_.WITH_TARGET}") from None
 
 
 def _restore_arrays(item_dir: str, records: list[dict[str, Any]], targets: list[Any],
@@ -197,6 +227,15 @@ def restore(checkpoint: Checkpoint, target: Any = None) -> Any:
         ) from e
 
 
+def saved_positions(path: str) -> dict[str, Any] | None:
+    """The data positions saved with checkpoint ``path``: ``{"num_processes": N, "positions":
+    [process 0's, …]}``, or None when the step has none (a run without datasets)."""
+    item = os.path.join(path, _POSITIONS)
+    if not os.path.isdir(item):
+        return None
+    return ocp.JsonCheckpointHandler().restore(pathlib.Path(item))
+
+
 class CheckpointStore:
     """A run's checkpoints under `run_dir/checkpoints`, keeping the last `keep`.
 
@@ -209,11 +248,13 @@ class CheckpointStore:
     def __init__(self, run_dir: str, keep: int = 3, exchange_id: str | None = None) -> None:
         self.directory = checkpoint_dir(run_dir)
         options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=False)
+        self._positions = _PositionsHandler()
         self._manager = ocp.CheckpointManager(
             self.directory,
             options=options,
             item_handlers={_ITEM: ocp.StandardCheckpointHandler(),
-                           _MANIFEST: ocp.JsonCheckpointHandler()},
+                           _MANIFEST: ocp.JsonCheckpointHandler(),
+                           _POSITIONS: self._positions},
         )
         self._gather = Gatherer(f"ckpt/{exchange_id or self.directory}",
                                 jax.process_index(), jax.process_count())
@@ -221,8 +262,11 @@ class CheckpointStore:
     def _checkpoint(self, step: int) -> Checkpoint:
         return Checkpoint(step, os.path.join(self.directory, str(step)))
 
-    def save(self, step: int, pytree: Any) -> Checkpoint:
+    def save(self, step: int, pytree: Any, positions: dict[str, Any] | None = None) -> Checkpoint:
         """Save `pytree` as `step`; blocks until it is on disk.
+
+        ``positions``: this process's data positions at this step (every process passes
+        them, or none does); they are saved in the step, with the other processes'.
 
         Leaves may be global or host-local jax.Arrays (pmap outputs too), NumPy,
         Python numbers and strings, PRNG keys, in dicts, lists, tuples,
@@ -240,6 +284,10 @@ class CheckpointStore:
         items = {_MANIFEST: ocp.args.JsonSave(manifest)}
         if arrays:
             items[_ITEM] = ocp.args.StandardSave(arrays)
+        if positions is not None:
+            every = self._gather(positions)
+            items[_POSITIONS] = _PositionsSave({"num_processes": len(every), "positions": every})
+            self._positions.step = step
         try:
             saved = self._manager.save(step, args=ocp.args.Composite(**items))
             self._manager.wait_until_finished()
@@ -258,12 +306,12 @@ class CheckpointStore:
         n, me = jax.process_count(), jax.process_index()
         paths: list[str] = []
         leaves: list[leaves_.Leaf] = []
-        treedef_text, failure, error = None, None, None
+        described, failure, error = None, None, None
         try:
-            paths, xs, treedef = structure_.flatten(pytree)
+            paths, xs, _ = structure_.flatten(pytree)
             leaves = [leaves_.prepare(p, x, n) for p, x in zip(paths, xs, strict=True)]
             if me == 0:
-                treedef_text = structure_.dump_treedef(treedef)
+                described = structure_.describe(pytree)
         except Exception as exc:  # told to the others first, so that none waits for us
             failure, error = exc, f"{type(exc).__name__}: {exc}"
         summaries = self._gather(plan_.summary(leaves, paths, error))
@@ -295,7 +343,7 @@ class CheckpointStore:
         manifest = {
             "format": _FORMAT,
             "num_processes": n,
-            "treedef": treedef_text,
+            "structure": described,
             "paths": paths,
             "records": [leaf.record for leaf in leaves],
             "values": values,

@@ -1,14 +1,17 @@
 """``jaxnb.get_dataset_shard(name)``: the datasets of a run, and where their iterators stand.
 
 ``%jax_train FUNC --datasets train=train_ds`` names engine-side variables; each
-process looks them up when the run is prepared. Every report made while a
-dataset iterator is open appends the position of each dataset's latest
+process looks them up when the run is prepared. A checkpoint that jaxnb saves (a pytree)
+holds every process's positions in the step itself, committed with it
+(:func:`jaxnb._engine.checkpoint.store.saved_positions`). Every report made while a
+dataset iterator is open also appends the position of each dataset's latest
 iterator to this process's ``RUN/datasets/process_<i>.jsonl`` (a few hundred
-bytes; the file keeps the recent reports). ``--resume`` from step S gives each
-dataset's first iterator the position of the report that carried the
-checkpoint at step S (any report at step S when this process did not carry it,
-as in Ray loops where only rank 0 reports the directory), so the resumed run
-gets exactly the batches an uninterrupted run would have.
+bytes; the file keeps the recent reports; a line that carries a checkpoint is on disk,
+fsynced, before the report leaves the process): that log is what a directory the user
+saved himself resumes from. ``--resume`` from step S gives each dataset's first iterator
+the position saved at step S (for a directory, the report that carried it, or any report at
+step S when this process did not carry it, as in Ray loops where only rank 0 reports the
+directory), so the resumed run gets exactly the batches an uninterrupted run would have.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from jaxnb._core.messages import plural
+from jaxnb._core.run_folder import Checkpoint
 from jaxnb._core.spelling import example
 
 #: The positions file is rewritten with its last ``KEEP_LINES`` lines when it grows past
@@ -51,6 +55,8 @@ class DataRun:
         self.path = positions_file(run_dir, process)
         self._log = open(self.path, "a" if resume is not None else "w")  # noqa: SIM115
         self._lines = len(_entries(self.path)) if resume is not None else 0
+        if self._log.tell() and not _ends_a_line(self.path):
+            self._log.write("\n")  # a line cut short by a crash stays alone (and unread)
 
     def shard(self, name: str) -> Any:
         if name not in self.datasets:
@@ -76,18 +82,23 @@ class DataRun:
         return {name: shard.current.position() for name, shard in self.shards.items()
                 if shard.current is not None}
 
-    def record(self, step: int, checkpoint: bool) -> None:
-        """Note where every open iterator stands at the report of ``step``."""
+    def record(self, step: int, checkpoint: bool) -> dict[str, Any]:
+        """Note where every open iterator stands at the report of ``step``; those positions.
+
+        A report that carries a checkpoint has its line fsynced before it returns."""
         positions = self.positions()
         if not positions:
-            return
+            return positions
         line = json.dumps({"step": step, "checkpoint": checkpoint,
                            "num_processes": self.num_processes, "positions": positions})
         self._log.write(line + "\n")
         self._log.flush()
+        if checkpoint:
+            os.fsync(self._log.fileno())
         self._lines += 1
         if self._lines > MAX_LINES:
             self._trim()
+        return positions
 
     def _trim(self) -> None:
         self._log.close()
@@ -95,6 +106,8 @@ class DataRun:
             lines = f.readlines()[-KEEP_LINES:]
         with open(self.path + ".tmp", "w") as f:
             f.writelines(lines)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(self.path + ".tmp", self.path)
         self._log, self._lines = open(self.path, "a"), len(lines)  # noqa: SIM115
 
@@ -136,26 +149,26 @@ def resolve(names: Mapping[str, str], namespace: Mapping[str, Any]) -> dict[str,
 
 
 def start(datasets: dict[str, tuple[str, Any]], run_dir: str, process: int, num_processes: int,
-          resume_step: int | None) -> None:
+          resume: Checkpoint | None) -> None:
     """Make the datasets of the run being prepared available to ``get_dataset_shard``."""
     global _data
     end()
     if not datasets:
         return
-    resume = None
-    if resume_step is not None:
-        resume = saved_positions(run_dir, process, num_processes, resume_step)
+    positions = None
+    if resume is not None:
+        positions = saved_positions(resume, run_dir, process, num_processes)
     from jaxnb._engine.datasets.source import source_of
 
     for name, (label, value) in datasets.items():
         source_of(name, value, label)  # an unusable dataset is refused before the run starts
-    _data = DataRun(datasets, run_dir, process, num_processes, resume, resume_step)
+    _data = DataRun(datasets, run_dir, process, num_processes, positions,
+                    resume.step if resume is not None else None)
 
 
-def record(step: int, checkpoint: bool) -> None:
-    """At every report: note the open iterators' positions (nothing when none is open)."""
-    if _data is not None:
-        _data.record(step, checkpoint)
+def record(step: int, checkpoint: bool) -> dict[str, Any] | None:
+    """At every report: note the open iterators' positions; None in a run without datasets."""
+    return _data.record(step, checkpoint) if _data is not None else None
 
 
 def end() -> None:
@@ -174,19 +187,45 @@ def positions_file(run_dir: str, process: int) -> str:
 
 
 def _entries(path: str) -> list[dict[str, Any]]:
+    """The log's whole lines (one cut short by a crash is left out)."""
+    entries = []
     try:
         with open(path) as f:
-            return [json.loads(line) for line in f if line.endswith("\n")]
-    except (OSError, ValueError):
+            for line in f:
+                try:
+                    entries.append(json.loads(line))
+                except ValueError:
+                    continue
+    except OSError:
         return []
+    return [e for e in entries if isinstance(e, dict)]
 
 
-def saved_positions(run_dir: str, process: int, num_processes: int, step: int
-                    ) -> dict[str, Any] | None:
-    """The positions this process noted with the checkpoint of ``step`` (``{}``: none noted).
+def _ends_a_line(path: str) -> bool:
+    with open(path, "rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
 
-    Raises ``ValueError`` when they were noted by another number of processes.
+
+def saved_positions(resume: Checkpoint, run_dir: str, process: int, num_processes: int
+                    ) -> dict[str, Any]:
+    """The positions this process saved with checkpoint ``resume`` (``{}``: none saved).
+
+    From the checkpoint's own step when jaxnb saved it, else from the positions log.
+    Raises ``ValueError`` when they were saved by another number of processes.
     """
+    if not resume.user_managed:
+        from jaxnb._engine.checkpoint.store import saved_positions as in_step
+
+        saved = in_step(resume.path)
+        if saved is not None:
+            _check_count(resume.step, int(saved["num_processes"]), num_processes)
+            return saved["positions"][process]
+    return logged_positions(run_dir, process, num_processes, resume.step)
+
+
+def logged_positions(run_dir: str, process: int, num_processes: int, step: int) -> dict[str, Any]:
+    """The positions this process logged at the report of ``step`` (``{}``: none logged)."""
     mine = [e for e in _entries(positions_file(run_dir, process)) if e.get("step") == step]
     if not mine and process != 0:  # a process the saved run did not have: ask process 0's file
         others = [e for e in _entries(positions_file(run_dir, 0)) if e.get("step") == step]
@@ -194,11 +233,14 @@ def saved_positions(run_dir: str, process: int, num_processes: int, step: int
     if not mine:
         return {}
     chosen = ([e for e in mine if e.get("checkpoint")] or mine)[-1]
-    saved_n = chosen.get("num_processes", 0)
+    _check_count(step, chosen.get("num_processes", 0), num_processes)
+    return chosen["positions"]
+
+
+def _check_count(step: int, saved_n: int, num_processes: int) -> None:
     if saved_n != num_processes:
         raise ValueError(
             f"the datasets' positions at step {step} were saved by "
             f"{plural(saved_n, 'process', 'processes')} and this "
             f"cluster has {num_processes}: they cannot be carried over exactly; resume on "
             f"{saved_n} processes, or start a new run ({example('name', 'new')})")
-    return chosen["positions"]

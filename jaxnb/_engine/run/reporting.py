@@ -21,6 +21,7 @@ from typing import Any
 from jaxnb._core.messages import article
 from jaxnb._core.run_folder import Checkpoint
 from jaxnb._core.spelling import Code, bare, example, spelled
+from jaxnb._engine.checkpoint import crash_points
 from jaxnb._engine.datasets import data_run
 from jaxnb._engine.profile import recording
 from jaxnb._engine.run import cell_sources, stopping
@@ -101,12 +102,16 @@ def report(metrics: dict[str, Any], checkpoint: Any = None) -> None:
         "metrics": dict(metrics),
         "checkpoint": None,
     }
-    data_run.record(step, checkpoint is not None)
+    positions = data_run.record(step, checkpoint is not None)
     if checkpoint is not None:
-        saved = _save(run, step, checkpoint)
+        crash_points.reached("saving", step)
+        saved = _save(run, step, checkpoint, positions)
+        crash_points.reached("committed", step)
         record["checkpoint"] = saved.path
         record["checkpoint_user"] = saved.user_managed
     run.publisher.add(record)
+    if checkpoint is not None:
+        crash_points.reached("reported", step)
     _bound_in_flight(run, metrics)
     recording.step_reported(step)  # %jax_train --profile-steps: opens/closes the trace window
 
@@ -147,7 +152,7 @@ def _prepare(spec: dict[str, Any]) -> dict[str, Any]:
     resume = spec.get("resume")
     try:
         named = data_run.resolve(spec.get("datasets") or {}, user_namespace())
-        data_run.start(named, spec["run_dir"], process, n, resume.step if resume else None)
+        data_run.start(named, spec["run_dir"], process, n, resume)
     except (LookupError, ValueError) as exc:
         return {"error": str(exc)}
     if process == 0:
@@ -312,7 +317,7 @@ def _int_or_none(value: Any) -> int | None:
     return int(value) if isinstance(value, np.integer) else None
 
 
-def _save(run: _Run, step: int, checkpoint: Any) -> Any:
+def _save(run: _Run, step: int, checkpoint: Any, positions: dict[str, Any] | None) -> Any:
     from jaxnb._engine.checkpoint.store import CheckpointStore
 
     if isinstance(checkpoint, Checkpoint):  # Ray style: Checkpoint.from_directory(path)
@@ -321,7 +326,7 @@ def _save(run: _Run, step: int, checkpoint: Any) -> Any:
         return Checkpoint.from_directory(checkpoint, step)
     if run.store is None:
         run.store = CheckpointStore(run.run_dir, keep=KEEP_CHECKPOINTS, exchange_id=run.run_id)
-    return run.store.save(step, checkpoint)
+    return run.store.save(step, checkpoint, positions)  # the positions commit with the step
 
 
 def _max_in_flight(jax: Any) -> int:
