@@ -92,11 +92,13 @@ class MagicsDirective(Directive):
     """Every magic: its usage line, what it does, and a table of every flag it takes."""
 
     def run(self) -> list[nodes.Node]:
-        lines: list[str] = []
+        # One parse a magic: in a single parse only the first label became a reference target
+        # (``{ref}`%jax_train <magic-jax_train-line>``` from another page then did not resolve).
+        sections: list[nodes.Node] = []
         for title, declared in magic_sections():
             doc = _own_docstring(declared)
-            lines += [f".. _magic-{title.strip('%')}-{'cell' if title.startswith('%%') else 'line'}:",
-                      "", title, "-" * len(title), ""]
+            lines = [f".. _magic-{title.strip('%')}-{'cell' if title.startswith('%%') else 'line'}:",
+                     "", title, "-" * len(title), ""]
             lines += [*doc.splitlines(), ""]
             rows = _flag_rows(declared)
             if rows:
@@ -105,7 +107,8 @@ class MagicsDirective(Directive):
                 for flags, text in rows:
                     lines += [f"   * - {flags}", f"     - {text or ' '}"]
                 lines.append("")
-        return _rst(self, lines)
+            sections += _rst(self, lines)
+        return sections
 
 
 def _own_docstring(declared: Any) -> str:
