@@ -86,6 +86,51 @@ def test_every_package_export_is_listed_in_all():
     assert exported == set(jaxnb.__all__)
 
 
+def architecture_map() -> dict[str, str]:
+    """The module map of docs/explanation/architecture.md: each package's path (``""`` for the
+    top level, ``"_engine/boot/"``) and the text of its lines."""
+    import re
+
+    page = (ROOT / "docs" / "explanation" / "architecture.md").read_text()
+    block = page.split("```text\n", 1)[1].split("```", 1)[0]
+    sections: dict[str, str] = {"": ""}
+    parents: list[str] = []  # the package of each indentation level, outermost first
+    current = ""
+    for line in block.splitlines():
+        indent = len(line) - len(line.lstrip())
+        header = re.match(r"(\w+)/(\s|$)", line.lstrip())
+        if header and indent % 2 == 0 and indent // 2 <= len(parents):
+            parents = [*parents[: indent // 2], header.group(1)]
+            current = "".join(f"{p}/" for p in parents)
+            sections[current] = line.lstrip()[len(header.group(0)):]
+        elif indent == 0:
+            parents, current = [], ""
+            sections[""] += "\n" + line
+        else:
+            sections[current] += "\n" + line
+    return sections
+
+
+def test_the_architecture_page_names_every_module():
+    """Every module of the package is on the map, under its own package, so the map cannot drift."""
+    import pkgutil
+    import re
+
+    sections = architecture_map()
+    missing = []
+    for module in pkgutil.walk_packages(jaxnb.__path__, "jaxnb."):
+        parts = module.name.split(".")[1:]
+        if module.ispkg:
+            if "".join(f"{p}/" for p in parts) not in sections:
+                missing.append(module.name)
+            continue
+        package = "".join(f"{p}/" for p in parts[:-1])
+        name = f"{parts[-1]}.py" if not package else parts[-1]
+        if not re.search(rf"(?<![\w.]){re.escape(name)}(?![\w])", sections.get(package, "")):
+            missing.append(module.name)
+    assert not missing, f"not on the map of docs/explanation/architecture.md: {missing}"
+
+
 @pytest.mark.engines  # builds the site (tens of seconds)
 def test_the_reference_documents_every_public_name(site):
     documented = _inventory(site)

@@ -193,7 +193,7 @@ def _package(module: str) -> str:
 
 def test_every_module_has_a_layer():
     unplaced = [m for m in _modules() if _package(m) not in TOP and _package(m) not in LAYERS]
-    assert unplaced == [], "add new packages to LAYERS (and the README's map)"
+    assert unplaced == [], "add new packages to LAYERS (and the map in docs/explanation/architecture.md)"
 
 
 def test_no_import_goes_up_a_layer():
