@@ -48,6 +48,8 @@ nitpick_ignore_regex = [
     ("py:class", r"(optional|default .*|dict of .*|list of .*)"),
     ("py:class", r"jaxnb\._[\w.]+"),  # private types named in public signatures
     ("py:obj", r"jaxnb\._[\w.]+"),
+    # Python's own exceptions in "Raises:" sections (no intersphinx inventory offline).
+    ("py:exc", r"(ValueError|TypeError|RuntimeError|KeyError|LookupError|FileExistsError)"),
 ]
 intersphinx_mapping: dict[str, tuple[str, str | None]] = {}
 

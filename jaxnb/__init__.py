@@ -79,7 +79,11 @@ __version__ = "0.1.0"
 
 
 def current_cluster():
-    """The cluster ``%jax_cluster start`` started in this IPython session, or ``None``."""
+    """The cluster ``%jax_cluster start`` started in this IPython session, or ``None``.
+
+    Example:
+        >>> jaxnb.current_cluster().pull("params")   # doctest: +SKIP
+    """
     from jaxnb.magics import current_cluster as find
 
     return find()

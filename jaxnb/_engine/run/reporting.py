@@ -82,6 +82,20 @@ def report(metrics: dict[str, Any], checkpoint: Any = None) -> None:
     so far (continuing from the resumed checkpoint's step). It does not wait on
     the device, except to keep at most ``MAX_IN_FLIGHT`` reported values
     computing (1 with several CPU devices per process).
+
+    Args:
+        metrics: names to numbers (Python or JAX scalars); ``step`` is the step when given.
+        checkpoint: a pytree to save with Orbax from every process, or the path of a
+            checkpoint directory you wrote; ``None`` saves nothing.
+
+    Raises:
+        RuntimeError: called outside a function run by ``%jax_train`` / ``JaxCluster.train``.
+        TypeError: ``metrics`` is not a dict.
+        ValueError: a checkpoint leaf cannot be saved (a function, a file, a deleted buffer):
+            the message names its path, on every process.
+
+    Example:
+        >>> jaxnb.report({"loss": loss}, checkpoint=state if step % 50 == 0 else None)  # doctest: +SKIP
     """
     run = _run
     if run is None or run.publisher is None:
@@ -117,16 +131,25 @@ def report(metrics: dict[str, Any], checkpoint: Any = None) -> None:
 
 
 def get_checkpoint() -> Any:
-    """The checkpoint this run resumes from (``--resume``), or None.
+    """The checkpoint this run resumes from (``--resume``, or a recovery), or None.
 
     It has ``step``, ``path``, ``restore(target=None)`` and, as in Ray,
-    ``as_directory()``.
+    ``as_directory()``. Outside a run it is None.
+
+    Example::
+
+        start = jaxnb.get_checkpoint()
+        state = start.restore(state) if start else state    # laid out like ``state``
     """
     return _run.resume if _run is not None else None
 
 
 def should_stop() -> bool:
-    """True on every process at the same call once the user asked the run to stop."""
+    """True on every process at the same call once the user asked the run to stop.
+
+    A stop is asked by the dashboard's Stop button, ``Result.stop()``, a kernel interrupt or
+    a search's pruner. Outside a run it is False. Every process must call it alike (SPMD).
+    """
     return _run.stop() if _run is not None else False
 
 
