@@ -151,10 +151,27 @@ def test_the_reference_lists_every_magic_and_every_flag(site):
                 assert f"{flag}" in page, (title, flag)
 
 
+def magic_labels(site: pathlib.Path) -> set[str]:
+    """The reference targets (``{ref}`` labels) of the magics' sections in the built site."""
+    from sphinx.util.inventory import InventoryFile
+
+    with open(site / "objects.inv", "rb") as f:
+        labels = InventoryFile.load(f, "", posixpath.join).get("std:label", {})
+    return {name for name in labels if name.startswith("magic-")}
+
+
+@pytest.mark.engines
+def test_every_magic_is_a_reference_target(site):
+    """The how-tos link each magic's section (``{ref}`%jax_train <magic-jax_train-line>```)."""
+    expected = {f"magic-{title.strip('%')}-{'cell' if title.startswith('%%') else 'line'}"
+                for title, _ in jaxnb_docs.magic_sections()}
+    assert magic_labels(site) == expected
+
+
 @pytest.mark.engines
 def test_the_benchmarks_page_is_made_from_the_benches_results(site):
     results = sorted((ROOT / "bench" / "results").glob("*.json"))
-    page = (site / "benchmarks.html").read_text()
+    page = page_text((site / "benchmarks.html").read_text())
     assert results, "no bench has written bench/results/NAME.json"
     import json
 
@@ -162,7 +179,22 @@ def test_the_benchmarks_page_is_made_from_the_benches_results(site):
         result = json.loads(path.read_text())
         assert result["command"] in page and result["date"] in page, path.name
         for key, _ in jaxnb_docs.flat_figures(result["figures"]):
-            assert html.escape(key, quote=False) in page, (path.name, key)
+            assert key in page, (path.name, key)
+
+
+def page_text(page: str) -> str:
+    """What a reader sees of an HTML page: its text, tags dropped, each run of spaces one space
+    (Sphinx writes ``python -m x`` in code as one ``<span>`` a word)."""
+    import re
+
+    text = re.sub(r"<(script|style)\b.*?</\1>", " ", page, flags=re.S)
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", "", text)).split())
+
+
+def test_page_text_reads_code_as_the_reader_does():
+    page = ('<code class="docutils literal notranslate"><span class="pre">python</span> '
+            '<span class="pre">-m</span> <span class="pre">bench.x</span></code> a &amp; b')
+    assert page_text(page) == "python -m bench.x a & b"
 
 
 @pytest.fixture(scope="module")
