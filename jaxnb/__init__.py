@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from jaxnb._core.replay import ReplayError as ReplayError
     from jaxnb._profile.result import ProfileResult as ProfileResult
     from jaxnb._train.result import Result as Result
+    from jaxnb._tune.result import TuneResult as TuneResult
 
 #: The notebook side, loaded on first use: name -> "module:attribute" (or a module).
 _LAZY = {
@@ -44,7 +45,17 @@ _LAZY = {
     "Result": "jaxnb._train.result:Result",
     "ProfileResult": "jaxnb._profile.result:ProfileResult",
     "ReplayError": "jaxnb._core.replay:ReplayError",
+    "TuneResult": "jaxnb._tune.result:TuneResult",
 }
+
+#: The public names: the reference documents each one (tests/test_docs.py checks).
+__all__ = [
+    "Checkpoint", "ClusterStateError", "JaxCluster", "JaxnbError", "ProcessFailure", "ProcessInfo",
+    "ProfileResult", "RemoteError", "ReplayError", "Result", "StartError", "TuneResult",
+    "breakpoint", "current_cluster", "get_checkpoint", "get_context", "get_dataset_shard",
+    "load_ipython_extension", "report", "should_stop", "show_mesh", "show_sharding", "tune",
+    "unload_ipython_extension",
+]
 
 
 def breakpoint() -> None:
@@ -81,7 +92,11 @@ __version__ = "0.1.0"
 
 
 def current_cluster():
-    """The cluster ``%jax_cluster start`` started in this IPython session, or ``None``."""
+    """The cluster ``%jax_cluster start`` started in this IPython session, or ``None``.
+
+    Example:
+        >>> jaxnb.current_cluster().pull("params")   # doctest: +SKIP
+    """
     from jaxnb.magics import current_cluster as find
 
     return find()

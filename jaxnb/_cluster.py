@@ -55,8 +55,18 @@ __all__ = ["JaxCluster", "MemoryReport", "ProcessInfo"]
 class JaxCluster(ClusterJobs):
     """A set of ipyparallel engines, one per JAX process, with ``jax.distributed`` initialised.
 
-    >>> with JaxCluster(n=2) as cluster:          # doctest: +SKIP
-    ...     cluster.run("import jax; print(jax.device_count())")
+    What the magics use, for scripts and papermill runs. Each keyword is the flag of
+    ``%jax_cluster start`` of the same name (``init_timeout=`` is ``--init-timeout``), with the
+    same default; see the magics' reference for what each does. Nothing starts until
+    :meth:`start` (or ``with``).
+
+    Raises:
+        ValueError: a wrong option value or combination (one line naming the keyword), before
+            anything starts.
+
+    Example:
+        >>> with JaxCluster(n=2) as cluster:          # doctest: +SKIP
+        ...     cluster.run("import jax; print(jax.device_count())")
     """
 
     def __init__(
@@ -102,7 +112,13 @@ class JaxCluster(ClusterJobs):
         return self.group.running
 
     def start(self) -> JaxCluster:
-        """Start the engines and join them into one ``jax.distributed`` group."""
+        """Start the engines and join them into one ``jax.distributed`` group; returns the cluster.
+
+        Raises:
+            jaxnb.ClusterStateError: it is running already.
+            jaxnb.StartError: it could not start (an engine did not join within
+                ``init_timeout``, a host failed the preflight, ...); nothing was left running.
+        """
         if self.running:
             raise ClusterStateError(ALREADY_RUNNING)
         group = self.group
@@ -132,7 +148,10 @@ class JaxCluster(ClusterJobs):
         return self
 
     def stop(self) -> None:
-        """Stop every engine and the controller; nothing is left running."""
+        """Stop every engine, spare and the controller; nothing is left running.
+
+        Stopping a cluster that is not running does nothing.
+        """
         with contextlib.suppress(Exception):
             atexit.unregister(self.stop)
         with spares.held():  # no spares launched behind the stop's back
@@ -142,9 +161,14 @@ class JaxCluster(ClusterJobs):
         """Stop, then start again with the same options (new processes): on the warm
         spares when enough are ready (only a join), else stopping and starting everything.
 
-        ``replay``: then run again, in order, the setup that succeeded since start
-        (``run`` cells on every process and ``push`` values; not ``process=I`` cells or
-        pulls), so the engines' Python state comes back; a step that fails raises ReplayError.
+        Args:
+            replay: then run again, in order, the setup that succeeded since start (``run``
+                cells on every process and ``push`` values; not ``process=I`` cells or
+                pulls), so the engines' Python state comes back.
+
+        Raises:
+            jaxnb.StartError: the new processes could not start.
+            jaxnb.ReplayError: a recorded setup step failed on the new engines.
         """
         if not self._swap_spares():
             self.stop()
@@ -330,11 +354,19 @@ class JaxCluster(ClusterJobs):
     ) -> spmd.CellOutcome:
         """Run ``code`` on every process (SPMD) and show the merged output.
 
-        ``timeout``: seconds (default: the cluster's ``timeout``); ``0``: no timeout. ``all``:
-        show every process's output raw; ``process=I``: run on process I only.
+        Args:
+            code: Python source, run as a ``%%jax_cluster`` cell.
+            timeout: seconds (default: the cluster's ``timeout``); ``0``: no timeout.
+            all: show every process's output raw.
+            process: run on process I only.
+            value: return the cell's value (process 0's) in the outcome's ``value`` instead
+                of showing it (what ``%%jax_cluster`` gives IPython as ``Out[n]``).
 
-        ``value``: return the cell's value (process 0's) in the outcome's ``value`` instead
-        of showing it (what ``%%jax_cluster`` gives IPython as ``Out[n]``).
+        Raises:
+            jaxnb.ClusterStateError: the cluster is not running, or busy with a background run.
+            jaxnb.RemoteError: the code raised on some processes (named, with their tracebacks).
+            jaxnb.ProcessFailure: a process died, the processes diverged or the cell timed out.
+            ValueError: ``process`` does not exist, or ``all`` and ``process`` given together.
         """
         check_run(timeout=timeout, all=all, process=process)
         self.group.require_idle()
@@ -355,14 +387,32 @@ class JaxCluster(ClusterJobs):
         return outcome
 
     def push(self, **values: Any) -> None:
-        """Set ``values`` as variables on every process."""
+        """Set ``values`` as variables on every process (each must pickle).
+
+        Example:
+            >>> cluster.push(lr=0.1, data_dir="/data")   # doctest: +SKIP
+
+        Raises:
+            jaxnb.ClusterStateError: the cluster is not running, or busy with a background run.
+            ValueError: a value cannot be pickled (nothing is sent).
+        """
         self.group.require_idle()
         repair.ensure_ready(self.group)
         pull.push(self.group, values)
         self.group.setup.push(values)
 
     def pull(self, name: str) -> Any:
-        """The value of ``name`` on the engines (global arrays gathered as NumPy)."""
+        """The value of ``name`` on the engines (global arrays gathered as NumPy).
+
+        Args:
+            name: a variable on the engines; objects other than global arrays come from
+                process 0.
+
+        Raises:
+            jaxnb.ClusterStateError: the cluster is not running, or busy with a background run.
+            ValueError: the value cannot be pickled (one line).
+            jaxnb.RemoteError: another error on the engines (e.g. ``name`` is not defined).
+        """
         self.group.require_idle()
         repair.ensure_ready(self.group)
         return pull.pull(self.group, name, self.options.timeout or DEFAULT_OPERATION_TIMEOUT)

@@ -65,6 +65,17 @@ class ClusterJobs:
         ``profile_steps=(A, B)`` (or ``"A:B"``): trace steps A to B on every
         process, as ``profile`` does (``Result.profile``). ``on_result`` gets the final Result,
         also before an error is raised.
+
+        Raises:
+            jaxnb.ClusterStateError: the cluster is not running, or busy with another run.
+            jaxnb.RemoteError: ``fn`` raised on some process (also in ``Result.error``).
+            jaxnb.ProcessFailure: a process died (after ``max_failures`` recoveries).
+            ValueError: a wrong argument (named as the keyword, or as the flag from the magic).
+
+        Example::
+
+            result = cluster.train(train_func, {"steps": 200}, name="mlp", max_failures=2)
+            result.metrics, len(result.history), result.checkpoint
         """
         window = None if profile_steps is None else training.window(profile_steps, background)
         self.group.require_running()
@@ -107,7 +118,7 @@ class ClusterJobs:
         """Hyperparameter search: each trial one ``train`` run on every process; a ``TuneResult``.
 
         Each keyword but ``on_result`` is the :class:`~jaxnb._tune.options.TuneOptions` field of
-        its name; see :func:`jaxnb.tune.run`.
+        its name; see :func:`jaxnb.tune.run`, which it calls with this cluster.
         """
         given = {k: v for k, v in locals().items() if k not in ("self", "fn", "space", "on_result")}
         options = TuneOptions(**given)
@@ -121,8 +132,16 @@ class ClusterJobs:
                 on_result: Callable[[ProfileResult], None] | None = None) -> ProfileResult:
         """Run ``code`` like :meth:`run` while every process traces it; a ``ProfileResult``.
 
-        It lives in ``storage/name`` (default ``./jaxnb_runs/profile``); ``on_result`` gets it
-        also when the cell raised, before the error is raised.
+        Args:
+            code: Python source, run as a ``%%jax_profile`` cell.
+            name: the run's folder name (default ``profile``).
+            storage: where run folders live (default ``./jaxnb_runs``).
+            on_result: called with the ``ProfileResult``, also when the cell raised, before
+                the error is raised.
+
+        Raises:
+            jaxnb.ClusterStateError: the cluster is not running, or busy with a background run.
+            jaxnb.RemoteError: the code raised on some processes (after the table is shown).
         """
         self.group.require_idle()
         repair.ensure_ready(self.group)

@@ -15,7 +15,12 @@ __all__ = ["show_mesh", "show_sharding"]
 
 
 def show_mesh(mesh: Mesh, name: str | None = None) -> None:
-    """Display ``mesh``: its device grid, axis names and sizes, coloured by process."""
+    """Display ``mesh``: its device grid, axis names and sizes, coloured by process.
+
+    Args:
+        mesh: a ``jax.sharding.Mesh``.
+        name: the title shown above it (default: none).
+    """
     from jaxnb._engine.layout.describe import describe_mesh
     from jaxnb._widgets.mesh_view import show
 
@@ -26,7 +31,12 @@ def show_mesh(mesh: Mesh, name: str | None = None) -> None:
 
 
 def show_sharding(array: jax.Array, name: str | None = None) -> None:
-    """Display which block of ``array`` each device holds (no data is gathered)."""
+    """Display which block of ``array`` each device holds (no data is gathered).
+
+    Args:
+        array: a ``jax.Array`` (a global array spans every process's devices).
+        name: the title shown above it (default: none).
+    """
     from jaxnb._engine.layout.describe import describe_array
     from jaxnb._widgets.mesh_view import show
 

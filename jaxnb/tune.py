@@ -64,6 +64,19 @@ def run(
     ``JaxCluster.train``; ``background``: return the live TuneResult at once; ``seed``: the
     sampler's; ``show``: the live view; ``on_result`` gets the TuneResult, also before an
     error is raised. The same as ``cluster.tune(fn, space, …)`` and ``%jax_tune``.
+
+    Raises:
+        ValueError: a wrong argument or search space (one line naming it).
+        FileExistsError: the study exists and ``resume`` was not given, or another live
+            search runs it (named).
+        jaxnb.ClusterStateError: the cluster is not running, or busy with a background run.
+
+    Example::
+
+        from jaxnb import tune
+        space = {"learning_rate": tune.loguniform(1e-4, 3e-2), "hidden": tune.choice([16, 64])}
+        search = tune.run(cluster, train_func, space, trials=6, metric="accuracy", mode="max")
+        search.best_config, search.best_value
     """
     return cluster.tune(fn, space, trials=trials, metric=metric, mode=mode, pruner=pruner,
                         config=config, name=name, storage=storage, steps=steps, datasets=datasets,

@@ -25,10 +25,12 @@ HEAVY_FIXTURES = {
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark every test that needs engines, a kernel, the lab or a browser as ``engines``."""
+    """Mark every test that needs engines, a kernel, the lab or a browser as ``engines``; run the
+    docs' tests last, so the site they build shows the tutorials this run executed."""
     for item in items:
         if HEAVY_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.engines)
+    items.sort(key=lambda item: item.path.name == "test_docs.py")  # stable: the rest keep their order
 
 
 # The test process itself never initialises a JAX backend for the cluster tests;

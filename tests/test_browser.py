@@ -2,7 +2,7 @@
 
 One JupyterLab server for the module; cells run from the page with Shift+Enter
 and the checks read what the page shows. ``JAXNB_SCREENSHOTS=1`` rewrites the
-README's screenshots under docs/. Skipped (one line) where Chromium is missing.
+README's screenshots under docs/images/. Skipped (one line) where Chromium is missing.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """What the hardware is doing, in JupyterLab in headless Chromium: ``%jax_cluster memory`` and a
 training dashboard with memory per process, FLOP/s and where the wall time went.
 
-``JAXNB_SCREENSHOTS=1`` writes the README's pictures ``docs/memory.png`` and
-``docs/dashboard_hardware.png``. Skipped (one line) where Chromium is missing.
+``JAXNB_SCREENSHOTS=1`` writes the README's pictures ``docs/images/memory.png`` and
+``docs/images/dashboard_hardware.png``. Skipped (one line) where Chromium is missing.
 """
 
 from __future__ import annotations

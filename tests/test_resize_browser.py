@@ -6,7 +6,7 @@ warm spares. The test SIGKILLs process 2 (its pid read from the devices table) a
 engine its restart starts (a lost slot): the run goes on with 2; ``%jax_cluster status`` shows
 the lost slot; ``%jax_cluster scale 3`` grows the run back at its next checkpoint. The page's
 dashboard shows the process-count track with a shrink and a grow marker, and says how the run
-ended. ``JAXNB_SCREENSHOTS=1`` writes it to ``docs/resize-dashboard.png`` (the README's).
+ended. ``JAXNB_SCREENSHOTS=1`` writes it to ``docs/images/resize-dashboard.png`` (the README's).
 """
 
 from __future__ import annotations

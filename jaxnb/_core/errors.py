@@ -13,15 +13,27 @@ _CELL_NUMBER = re.compile(r"Cell In\[\d+\]")
 
 
 class JaxnbError(Exception):
-    """Base class of jaxnb's own errors."""
+    """Base class of jaxnb's own errors: ``except jaxnb.JaxnbError`` catches every one of them.
+
+    Each message says in its first line what happened and what to do.
+    """
 
 
 class ClusterStateError(JaxnbError):
-    """The cluster is not in a state that allows this call (not started, already running)."""
+    """The cluster is not in a state that allows this call (not started, already running).
+
+    Raised by :class:`jaxnb.JaxCluster`'s methods, e.g. ``run`` before ``start``, or a cell
+    while a ``--background`` run holds the engines.
+    """
 
 
 class StartError(JaxnbError):
-    """The cluster could not start; everything it had started was stopped."""
+    """The cluster could not start; everything it had started was stopped.
+
+    Raised by ``start`` and ``restart`` (``%jax_cluster start``): an engine that did not join
+    ``jax.distributed`` within ``--init-timeout``, a host that failed the preflight, a job the
+    queue did not start.
+    """
 
 
 class RemoteError(JaxnbError):
@@ -57,10 +69,14 @@ class RemoteError(JaxnbError):
 
 
 class ProcessFailure(RemoteError):
-    """A process died, the processes diverged, or a cell timed out."""
+    """A process died, the processes diverged, or a cell timed out.
 
-    #: The processes passed arrays of different sizes to one collective: what they computed
-    #: after it (and printed) is not valid.
+    Raised by a cell or a training run within seconds of the failure, naming each process,
+    how it ended, and where the others wait. ``%jax_cluster restart`` brings the cluster back.
+    """
+
+    #: True when the processes passed arrays of different sizes to one collective; what they
+    #: computed after it (and printed) is not valid.
     mismatch: bool = False
 
 

@@ -27,7 +27,11 @@ REPLAY_FAILED = (
 
 
 class ReplayError(RemoteError):
-    """A recorded setup step failed when it ran again on new engines (the cell is shown)."""
+    """A recorded setup step failed when it ran again on new engines (the cell is shown).
+
+    Raised by ``restart(replay=True)`` (``%jax_cluster restart --replay``); the replay stops at
+    that step. Fix the cell, run it again, then go on.
+    """
 
 
 @dataclasses.dataclass(frozen=True)

@@ -65,6 +65,13 @@ class Checkpoint:
         a train function, on every process together. ``target`` is a pytree of
         jax.Arrays or of ``jax.ShapeDtypeStruct`` with a sharding; with several
         processes, each one reads only its own shards.
+
+        Raises:
+            ValueError: without ``target``, the saved structure holds a class jaxnb does not
+                rebuild without running code (one line: pass ``restore(target)``).
+
+        Example:
+            >>> state = jaxnb.get_checkpoint().restore(state)   # doctest: +SKIP
         """
         return _RESTORE(self, target)
 

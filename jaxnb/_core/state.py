@@ -47,7 +47,7 @@ class ProcessInfo:
     state: str = "idle"
     #: The address its host is reached on (the interface that routes to the notebook's machine).
     address: str = ""
-    #: Its parent's pid (for an engine on another host: the shell that reports its exit).
+    #: Its parent's pid; for an engine on another host, that of the shell that reports its exit.
     parent_pid: int = 0
     #: JAX's persistent compilation cache as this process sees it (``status()`` asks while the
     #: engines are idle): ``folder`` (``None``: off), ``entries`` and ``bytes`` on its host,

@@ -20,7 +20,7 @@ class Failure:
     the last step reported before it, ``processes`` the processes that died and
     ``cause`` one line saying how. ``resumed_from`` is the checkpoint step the run
     went on from (``None``: from the beginning). ``phases`` has the seconds each phase
-    of the recovery took, in order (:mod:`jaxnb._core.phases`): ``detect``, ``stop the old
+    of the recovery took, in order (``jaxnb._core.phases``): ``detect``, ``stop the old
     group``, ``start or swap``, ``join jax.distributed``, ``replay``, ``restore``, ``first
     step`` (compile included); ``seconds`` is their sum, once the first step is done. A change
     of the group's size (``--min-processes``: a shrink after a loss, or a grow back at a
@@ -76,7 +76,7 @@ class Result(Ongoing):
     goodput: dict[str, Any] | None = None
     #: FLOPs of one step on one device (XLA's cost analysis of the compiled step), or ``None``.
     flops_per_step: float | None = None
-    #: Per process: its memory's peak over the run (``peak``: the device's, or on CPU the
+    #: Each process's memory peak over the run (``peak`` is the device's, or on CPU the
     #: live arrays' sampled peak; ``peak_rss``), with the latest reading (``in_use``, ``limit``).
     memory: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)
     _samples: dict[int, ProcessSamples] = dataclasses.field(default_factory=dict, repr=False)

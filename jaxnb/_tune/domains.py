@@ -20,19 +20,31 @@ class Domain:
 
 
 def uniform(lower: float, upper: float) -> Domain:
-    """A float drawn uniformly from ``[lower, upper]`` (Ray's ``tune.uniform``)."""
+    """A float drawn uniformly from ``[lower, upper]`` (Ray's ``tune.uniform``).
+
+    Raises:
+        ValueError: the bounds are not two numbers with lower < upper (one line).
+    """
     return Domain("uniform", *_bounds("uniform", lower, upper))
 
 
 def quniform(lower: float, upper: float, q: float) -> Domain:
-    """A float from ``[lower, upper]`` in steps of ``q`` (Ray's ``tune.quniform``)."""
+    """A float from ``[lower, upper]`` in steps of ``q`` (Ray's ``tune.quniform``).
+
+    Raises:
+        ValueError: ``q`` is not positive, or the bounds are wrong (one line).
+    """
     if not q > 0:
         raise ValueError(f"quniform: q must be positive, got {q!r}; e.g. quniform(0, 1, 0.1)")
     return Domain("uniform", *_bounds("quniform", lower, upper), step=float(q))
 
 
 def loguniform(lower: float, upper: float) -> Domain:
-    """A float drawn uniformly in log space from ``[lower, upper]``, both > 0 (Ray's ``tune.loguniform``)."""
+    """A float drawn uniformly in log space from ``[lower, upper]``, both > 0 (Ray's ``tune.loguniform``).
+
+    Raises:
+        ValueError: ``lower`` is not above 0, or the bounds are wrong (one line).
+    """
     low, high = _bounds("loguniform", lower, upper)
     if low <= 0:
         raise ValueError(f"loguniform needs lower > 0, got {lower!r}; e.g. loguniform(1e-4, 1e-1)")
@@ -40,7 +52,11 @@ def loguniform(lower: float, upper: float) -> Domain:
 
 
 def randint(lower: int, upper: int) -> Domain:
-    """An int from ``lower`` up to ``upper`` EXCLUDED, as Ray's ``tune.randint``."""
+    """An int from ``lower`` up to ``upper`` EXCLUDED, as Ray's ``tune.randint``.
+
+    Raises:
+        ValueError: the bounds are not two ints with lower < upper (one line).
+    """
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in (lower, upper)):
         raise ValueError(f"randint takes two ints, got ({lower!r}, {upper!r}); e.g. randint(1, 5)")
     if upper <= lower:
@@ -49,7 +65,11 @@ def randint(lower: int, upper: int) -> Domain:
 
 
 def choice(categories: Sequence[Any]) -> Domain:
-    """One of ``categories`` (Ray's ``tune.choice``): numbers, strings, bools or None."""
+    """One of ``categories`` (Ray's ``tune.choice``): numbers, strings, bools or None.
+
+    Raises:
+        ValueError: ``categories`` is empty or not a list (one line).
+    """
     values = tuple(categories) if not isinstance(categories, str | bytes) else ()
     if not values:
         raise ValueError(f"choice takes a non-empty list, got {categories!r}; e.g. choice([32, 64])")

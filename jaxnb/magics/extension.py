@@ -86,16 +86,25 @@ class JaxnbMagics(Magics):
         return jax_tune.run(self, line, local_ns)
 
 
-# ``%jax_train?`` and the others: each magic's help is its module's (the usage, every flag).
-for _method, _help in [
-    (JaxnbMagics.jax_cluster_line, jax_cluster.HELP), (JaxnbMagics.jax_cluster_cell, jax_cluster.CELL_HELP),
-    (JaxnbMagics.jax_profile, jax_profile.HELP), (JaxnbMagics.jax_pull, jax_pull_push.pull.__doc__),
-    (JaxnbMagics.jax_push, jax_pull_push.push.__doc__), (JaxnbMagics.jax_mesh, jax_mesh.run.__doc__),
-    (JaxnbMagics.jax_train, jax_train.HELP), (JaxnbMagics.jax_tune, jax_tune.HELP),
-    (JaxnbMagics.jax_debug, jax_debug.HELP), (JaxnbMagics.jax_who, jax_who_diff.who.__doc__),
-    (JaxnbMagics.jax_diff, jax_who_diff.diff.__doc__),
-]:
-    _method.__doc__ = _help
+#: Each magic's declaration, by (kind, name): the function its ``@argument``\ s decorate
+#: (``magic_arguments`` makes its help: the usage and every flag), or the function whose
+#: docstring is the help of a magic without flags. ``%jax_train?`` shows it; the docs'
+#: reference is made from it (docs/_ext/jaxnb_docs.py).
+DECLARATIONS: dict[tuple[str, str], Any] = {
+    ("line", "jax_cluster"): jax_cluster.jax_cluster,
+    ("cell", "jax_cluster"): jax_cluster.jax_cluster_cell,
+    ("line", "jax_train"): jax_train.jax_train,
+    ("line", "jax_tune"): jax_tune.jax_tune,
+    ("cell", "jax_profile"): jax_profile.jax_profile,
+    ("line", "jax_mesh"): jax_mesh.run,
+    ("line", "jax_pull"): jax_pull_push.pull,
+    ("line", "jax_push"): jax_pull_push.push,
+    ("line", "jax_debug"): jax_debug.jax_debug,
+    ("line", "jax_who"): jax_who_diff.who,
+    ("line", "jax_diff"): jax_who_diff.diff,
+}
+for (_kind, _name), _declared in DECLARATIONS.items():
+    getattr(JaxnbMagics, JaxnbMagics.magics[_kind][_name]).__doc__ = _declared.__doc__
 
 
 def _instance(shell: Any) -> JaxnbMagics | None:

@@ -195,5 +195,3 @@ def show_status(cluster: JaxCluster) -> None:
 
 
 #: ``%jax_cluster?`` and ``%%jax_cluster?``: the usage and every flag.
-HELP = jax_cluster.__doc__
-CELL_HELP = jax_cluster_cell.__doc__

@@ -25,7 +25,6 @@ def jax_debug(line: str) -> None:
 
 
 #: ``%jax_debug?``: the usage line and every flag.
-HELP = jax_debug.__doc__
 
 
 def run(front: kit.Front, line: str) -> None:

@@ -23,7 +23,6 @@ def jax_profile(line: str) -> None:
 
 
 #: ``%%jax_profile?``: the usage line and every flag.
-HELP = jax_profile.__doc__
 
 
 def run(front: kit.Front, line: str, cell: str) -> None:

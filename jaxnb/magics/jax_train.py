@@ -46,7 +46,6 @@ def jax_train(line: str) -> None:
 
 
 #: ``%jax_train?``: the usage line and every flag.
-HELP = jax_train.__doc__
 #: The flags whose value is a Python expression, and an example of one.
 EXPRESSIONS = {"--config": "dict(lr=1e-3)"}
 

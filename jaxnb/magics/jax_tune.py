@@ -50,7 +50,6 @@ def jax_tune(line: str) -> None:
 
 
 #: ``%jax_tune?``: the usage line and every flag.
-HELP = jax_tune.__doc__
 
 
 #: The flags whose value is a Python expression, and an example of one.

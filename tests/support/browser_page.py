@@ -18,9 +18,9 @@ from playwright.sync_api import BrowserContext, Locator, Page, expect, sync_play
 
 from . import lab_server
 
-#: Set to regenerate the README's screenshots under docs/ from the browser tests.
+#: Set to regenerate the screenshots under docs/images/ (docs and README) from the browser tests.
 SCREENSHOTS_ENV = "JAXNB_SCREENSHOTS"
-DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs"
+DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs" / "images"
 #: What a broken widget shows instead of itself.
 WIDGET_ERRORS = ("Error displaying widget", "model not found", "Failed to load model")
 #: Console noise that is not jaxnb's: the server's optional endpoints, and Chromium dropping
@@ -211,7 +211,7 @@ def wait_for(predicate: Any, timeout_s: float = 60, what: str = "condition") -> 
 
 
 def screenshot(target: Locator, name: str) -> None:
-    """Write ``docs/<name>.png`` when regenerating screenshots (``JAXNB_SCREENSHOTS=1``)."""
+    """Write ``docs/images/<name>.png`` when regenerating screenshots (``JAXNB_SCREENSHOTS=1``)."""
     if os.environ.get(SCREENSHOTS_ENV):
         DOCS.mkdir(exist_ok=True)
         target.scroll_into_view_if_needed()

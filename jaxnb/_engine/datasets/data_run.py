@@ -123,7 +123,19 @@ _data: DataRun | None = None
 
 def get_dataset_shard(name: str) -> Any:
     """This process's share of the dataset passed as ``--datasets name=VAR``, as Ray's
-    ``ray.train.get_dataset_shard``: ``iter_batches(...)`` and ``iter_jax_batches(...)``."""
+    ``ray.train.get_dataset_shard``: ``iter_batches(...)`` and ``iter_jax_batches(...)``.
+
+    Args:
+        name: the dataset's name in ``--datasets name=VAR`` (``datasets={name: "VAR"}``).
+
+    Raises:
+        RuntimeError: called outside a function run by ``%jax_train`` / ``JaxCluster.train``.
+        KeyError: no dataset of that name was passed to this run.
+
+    Example:
+        >>> for batch in jaxnb.get_dataset_shard("train").iter_batches(batch_size=8):  # doctest: +SKIP
+        ...     state, loss = step(state, batch)
+    """
     if _data is None:
         raise RuntimeError(OUTSIDE_RUN)
     return _data.shard(name)

@@ -151,7 +151,7 @@ class DatasetShard:
         self.process, self.num_processes = process, num_processes
         self.rows = source.length // num_processes
         self._resume = resume
-        #: The number of processes the run's datasets were first read with: ``iter_batches``'s
+        #: How many processes the run's datasets were first read with; ``iter_batches``'s
         #: ``batch_size`` is per process at that number (the global batch stays).
         self.reference = int(resume.get("reference_processes", num_processes)) if resume else num_processes
         self._epoch = -1

@@ -73,5 +73,12 @@ class TrainContext:
 
 
 def get_context() -> TrainContext:
-    """The context of this process (call inside a train function or a cell)."""
+    """The context of this process (call inside a train function or a cell).
+
+    Named as Ray Train's: ``get_world_rank()``, ``get_world_size()``, ``get_local_rank()``,
+    ``get_local_world_size()``, plus ``process_index`` and ``num_processes``.
+
+    Example:
+        >>> rank = jaxnb.get_context().get_world_rank()   # doctest: +SKIP
+    """
     return TrainContext()

@@ -90,7 +90,7 @@ def report(metrics: dict[str, Any], checkpoint: Any = None, *, step_fn: Any = No
     works too). The step is
     ``metrics["step"]`` when it is a Python int, else the number of reports
     so far (continuing from the resumed checkpoint's step). It does not wait on
-    the device, except to keep at most :data:`MAX_IN_FLIGHT` reported values
+    the device, except to keep at most ``MAX_IN_FLIGHT`` reported values
     computing (1 with several CPU devices per process).
 
     Once the run is asked to stop (Stop, an interrupt, a pruned trial), the
@@ -102,6 +102,21 @@ def report(metrics: dict[str, Any], checkpoint: Any = None, *, step_fn: Any = No
     Without it, jaxnb takes the jitted function with the most FLOPs that the function calls. A
     ``batch_size`` (examples per step) or ``tokens`` (tokens per step) metric gives the
     throughput in those units.
+
+    Args:
+        metrics: names to numbers (Python or JAX scalars); ``step`` is the step when given.
+        checkpoint: a pytree to save with Orbax from every process, or the path of a
+            checkpoint directory you wrote; ``None`` saves nothing.
+        step_fn: the compiled step, for FLOP/s and MFU (see above); once is enough.
+
+    Raises:
+        RuntimeError: called outside a function run by ``%jax_train`` / ``JaxCluster.train``.
+        TypeError: ``metrics`` is not a dict.
+        ValueError: a checkpoint leaf cannot be saved (a function, a file, a deleted buffer):
+            the message names its path, on every process.
+
+    Example:
+        >>> jaxnb.report({"loss": loss}, checkpoint=state if step % 50 == 0 else None)  # doctest: +SKIP
     """
     run = _run
     if run is None or run.publisher is None:
@@ -148,10 +163,15 @@ def report(metrics: dict[str, Any], checkpoint: Any = None, *, step_fn: Any = No
 
 
 def get_checkpoint() -> Any:
-    """The checkpoint this run resumes from (``--resume``), or None.
+    """The checkpoint this run resumes from (``--resume``, or a recovery), or None.
 
     It has ``step``, ``path``, ``restore(target=None)`` and, as in Ray,
-    ``as_directory()``.
+    ``as_directory()``. Outside a run it is None.
+
+    Example::
+
+        start = jaxnb.get_checkpoint()
+        state = start.restore(state) if start else state    # laid out like ``state``
     """
     return _run.resume if _run is not None else None
 
@@ -159,8 +179,10 @@ def get_checkpoint() -> Any:
 def should_stop() -> bool:
     """True on every process at the same call once the run was asked to stop (then it stays True).
 
-    Optional: without it the run ends at a ``report()``. With it, the function
-    ends itself, and may still report and save (a last checkpoint) after the loop.
+    A stop is asked by the dashboard's Stop button, ``Result.stop()``, a kernel interrupt or
+    a search's pruner. Optional: without it the run ends at a ``report()``. With it, the
+    function ends itself, and may still report and save (a last checkpoint) after the loop.
+    Outside a run it is False. Every process must call it alike (SPMD).
     """
     run = _run
     if run is None:
