@@ -5,6 +5,7 @@ memory peak."""
 
 from __future__ import annotations
 
+import datetime
 import re
 
 import pytest
@@ -67,9 +68,15 @@ def summary(out) -> dict[str, str]:
 def kernel_seconds(out) -> float:
     """How long the kernel was busy with the cell, by its own clock (the messages' dates): the
     time the front end measures adds how long it took to read them, on a loaded machine."""
-    dates = [m["header"]["date"] for m in out.messages
+    dates = [as_date(m["header"]["date"]) for m in out.messages
              if m["header"]["msg_type"] == "status" or m["header"]["msg_type"] == "execute_input"]
     return (max(dates) - min(dates)).total_seconds()
+
+
+def as_date(date: datetime.datetime | str) -> datetime.datetime:
+    """A message header's date (jupyter_client gives a datetime, or the ISO text it came as)."""
+    return date if isinstance(date, datetime.datetime) else datetime.datetime.fromisoformat(
+        date.replace("Z", "+00:00"))
 
 
 def number(text: str) -> float:

@@ -85,7 +85,6 @@ EXPECTED_TEXT = {
     "06_tuning.ipynb": [
         "trials run: 6",
         "best trial finished: COMPLETE",
-        "pruned trials ended early: True",
         "trials in the study: 7",
         "earlier trials kept: True",
         "earlier trials unchanged: True",

@@ -62,7 +62,9 @@ class SshSite(Site):
 
     def remember_launchers(self, group: Group) -> None:
         for p in group.indices:
-            remote_launchers.launcher_of(group, p)
+            launcher = remote_launchers.launcher_of(group, p)
+            if launcher is not None:  # its engine just joined: its host answers (a stop kills there)
+                reachability.answered(getattr(launcher, "location", ""))
 
     keeps_spares = True  # as many on each host as the group has there
     resizes = True
