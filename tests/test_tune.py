@@ -28,8 +28,8 @@ def quadratic(config):
         for step in range(1, config["steps"] + 1):
             if jaxnb.should_stop():
                 return
+            last = step  # reported even when the report ends the run (a prune): it is sent first
             jaxnb.report({"loss": (config["x"] - 2.0) ** 2 + 1.0 / step, "step": step})
-            last = step
             time.sleep(config.get("sleep", 0.02))
     finally:
         if config.get("marks"):

@@ -72,24 +72,22 @@ def test_a_ray_loop_that_never_asks_is_pruned_at_the_same_report_everywhere(kern
         assert p0["last"] == p1["last"] == t["steps"][-1]  # the same report on every process
         complete = t["state"] == "COMPLETE"
         assert p0["after_loop"] is p1["after_loop"] is complete  # never half-way on some
-        if not complete:
-            assert t["pruned_at"] <= t["stopped_at"] == p0["last"] < 60, t
+        if not complete:  # within one report of the prune
+            assert t["pruned_at"] <= t["stopped_at"] == p0["last"] <= t["pruned_at"] + 1 < 60, t
     optuna_values = kernel.value("[t.value for t in search.study.trials]")
     assert optuna_values == [t["value"] for t in trials]  # one value: the last report's
 
 
-def test_fast_steps_end_within_one_report_of_the_stop_on_every_process(kernel, tmp_path):
+def test_fast_steps_end_within_one_report_of_the_prune_on_every_process(kernel, tmp_path):
     """Tutorial 06's shape (should_stop() at every step) with ~1 ms steps: every PRUNED trial ran
-    all its steps, the stop agreement (every 0.1 s) being slower than the steps."""
-    _, trials = search_of(kernel, "fast_steps", tmp_path, steps=3000)
+    all its steps, the stop agreement (every 0.1 s) being slower than the steps; then they ran
+    10-15 steps past the pruner's verdict (it travelled to the notebook and back)."""
+    _, trials = search_of(kernel, "fast_steps", tmp_path, steps=300)
     assert [t["state"] for t in trials] == ["COMPLETE", "COMPLETE", "PRUNED", "PRUNED"]
     for t, (p0, p1) in zip(trials, ends(tmp_path / "ends"), strict=True):
         assert p0["last"] == p1["last"] == t["steps"][-1], (p0, p1)  # the same step everywhere
-        if t["state"] == "PRUNED":
-            assert p0["last"] < 3000
-            for p in (p0, p1):  # at most one report after the stop reached this process
-                assert p["seen"] is None or p["last"] <= p["seen"] + 1, (p0, p1)
-            print(f"pruned at step {t['pruned_at']}, ended at {t['stopped_at']}")
+        if t["state"] == "PRUNED":  # the report after the one the pruner judged, at the latest
+            assert t["steps"][-1] <= t["pruned_at"] + 1 < 300, [*t["steps"][-3:], t["pruned_at"]]
 
 
 def test_a_resumed_search_shows_each_trial_as_it_was(kernel, tmp_path):

@@ -179,7 +179,8 @@ class _Search:
         self._started = time.monotonic()
         try:
             run = driver.train(self.group, self.fn, config, name=run_name, storage=self.result.path,
-                               total_steps=self.opts.steps, view=feed, **self.extra)
+                               total_steps=self.opts.steps, view=feed,
+                               paced=self.opts.pruner != "none", **self.extra)
         except RemoteError as exc:
             error = exc
             run = getattr(exc, "result", None)
