@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -36,6 +37,9 @@ from jaxnb._failures import detect, repair, stacks
 from jaxnb._hosts import site
 from jaxnb._lifecycle import compile_cache, lost_hosts, shutdown, spares, startup
 from jaxnb._train.resize import Sizes
+
+#: How long ``status`` lets the controller's queue counts catch up with a request just answered.
+QUEUE_SETTLE_SECONDS = 2.0
 
 CPU_MULTI_DEVICE_NOTE = (
     "jaxnb: several CPU devices per process: gloo collectives can deadlock with many steps in "
@@ -423,6 +427,11 @@ class JaxCluster(ClusterJobs):
         group = self.group
         group.require_running()
         queue = group.client.queue_status()
+        settle = time.monotonic() + QUEUE_SETTLE_SECONDS
+        while (not group.busy_with and time.monotonic() < settle
+               and any((queue.get(i.engine_id) or {}).get("queue") for i in group.processes)):
+            time.sleep(0.05)  # the controller counts a request just answered a moment longer
+            queue = group.client.queue_status()
         dead = detect.dead_processes(group)
         for info in group.processes:
             q = queue.get(info.engine_id)

@@ -176,7 +176,8 @@ def flat_figures(figures: Any, prefix: str = "") -> list[tuple[str, Any]]:
     if isinstance(figures, dict):
         rows: list[tuple[str, Any]] = []
         for key, value in figures.items():
-            rows += flat_figures(value, f"{prefix} / {key}" if prefix else str(key))
+            name = str(key).strip()
+            rows += flat_figures(value, f"{prefix} / {name}" if prefix else name)
         return rows
     return [(prefix, figures)]
 
