@@ -21,7 +21,7 @@ from jaxnb._tune import keys, trial_record
 from jaxnb._tune import space as spaces
 from jaxnb._tune import study as studies
 from jaxnb._tune.feed import TrialFeed, metric_value
-from jaxnb._tune.options import TuneOptions, make_pruner
+from jaxnb._tune.options import TuneOptions, can_prune, make_pruner
 from jaxnb._tune.result import TrialResult, TuneResult
 from jaxnb._tune.view import TuneView
 
@@ -180,7 +180,7 @@ class _Search:
         try:
             run = driver.train(self.group, self.fn, config, name=run_name, storage=self.result.path,
                                total_steps=self.opts.steps, view=feed,
-                               paced=self.opts.pruner != "none", **self.extra)
+                               paced=can_prune(self.opts.pruner, self._completed()), **self.extra)
         except RemoteError as exc:
             error = exc
             run = getattr(exc, "result", None)
@@ -243,6 +243,12 @@ class _Search:
         self.result.trials.append(trial)
         if self.view is not None:
             self.view.trial_ended(number, state, value, seconds=trial.seconds)  # as a resume shows it
+
+    def _completed(self) -> int:
+        """How many trials of the study have finished (COMPLETE), as Optuna's pruners count."""
+        from optuna.trial import TrialState
+
+        return len(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
 
     def _stop_current(self) -> None:
         monitor = self.group.current_run
