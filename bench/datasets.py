@@ -6,13 +6,15 @@
    each of the three formats vs fed from batches already in memory: ``iter_batches`` of a dict
    of columns (the token windows as two arrays), ``iter_batches`` of the page's Grain
    ``MapDataset`` of per-record dicts, and ``iter_jax_batches`` (global arrays, of the columns).
-   The two feeds alternate in rounds inside one run (which goes first alternates too); each
-   ratio is the median of the per-round ratios (target >= 0.95).
+   The two feeds alternate in rounds of ``--steps`` steps inside one run (which goes first
+   alternates too); each ratio is the median of the per-round ratios (target >= 0.95), with the
+   ratio of the total times beside it. Short rounds, many of them: a 2-core machine's speed
+   drifts by several per cent within seconds, and alternating often cancels the drift.
 2. ``iter_batches`` rows/s of one process's share (process 0 of 2) of a 2-D ``np.memmap``
    vs a plain NumPy loop slicing the same memmap (in this process, no cluster).
 3. bytes of the saved position per process (one dataset's iterator; one positions-log line).
 
-    python -m bench.datasets [--steps 40] [--rounds 5]
+    python -m bench.datasets [--steps 50] [--rounds 21]
 
 Writes ``bench/results/datasets.json``.
 """
@@ -102,7 +104,7 @@ FORMATS = {"columns": "iter_batches of a dict of columns",
            "jax": "iter_jax_batches (global arrays) of the columns"}
 
 
-def gpt2_feed(steps: int, rounds: int, folder: str) -> dict:
+def gpt2_feed(steps: int, rounds: int, folder: str, formats: list[str]) -> dict:
     """Section 1 for every format, on one cluster; the figures by format."""
     from jaxnb import JaxCluster
 
@@ -116,7 +118,7 @@ def gpt2_feed(steps: int, rounds: int, folder: str) -> dict:
                     "num_sequences=4096, seed=2357)\n"
                     "train_columns = {k: np.stack([train_ds[i][k] for i in range(len(train_ds))])"
                     " for k in ('x', 'y')}\n")
-        for feed_format in FORMATS:
+        for feed_format in formats:
             config = {"steps": steps, "rounds": rounds, "format": feed_format,
                       "model": {"seqlen": 64, "embed_dim": 64, "num_heads": 4,
                                 "global_batch_size": 16}}
@@ -131,6 +133,8 @@ def gpt2_feed(steps: int, rounds: int, folder: str) -> dict:
                 "memory_steps_per_s": statistics.median(r["memory"] for r in report["rounds"]),
                 "shard_steps_per_s": statistics.median(r["shard"] for r in report["rounds"]),
                 "ratio": statistics.median(ratios), "ratios": ratios,
+                "ratio_of_totals": sum(1 / r["memory"] for r in report["rounds"])
+                / sum(1 / r["shard"] for r in report["rounds"]),
                 "position_bytes": report["position_bytes"], "log_line_bytes": line}
     return found
 
@@ -165,22 +169,28 @@ def rows_per_second(folder: str, rows: int = 200_000, width: int = 64, batch: in
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=50, help="steps per feed in each round")
+    parser.add_argument("--rounds", type=int, default=21)
+    parser.add_argument("--formats", default=",".join(FORMATS),
+                        help=f"the feeds of section 1, comma-separated (default: {','.join(FORMATS)})")
     args = parser.parse_args()
+    unknown = sorted(set(args.formats.split(",")) - set(FORMATS))
+    if unknown:
+        parser.error(f"--formats: unknown {', '.join(unknown)}; pick from {', '.join(FORMATS)}")
     results = Results("datasets")
     print(f"load average at the start: {results.load_at_start}")
     with tempfile.TemporaryDirectory(prefix="jaxnb-bench-data-") as folder:
         rows = rows_per_second(folder)
         print(f"iter_batches: {rows['iter_batches']:,.0f} rows/s per process; NumPy slicing of the "
               f"same memmap: {rows['numpy_slicing']:,.0f} rows/s; ratio {rows['ratio']:.2f}")
-        feeds = gpt2_feed(args.steps, args.rounds, folder)
+        feeds = gpt2_feed(args.steps, args.rounds, folder, args.formats.split(","))
     for feed_format, feed in feeds.items():
         print(f"GPT-2 loop, 2 processes, {FORMATS[feed_format]}: {feed['shard_steps_per_s']:.1f} "
               f"steps/s, from memory {feed['memory_steps_per_s']:.1f} steps/s; ratio "
-              f"{feed['ratio']:.3f} (rounds {', '.join(f'{r:.2f}' for r in feed['ratios'])}; "
-              "target >= 0.95)")
-    feed = feeds["records"]
+              f"{feed['ratio']:.3f} (median of {len(feed['ratios'])} rounds, "
+              f"{min(feed['ratios']):.2f}–{max(feed['ratios']):.2f}; ratio of the total times "
+              f"{feed['ratio_of_totals']:.3f}; target >= 0.95)")
+    feed = next(iter(feeds.values()))
     print(f"saved position: {feed['position_bytes']} bytes per dataset iterator; "
           f"{feed['log_line_bytes']} bytes per positions-log line (per process, per report)")
     results.add(rows=rows, feeds=feeds)

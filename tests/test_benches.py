@@ -44,6 +44,7 @@ SMALL_RUNS = [
     ("tune", ["--trials", "2", "--steps", "20", "--fresh", "2", "--prune-trials", "0"]),
     ("train_throughput", ["--steps", "3", "--warmup", "2", "--repeats", "1", "--din", "16",
                           "--hidden", "16", "--batch", "16", "--rate", "20", "--seconds", "0.5"]),
+    ("datasets", ["--steps", "3", "--rounds", "1"]),
     ("gloo_stress", ["-K", "1", "--steps", "3", "--launches", "1", "--din", "8", "--hidden", "8"]),
 ]
 #: The benches that write their figures as JSON, and the figures each must hold.
@@ -54,7 +55,8 @@ WRITES = {
     "checkpoint_save": ("saves", "fingerprints_s", "target"),
     "train_throughput": ("jaxnb_steps_per_s", "plain_steps_per_s", "plain_bounded_steps_per_s",
                          "ratio", "target", "latency", "startup_s"),
-    "monitoring": ("median_ratio",),
+    "monitoring": ("median_ratio", "ratio_of_medians", "notebook_cpu_share"),
+    "datasets": ("rows", "feeds"),
     "resize": ("local",),
     "tune": ("gap_tune_ms",),
     "gloo_stress": ("config", "launches", "hangs", "exit_hangs", "errors", "median_steps_per_s"),

@@ -21,11 +21,14 @@ of an epoch that do not split over the processes are left out, named (only after
 
 The pipeline is Grain's: ``MapDataset.range`` over the batches → ``map`` (the batch's rows,
 then one read of those rows) → ``to_iter_dataset`` (batches read ahead by Grain's threads),
-plus ``ThreadPrefetchIterDataset`` for the device transfer of ``iter_jax_batches``.
+and, for ``iter_jax_batches``, each batch put on the devices ``prefetch_batches`` ahead, on the
+training thread (JAX's transfers are asynchronous: a second thread would only contend with the
+training loop for the interpreter, as bench/datasets.py measured).
 """
 
 from __future__ import annotations
 
+import collections
 import sys
 from collections.abc import Iterator
 from typing import Any, cast
@@ -110,7 +113,11 @@ class BatchIterator(Iterator[dict[str, Any]]):
                  to_device: Any = None, taken: int = 0) -> None:
         self.shard, self.settings, self.part = shard, settings, part
         self.epoch, self.batches, self.taken, self._read = part.epoch, part.batches, taken, 0
-        self._it: Any = shard.pipeline(settings, part, to_device)
+        self._it: Any = shard.pipeline(settings, part)
+        self._to_device = to_device
+        #: Batches already put on the devices, oldest first (``iter_jax_batches``).
+        self._ahead: collections.deque[dict[str, Any]] = collections.deque()
+        self._ahead_count = int(settings["prefetch"])
 
     def __iter__(self) -> BatchIterator:
         return self
@@ -120,12 +127,23 @@ class BatchIterator(Iterator[dict[str, Any]]):
             raise StopIteration
         try:
             with timing.counting("data"):  # the run waits for its next batch
-                batch = next(self._it)
+                batch = self._next_on_devices() if self._to_device is not None else next(self._it)
         except StopIteration:
             self.close()
             raise
         self.taken, self._read = self.taken + 1, self._read + 1
         return batch
+
+    def _next_on_devices(self) -> dict[str, Any]:
+        """The oldest batch put on the devices, after putting the next ones (asynchronously)."""
+        while self._it is not None and len(self._ahead) <= self._ahead_count:
+            try:
+                self._ahead.append(self._to_device(next(self._it)))
+            except StopIteration:
+                break
+        if not self._ahead:
+            raise StopIteration
+        return self._ahead.popleft()
 
     def position(self) -> dict[str, Any]:
         """Where the next batch comes from (JSON): the epoch, its layout, its next position."""
@@ -138,6 +156,7 @@ class BatchIterator(Iterator[dict[str, Any]]):
     def close(self) -> None:
         """Stop the reading threads (done at the end of the pass, and of the run)."""
         it, self._it = self._it, None
+        self._ahead.clear()
         if it is not None:
             it.close()
 
@@ -194,7 +213,7 @@ class DatasetShard:
 
         ``sharding`` (default: the batch axis split over every device) lays out each
         column; each process puts its own rows (``jax.make_array_from_process_local_data``),
-        in a background thread, ``prefetch_batches`` ahead.
+        ``prefetch_batches`` ahead (rows read by Grain's threads; the transfers asynchronous).
         """
         import jax
 
@@ -304,15 +323,10 @@ class DatasetShard:
                 "shuffled; pass the same local_shuffle_buffer_size as the saved run")
         return {**settings, "shuffle_seed": saved["shuffle_seed"]}
 
-    def pipeline(self, settings: dict[str, Any], part: Pass, to_device: Any) -> Any:
+    def pipeline(self, settings: dict[str, Any], part: Pass) -> Any:
         """The Grain iterator over the pass: batch b reads its rows at once."""
         ds = grain.MapDataset.range(part.batches).map(part.rows_of).map(self.source.read)
         prefetch = settings["prefetch"]
         it_ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=min(prefetch, 4),
                                                      prefetch_buffer_size=prefetch))
-        if to_device is not None:
-            it_ds = it_ds.map(to_device)
-            if prefetch:
-                it_ds = grain.experimental.ThreadPrefetchIterDataset(
-                    it_ds, prefetch_buffer_size=prefetch)
         return iter(it_ds)
