@@ -125,13 +125,17 @@ def _spares_ready(cluster, seconds: float = 120.0) -> None:
 
 
 def resident_mb(pids) -> list[float]:
-    """The resident memory (RSS, MB) of each process still running."""
+    """The resident memory (RSS, MB) of each of these processes that is a jaxnb engine running
+    here (on ssh hosts a spare's pid is its ssh launcher's: left out)."""
     import psutil
 
     found = []
     for pid in pids:
         with contextlib.suppress(psutil.Error):
-            found.append(psutil.Process(pid).memory_info().rss / 1e6)
+            process = psutil.Process(pid)
+            if "python" in process.name() and any("jaxnb._engine.boot" in part
+                                                  for part in process.cmdline()):
+                found.append(process.memory_info().rss / 1e6)
     return found
 
 
@@ -201,9 +205,11 @@ def compare(where: str, repeats: int, found: dict, **cluster_options) -> None:
                                     "  of which the step")]
     for key, label, _ in [*ROWS, *inside, ("total", "total", "")]:
         print(f"  {label:<32} {found[where]['spares'][key]:6.2f}s {found[where]['no spares'][key]:6.2f}s")
-    print(f"jaxnb memory, {where}: a warm spare {statistics.median(spare):.0f} MB resident, a group "
-          f"engine after joining {statistics.median(engine):.0f} MB (medians of "
-          f"{len(memory.get('spare_mb', []))} spares, {len(memory.get('engine_mb', []))} engines)")
+    spare_said = (f"{statistics.median(spare):.0f} MB resident" if memory.get("spare_mb") else
+                  "not measured (its pid here is its ssh launcher's)")
+    print(f"jaxnb memory, {where}: a warm spare {spare_said}, a group engine after joining "
+          f"{statistics.median(engine):.0f} MB (medians of {len(memory.get('spare_mb', []))} "
+          f"spares, {len(memory.get('engine_mb', []))} engines)")
 
 
 def _medians(rows: list[dict[str, float]]) -> dict[str, float]:

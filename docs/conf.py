@@ -26,6 +26,9 @@ extensions = [
     "jaxnb_docs",
 ]
 
+# Flags stay as typed: Sphinx's smart quotes turn a "--hosts" outside code into "–hosts".
+smartquotes = False
+
 # Pages are Markdown; notebooks are rendered from their stored outputs, never executed.
 source_suffix = {".md": "myst-nb", ".ipynb": "myst-nb"}
 nb_execution_mode = "off"

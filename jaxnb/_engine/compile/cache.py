@@ -17,7 +17,8 @@ Set up when the engine starts, before anything compiles (:func:`enable_from_env`
   :data:`MAX_BYTES`, least recently used entries evicted first. The bound also turns on JAX's
   file lock (``filelock``), so processes sharing the folder never read half-written entries;
 - hits, lookups and the compile time they saved are counted from JAX's monitoring events
-  (:func:`describe`, shown by ``%jax_cluster status``).
+  (:func:`describe`, shown by ``%jax_cluster status``). JAX stores compile times in whole
+  seconds, so the time saved counts only programs that took a second or more to compile.
 """
 
 from __future__ import annotations
@@ -61,9 +62,9 @@ class _Stats:
                 self.counts[event] += 1
 
     def on_duration(self, event: str, duration_secs: float, **_: Any) -> None:
-        if event == _SAVED:
-            with self.lock:
-                self.saved += duration_secs
+        if event == _SAVED:  # JAX keeps compile times in whole seconds: a hit of a program that
+            with self.lock:  # compiled in under 1 s "saves" minus its read time; count it as 0
+                self.saved += max(duration_secs, 0.0)
 
 
 _stats = _Stats()
