@@ -74,3 +74,12 @@ def test_a_host_that_cannot_make_the_folder_says_so():
     assert "compile cache on b: off (/nonexistent/.cache/jaxnb/xla cannot be made: Permission " \
            "denied; pass compile_cache=&#x27;DIR&#x27; with a folder it can write)" in page
     assert "compile cache on a: /c" in page
+
+
+def test_hits_of_programs_compiled_in_under_a_second_save_nothing_not_less():
+    # JAX stores compile times in whole seconds: such a hit reports minus its read time
+    stats = cache.CacheStats()
+    stats.on_duration(cache.SAVED_EVENT, -0.004)
+    stats.on_duration(cache.SAVED_EVENT, 1.5)
+    stats.on_duration("/jax/other", 9.0)
+    assert stats.saved == 1.5

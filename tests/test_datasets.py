@@ -304,3 +304,14 @@ def test_a_saved_position_with_other_settings_is_refused_in_one_line():
         with pytest.raises(ValueError, match=says) as info:
             shard.iter_batches(**kw)
         assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("prefetch", [0, 1, 3])
+def test_global_batches_are_put_ahead_but_the_position_counts_what_was_taken(prefetch):
+    it = _shard(40, 0, 1).iter_jax_batches(4, prefetch_batches=prefetch)
+    head = [np.asarray(next(it)["id"]).tolist() for _ in range(3)]
+    assert head == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+    assert (it.position()["taken"], it.position()["next"]) == (3, 12)  # not the batches put ahead
+    rest = [np.asarray(b["id"]).tolist() for b in it]
+    assert rest == [list(range(k, k + 4)) for k in range(12, 40, 4)]
+    assert it.position()["next"] == 40

@@ -40,11 +40,12 @@ _EVENTS = {
     "/jax/compilation_cache/compile_requests_use_cache": "lookups",
     "/jax/compilation_cache/cache_misses": "writes",
 }
-_SAVED = "/jax/compilation_cache/compile_time_saved_sec"
+#: JAX's event for the compile time a cache hit saved.
+SAVED_EVENT = "/jax/compilation_cache/compile_time_saved_sec"
 
 
 
-class _Stats:
+class CacheStats:
     """What this process counted of JAX's cache events, and the folder it caches in."""
 
     def __init__(self) -> None:
@@ -62,12 +63,12 @@ class _Stats:
                 self.counts[event] += 1
 
     def on_duration(self, event: str, duration_secs: float, **_: Any) -> None:
-        if event == _SAVED:  # JAX keeps compile times in whole seconds: a hit of a program that
+        if event == SAVED_EVENT:  # JAX keeps compile times in whole seconds: a hit of a program that
             with self.lock:  # compiled in under 1 s "saves" minus its read time; count it as 0
                 self.saved += max(duration_secs, 0.0)
 
 
-_stats = _Stats()
+_stats = CacheStats()
 
 
 def default_folder() -> str:
