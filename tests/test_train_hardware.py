@@ -1,7 +1,7 @@
 """MFU, goodput and memory of ``%jax_train`` runs, in a real Jupyter kernel on 2 CPU processes:
 FLOPs per step counted from the traced step (the jitted step found, or ``step_fn=`` given)
-against the count written out by hand, and the FLOP/s the dashboard shows; the wall time split into parts that add up to it; each process's
-memory peak."""
+against the count written out by hand, and the FLOP/s the dashboard shows; the wall time split
+into parts that add up to it; each process's memory peak."""
 
 from __future__ import annotations
 
