@@ -26,8 +26,10 @@ measured so far. Checks (the H200 run's A-F):
 9. ``recovery``: after a ``restart()``, an engine SIGKILLs itself mid-run; the run recovers
    from its checkpoint, the cause reads "killed by SIGKILL", the phases are recorded.
 
-Under 4 minutes on one H200. On CPU the thresholds that only hold on an accelerator (the
-throughput ratio) are recorded, not asserted, and the OOM check is skipped (no device limit).
+Under 4 minutes on one H200. On CPU (``--cpu``, 2 processes on a shared machine) the figures
+that only mean something on a quiet accelerator (the dashboard's rate against the engine's
+clock, the throughput ratio, a report's cost) are recorded, not asserted, and the OOM check is
+skipped (no device limit); every other assert runs.
 """
 
 from __future__ import annotations
@@ -74,8 +76,9 @@ class Check:
             self.failed = f"{name}: {exc}"
             figures = {"failed": str(exc)}
         except Exception as exc:
-            self.failed = f"{name}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            figures = {"failed": self.failed}
+            said = str(exc)
+            self.failed = f"{name}: {type(exc).__name__}: {said.splitlines()[0] if said else ''}"
+            figures = {"failed": self.failed, "said": said[-3000:]}
         figures["seconds"] = round(time.monotonic() - began, 2)
         self.results.add(**{name: figures})
         print(f"{'FAIL' if 'failed' in figures else 'ok  '} {name}: {figures}", flush=True)
@@ -122,7 +125,7 @@ def main() -> None:
             check("step", lambda: _step(cluster, model))
             check("mfu", lambda: _mfu(cluster, storage, steps, width, layers, batch, kind))
             check("throughput", lambda: _throughput(cluster, results, kind))
-            check("small model", lambda: _small(cluster, storage, small_model, small_steps))
+            check("small model", lambda: _small(cluster, storage, small_model, small_steps, kind))
             no_limit = {"skipped": "no device limit on CPU"}
             check("oom", lambda: _oom(cluster, jaxnb) if kind == "gpu" else no_limit)
             check("memory", lambda: _memory(cluster, kind))
@@ -181,14 +184,15 @@ def _throughput(cluster: Any, results: Results, kind: str) -> dict[str, Any]:
     return {"plain_steps_per_s": round(plain, 1), "jaxnb_steps_per_s": jaxnb_rate, "ratio": round(ratio, 3)}
 
 
-def _small(cluster: Any, storage: str, model: str, steps: int) -> dict[str, Any]:
+def _small(cluster: Any, storage: str, model: str, steps: int, kind: str) -> dict[str, Any]:
     cluster.run(model)
     cluster.run(PLAIN)
     plain = max(cluster.pull("_plain_rates"))
     result = cluster.train("train", {"steps": steps, "give": True}, storage=storage, name="small")
     rate = result.metrics["engine_steps_per_s"]
     report_us = max(0.0, 1e6 * (1 / rate - 1 / plain))
-    assert report_us <= REPORT_US, f"a report costs {report_us:.0f} µs on the training thread"
+    if kind == "gpu":  # on shared CPU cores the difference of two noisy rates means little
+        assert report_us <= REPORT_US, f"a report costs {report_us:.0f} µs on the training thread"
     return {"plain_steps_per_s": round(plain, 1), "jaxnb_steps_per_s": round(rate, 1),
             "ratio": round(rate / plain, 3), "report_us": round(report_us, 1)}
 
