@@ -24,7 +24,7 @@ def test_the_gpu_check_passes_on_cpu_and_writes_every_check(tmp_path):
                          capture_output=True, text=True, timeout=580)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     figures = json.loads((tmp_path / "gpu_cpu.json").read_text())["figures"]
-    assert figures["passed"] is True and CHECKS <= set(figures)
+    assert figures["passed"] is True and set(figures) >= CHECKS
     assert figures["mfu"]["flops_per_step"] == figures["mfu"]["analytic"]  # counted, not estimated
     assert "killed by SIGKILL" in figures["recovery"]["cause"]
     assert figures["profile"]["compute_ms"] > 0 and figures["oom"] == {"skipped": "no device limit on CPU",
