@@ -64,6 +64,10 @@ def test_cond_counts_its_costliest_branch_and_loops_their_trips():
     known = lambda w, x: jax.lax.while_loop(  # noqa: E731
         lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1] @ w), (0, x))[1]
     assert counted(known, w, x) == pytest.approx(3 * GEMM)
+    by_two = lambda w, x: jax.lax.while_loop(  # noqa: E731
+        lambda c: c[0] < 6, lambda c: (c[0] + 2, c[1] @ w), (0, x))[1]
+    found = jaxpr_flops.count(jax.jit(by_two).trace(w, x).jaxpr)  # not counted as 6 trips
+    assert (found.flops, found.unknown_loops) == (pytest.approx(GEMM), 1)
 
 
 def test_a_loop_of_unknown_trip_count_is_counted_once_and_flagged():

@@ -111,14 +111,18 @@ def _while(eqn: Any) -> Count:
 
 
 def _trip_count(eqn: Any) -> int | None:
-    """``upper - lower`` when the loop's test is ``i < n`` and both come in as literals (a
-    counter from a literal, a bound in the carry or in the test itself); else ``None``."""
+    """``upper - lower`` when the loop's test is ``i < n``, the body adds 1 to ``i``, and both
+    come in as literals (a counter from a literal, a bound in the carry or in the test itself);
+    else ``None``."""
     params = eqn.params
     cond = getattr(params["cond_jaxpr"], "jaxpr", params["cond_jaxpr"])
     if len(cond.eqns) != 1 or cond.eqns[0].primitive.name != "lt":
         return None
-    carry = list(eqn.invars[params["cond_nconsts"] + params["body_nconsts"]:])
     cond_carry = list(cond.invars[params["cond_nconsts"]:])
+    counter = cond.eqns[0].invars[0]
+    if counter not in cond_carry or not _adds_one(params, cond_carry.index(counter)):
+        return None
+    carry = list(eqn.invars[params["cond_nconsts"] + params["body_nconsts"]:])
 
     def literal(var: Any) -> int:
         if var in cond_carry:
@@ -130,6 +134,19 @@ def _trip_count(eqn: Any) -> int | None:
     except (AttributeError, TypeError, ValueError):
         return None
     return max(0, upper - lower)
+
+
+def _adds_one(params: dict[str, Any], position: int) -> bool:
+    """Whether the loop's body makes carry ``position`` the same carry plus the literal 1."""
+    body = getattr(params["body_jaxpr"], "jaxpr", params["body_jaxpr"])
+    before, after = body.invars[params["body_nconsts"] + position], body.outvars[position]
+    for inner in body.eqns:
+        if inner.outvars and inner.outvars[0] is after:
+            operands = list(inner.invars)
+            others = [v for v in operands if v is not before]
+            return (inner.primitive.name == "add" and len(operands) == 2 and len(others) == 1
+                    and getattr(others[0], "val", None) == 1)
+    return False
 
 
 def devices_of(args: Any) -> int:
