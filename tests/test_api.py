@@ -59,7 +59,8 @@ def _cluster_sets() -> tuple[set[str], set[str], set[str], set[str]]:
 def test_cluster_options_flags_and_keywords_agree():
     assert _disagreements(*_cluster_sets()) == []
     assert set(start_flags()) <= {f.name for f in keyword_fields()}
-    assert {"collective_timeout", "env"} <= {f.name for f in keyword_fields()} - set(start_flags())
+    assert {"collective_timeout"} <= {f.name for f in keyword_fields()} - set(start_flags())
+    assert jax_cluster.START_FLAGS["env"] == "--env"
     assert jax_cluster.START_FLAGS["n"] == "-n" and jax_cluster.START_FLAGS["init"] == "--no-init"
     assert jax_cluster.START_FLAGS["workdir_exclude"] == "--workdir-exclude"
 

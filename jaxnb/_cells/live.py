@@ -131,7 +131,11 @@ class LiveMerger:
             self.flush()  # lines on the page now, not at the kernel's next flush
 
     def _noise(self, process: int, line: str) -> bool:
-        """Whether ``line`` is noise; noise not written yet (by any process) is written now."""
+        """Whether ``line`` is noise; noise not written yet (by any process) is written now (a
+        C++ library's informational line never: it is in the engine's log)."""
+        if live_noise.is_log_only(line):
+            self._warning[process] = None
+            return True
         if live_noise.is_noise(line):
             key = live_noise.noise_key(line)
             self._warning[process] = key if live_noise.is_warning(line) else None

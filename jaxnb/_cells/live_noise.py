@@ -6,11 +6,18 @@ UserWarning: …`` and the source line under it) are not the user's output. The
 merger (:class:`jaxnb._cells.live.LiveMerger`) keeps them out of the line-by-line
 merge, so identical user lines around them stay one line, and writes each once
 (by its :func:`noise_key`, digits ignored).
+
+Informational lines of the C++ libraries (gloo's "Rank 2 is connected to 3 peer ranks", after
+every join and recovery; XLA's and absl's ``I`` lines) are not written at all
+(:func:`is_log_only`): they are in the engine's log, which ``%jax_cluster status`` names.
+Their warnings and errors are merged as any line, named by process where they differ.
 """
 
 from __future__ import annotations
 
 import re
+
+from jaxnb._core.cxx_log import LOG, route
 
 _GLOO = re.compile(r"^\[Gloo\] ")
 _WARNING = re.compile(r"^\S.*:\d+: [A-Za-z_][A-Za-z0-9_]*(?:Warning|Error): ")
@@ -20,6 +27,11 @@ _DIGITS = re.compile(r"\d+")
 def is_noise(line: str) -> bool:
     """A gloo line or a Python warning's first line."""
     return bool(_GLOO.match(line) or _WARNING.match(line))
+
+
+def is_log_only(line: str) -> bool:
+    """A C++ library's informational line: in the engine's log, not in the notebook."""
+    return route(line) == LOG
 
 
 def is_warning(line: str) -> bool:
@@ -43,7 +55,9 @@ def split_noise(lines: list[str]) -> tuple[list[str], list[str]]:
     noise: list[str] = []
     after_warning = False
     for line in lines:
-        if is_noise(line):
+        if is_log_only(line):
+            after_warning = False
+        elif is_noise(line):
             noise.append(line)
             after_warning = is_warning(line)
         elif after_warning and is_warning_source(line):

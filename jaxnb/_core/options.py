@@ -52,13 +52,15 @@ class Flag:
     metavar: str | None = None
     #: How the flag's text becomes the value (``jaxnb.magics.accept.FLAG_TEXT``): "text",
     #: "positive", "count", "seconds", "hosts", "patterns", "lines" (the flag repeated),
-    #: "off" (a flag without value that sets the option to False).
+    #: "env" (repeated ``NAME=VALUE`` or ``NAME``), "off" (a flag without value that sets the
+    #: option to False).
     text: str = "text"
 
 
-def _option(default: Any, flag: Flag | None = None) -> Any:
-    """A field that is a ``JaxCluster`` keyword, and with ``flag`` a ``%jax_cluster start`` flag."""
-    return dataclasses.field(default=default, metadata={"keyword": True, "flag": flag})
+def _option(default: Any, flag: Flag | None = None, shown: bool = True) -> Any:
+    """A field that is a ``JaxCluster`` keyword, and with ``flag`` a ``%jax_cluster start`` flag
+    (``shown=False``: left out of the options' ``repr``, which may reach a log)."""
+    return dataclasses.field(default=default, repr=shown, metadata={"keyword": True, "flag": flag})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,8 +113,12 @@ class ClusterOptions:
         "JAX's persistent compilation cache: a folder, or off (default: ~/.cache/jaxnb/xla "
         "on each host)", "DIR|off"))
     collective_timeout: int = _option(DEFAULT_COLLECTIVE_TIMEOUT)
-    #: Extra environment variables of the engines (a dict; kept as sorted pairs).
-    env: tuple[tuple[str, str], ...] = _option(())
+    #: Extra environment variables of the engines (a dict; kept as sorted pairs). Their values
+    #: are never shown (they may be keys): not in the ``repr``, status, errors or logs.
+    env: tuple[tuple[str, str], ...] = _option((), Flag(
+        "an environment variable of every engine: NAME=VALUE, or NAME for this kernel's value "
+        "(repeat for more; values are never shown), e.g. --env NCCL_DEBUG=WARN", "NAME[=VALUE]",
+        "env"), shown=False)
     heartbeat_timeout: int = 10
     #: The ``hosts`` entry that is this machine (a TPU VM worker): its engine runs here, not over ssh.
     local_host: str | None = None

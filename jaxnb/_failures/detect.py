@@ -21,7 +21,7 @@ def dead_processes(group: Group) -> dict[int, str]:
         launcher = processes.launcher_of(group, info.pid)
         process = ipp_internals.launcher_process(launcher) if launcher is not None else None
         if process is not None:
-            how = processes.exit_of(process)
+            how = processes.exit_of(process, launcher)
             if how is not None and info.pid in group.stopped_pids:
                 how = site.STOPPED
             if how is not None:

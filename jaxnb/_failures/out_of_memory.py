@@ -75,16 +75,31 @@ def explain(group: Group, error: RemoteError, errors: dict[int, Any]) -> RemoteE
     before = error.summary
     error.summary = one_line(first, note, lines[first])
     blocks = [details(first, note)]
+    allocator = note.get("allocator_log") or []
+    if allocator:  # XLA's allocator lines, held back on the engine: under the explanation, folded
+        blocks.append(allocator_block(first, allocator))
     if isinstance(error, ProcessFailure):
         blocks.append(f"Then: {before}")
     elif len(lines) > 1:
         blocks.append(f"{labels(lines)} ran out of memory.")
     error.xla_text = "\n".join(  # type: ignore[attr-defined]
         f"---- {label(p)} ----\n{notes[p]['text'] if p in notes else lines[p]}" for p in sorted(lines))
+    if allocator:
+        error.xla_text += f"\n---- {label(first)}: XLA's allocator ----\n" + "\n".join(allocator)  # type: ignore[attr-defined]
     texts = {n["text"] for n in notes.values() if n.get("text")}
     error.tracebacks = [*blocks, *(fold(tb, texts) for tb in error.tracebacks)]
     error.processes = sorted(set(error.processes) | set(lines))
     return error
+
+
+def allocator_block(p: int, allocator: list[str], shown: int = 2) -> str:
+    """XLA's allocator lines (held back on the engine, not printed above the explanation): the
+    first ``shown``, the rest folded into the error's ``xla_text``."""
+    lines = [f"XLA's allocator on {label(p)} said ({len(allocator)} lines):"]
+    lines += ["  " + line[:160] for line in allocator[:shown]]
+    if len(allocator) > shown:
+        lines.append("  " + FOLDED.format(more=len(allocator) - shown))
+    return "\n".join(lines)
 
 
 def one_line(p: int, note: dict[str, Any], message: str) -> str:

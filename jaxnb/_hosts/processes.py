@@ -32,8 +32,21 @@ def launcher_of(group: Group, pid: int) -> Any:
     return launcher
 
 
-def exit_of(process: psutil.Process) -> str | None:
-    """``None`` while ``process`` runs; else how it ended (signal name or exit status)."""
+#: How long to wait for ipyparallel's launcher to note the exit status of a process it reaped.
+STOP_DATA_SECONDS = 0.5
+#: pid -> exit status (negative: the signal) of the children jaxnb reaped itself (:func:`gone`):
+#: a process reaped is gone, and its status with it, for every other reader.
+_REAPED: dict[int, int] = {}
+#: How many such statuses are kept (the latest).
+REAPED_KEPT = 256
+
+
+def exit_of(process: psutil.Process, launcher: Any = None) -> str | None:
+    """``None`` while ``process`` runs; else how it ended (signal name or exit status).
+
+    The status is read from the process; when ipyparallel's launcher thread reaped it first
+    (then the process is gone, and its status with it), from what that launcher noted
+    (``launcher.stop_data``)."""
     if not has_exited(process):
         return None
     code = None
@@ -45,9 +58,25 @@ def exit_of(process: psutil.Process) -> str | None:
         if code is not None:
             break
         time.sleep(0.02)
+    if code is None:
+        code = _REAPED.get(process.pid)
+    if code is None and launcher is not None:
+        code = noted_exit(launcher)
     if code == -signal.SIGKILL and oom_killer.killed_here(process.pid, _started(process)):
         return oom_killer.KILLED
     return exit_text(code)
+
+
+def noted_exit(launcher: Any, seconds: float = STOP_DATA_SECONDS) -> int | None:
+    """The exit status ipyparallel's launcher noted when it reaped its process (it notes it
+    on its event loop, just after): waits up to ``seconds`` for it."""
+    deadline = time.monotonic() + seconds
+    while True:
+        data = getattr(launcher, "stop_data", None)
+        code = data.get("exit_code") if isinstance(data, dict) else None
+        if code is not None or time.monotonic() >= deadline:
+            return code
+        time.sleep(0.02)
 
 
 def exit_text(code: int | None) -> str:
@@ -87,7 +116,11 @@ def gone(process: psutil.Process) -> bool:
     except psutil.NoSuchProcess:
         return True
     with contextlib.suppress(ChildProcessError):
-        os.waitpid(process.pid, os.WNOHANG)
+        pid, status = os.waitpid(process.pid, os.WNOHANG)
+        if pid:  # keep its status: the cause of a death may be read after this
+            _REAPED[pid] = os.waitstatus_to_exitcode(status)
+            while len(_REAPED) > REAPED_KEPT:
+                del _REAPED[next(iter(_REAPED))]
     return not psutil.pid_exists(process.pid)
 
 

@@ -91,8 +91,13 @@ class FastSSHEngineLauncher(SSHEngineLauncher):
             self.hostname = hostname
         if user is not None:
             self.user = user
+        env = self.get_env()
+        # ipyparallel's receiver unsets a variable given as "": `env NAME=` sets it empty (no value
+        # on the command line); the others travel on ssh's stdin
+        empty = [f"{k}=" for k, v in env.items() if v == ""]
         self.pid = self.ssh_sender.cmd_start(
-            self.program + self.program_args, env=self.get_env(), output_file=self.remote_output_file
+            (["env", *empty] if empty else []) + self.program + self.program_args,
+            env={k: v for k, v in env.items() if v != ""}, output_file=self.remote_output_file
         )
         self.notify_start({"host": self.location, "pid": self.pid})
         self._start_waiting()

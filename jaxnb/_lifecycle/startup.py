@@ -141,7 +141,7 @@ def wait_joined(
     def raise_if_dead(index: int) -> None:
         launcher = processes.launcher_of(group, pids[index])
         process = ipp_internals.launcher_process(launcher) if launcher is not None else None
-        how = processes.exit_of(process) if process is not None else None
+        how = processes.exit_of(process, launcher) if process is not None else None
         if how is not None:
             raise StartError(
                 f"process {index} (pid {pids[index]}) {how} while joining jax.distributed; "
@@ -192,7 +192,7 @@ def exited_engines(group: Group) -> list[tuple[str, str]]:
     seen = set()
     for launcher in group.launchers.values():
         process = ipp_internals.launcher_process(launcher)
-        how = processes.exit_of(process) if process is not None else None
+        how = processes.exit_of(process, launcher) if process is not None else None
         if process is not None and how is not None:
             seen.add(process.pid)
             found.append((f"an engine (pid {process.pid}) {how}", _tail(launcher)))

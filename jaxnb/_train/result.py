@@ -74,7 +74,7 @@ class Result(Ongoing):
     #: the mean over processes, in seconds, adding up to ``wall``), the ``slowest`` process of
     #: each, each process's own split (``processes``) and ``goodput`` (the steps' share).
     goodput: dict[str, Any] | None = None
-    #: FLOPs of one step on one device (XLA's cost analysis of the compiled step), or ``None``.
+    #: FLOPs of one step on one device (the matrix products of the traced step), or ``None``.
     flops_per_step: float | None = None
     #: Each process's memory peak over the run (``peak`` is the device's, or on CPU the
     #: live arrays' sampled peak; ``peak_rss``), with the latest reading (``in_use``, ``limit``).

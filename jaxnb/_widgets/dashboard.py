@@ -23,9 +23,9 @@ from .run_hardware import UNITS, hardware_items
 from .run_stats import ProcessReports, process_stats
 from .run_text import (
     duration_text,
-    mean_rates_text,
     process_table,
     process_table_text,
+    rate_items,
     rate_text,
     steps_text,
     summary_table,
@@ -226,7 +226,7 @@ class Dashboard:
         with self._lock:
             procs = dict(self._procs)
             memory = {p: memory_cell(s.memory()) for p, s in self._samples.items()}
-        rows = process_stats(procs, self.num_processes, now, running=self.status == "running")
+        rows = process_stats(procs, self.num_processes, now, self.status == "running", self.elapsed)
         for row in rows if memory else ():
             row["memory"] = memory.get(row["process"], "—")
         return rows
@@ -263,14 +263,14 @@ class Dashboard:
             items.append(("processes", self._sizes_text()))
         items += [(k, f"{ys[-1]:.6g}") for k, (_, ys) in (lead.metrics if lead else {}).items()]
         items += [("checkpoint", self.checkpoint or "—"),
-                  ("steps/s", mean_rates_text(self.process_stats()))]
+                  *rate_items(self.process_stats())]
         return items + self._hardware_items(lead)
 
     def _hardware_items(self, lead: ProcessReports | None) -> list[tuple[str, str]]:
         """FLOP/s and MFU, throughput, where the time went, memory (once samples arrived)."""
         rate = lead.rate(self._end_wall or time.time()) if lead else 0.0
         if self.status in TERMINAL and lead:
-            rate = lead.mean_rate()  # the run's rate, not the last few seconds'
+            rate = lead.step_rate()  # over the steps: not the silence since the end
         metrics = {k: ys[-1] for k, (_, ys) in lead.metrics.items() if len(ys)} if lead else {}
         recovering = time.monotonic() - self._recovering_since if self._recovering_since else 0.0
         with self._lock:

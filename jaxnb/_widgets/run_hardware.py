@@ -14,11 +14,12 @@ from jaxnb._core.peak_flops import flops_text, peak_of
 #: Metrics that give the throughput in the user's units: per step (times steps/s).
 UNITS = {"batch_size": "examples/s", "tokens": "tokens/s"}
 #: Said while no FLOP count is known.
-NO_FLOPS = "not known yet (pass `jaxnb.report(..., step_fn=compiled)`)"
+NO_FLOPS = "not known yet (pass `jaxnb.report(..., step_fn=step)`, the jitted step)"
 
 
 def flops_items(samples: Mapping[int, ProcessSamples], steps_per_s: float) -> list[tuple[str, str]]:
-    """``FLOP/s`` (per device, with XLA's FLOPs per step) and ``MFU`` where the device is known."""
+    """``FLOP/s`` (per device, with the FLOPs per step and what they are) and ``MFU`` where the
+    device is known, naming its denominator; ``steps_per_s`` is the rate over the steps only."""
     latest = [s.latest for _, s in sorted(samples.items()) if s.latest]
     if not latest:
         return []
@@ -29,10 +30,11 @@ def flops_items(samples: Mapping[int, ProcessSamples], steps_per_s: float) -> li
         return [("FLOP/s", NO_FLOPS + (f"; {error}" if error else ""))]
     achieved = flops * steps_per_s
     items = [("FLOP/s", f"{flops_text(achieved)} per device ({flops:.4g} FLOPs per step, "
-                        f"XLA's cost analysis of {lead.get('flops_source') or 'the step'})")]
+                        f"{lead.get('flops_source') or 'of the step'})")]
     peak = peak_of(lead.get("device_kind"))
     if peak is not None and achieved:
-        items.append(("MFU", f"{100 * achieved / peak[0]:.1f}% of {peak[1]}"))
+        items.append(("MFU", f"{100 * achieved / peak[0]:.1f}% of {peak[1]} (the device's peak; "
+                             "FLOP/s over the steps only)"))
     return items
 
 

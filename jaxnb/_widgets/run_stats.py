@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from array import array
@@ -14,6 +15,11 @@ import numpy as np
 
 WINDOW_S = 5.0  # steps/s is measured over about this much engine time
 GRACE_S = 2.0  # silence longer than this pulls a process's steps/s down
+#: A gap between reports is a pause (a compile, a checkpoint, an evaluation), left out of the
+#: rate over the steps, when it is this many times the typical time per step...
+PAUSE_TIMES = 10.0
+#: ... and at least this much longer than that (seconds): small hiccups are steps.
+PAUSE_FLOOR_S = 0.05
 
 
 @dataclass
@@ -22,6 +28,7 @@ class ProcessReports:
 
     count: int = 0
     first: tuple[float, int] = (0.0, 0)
+    stride: int = 1  # steps between the first two reports: how many steps the first report ended
     step: int = 0
     time: float = 0.0
     offset: float = math.inf  # min(kernel arrival - engine time): maps engine clock to ours
@@ -32,6 +39,7 @@ class ProcessReports:
         """Book one report that reached the kernel at ``arrival`` (wall clock)."""
         t, step = float(rec["time"]), int(rec["step"])
         self.first = self.first if self.count else (t, step)
+        self.stride = max(1, step - self.first[1]) if self.count == 1 else self.stride
         self.count, self.step, self.time = self.count + 1, step, t
         self.offset = min(self.offset, arrival - t)
         self.window.append((t, step))
@@ -61,17 +69,40 @@ class ProcessReports:
         """Seconds since the last report was made (engine clock offset removed)."""
         return max(0.0, now - self.offset - self.time)
 
+    def busy(self) -> tuple[int, float]:
+        """Steps and seconds between the reports of the window, pauses left out: gaps far longer
+        than the typical time per step (a compile, a checkpoint, an evaluation)."""
+        points = list(self.window)
+        gaps = [(t1 - t0, s1 - s0) for (t0, s0), (t1, s1) in itertools.pairwise(points) if s1 > s0]
+        if not gaps:
+            return 0, 0.0
+        per_step = statistics.median(dt / ds for dt, ds in gaps)
+        longest = max(PAUSE_TIMES * per_step, per_step + PAUSE_FLOOR_S)  # per step
+        kept = [(dt, ds) for dt, ds in gaps if dt <= longest * ds]
+        return sum(ds for _, ds in kept), sum(dt for dt, _ in kept)
+
     def rate(self, now: float) -> float:
-        """Steps/s over the last few seconds; falls while the process is silent."""
-        t0, s0 = self.window[0]
+        """Steps/s over the steps of the last few seconds (pauses left out); falls while the
+        process is silent."""
+        steps, seconds = self.busy()
         age = self.age(now)
-        end = self.time + (age if age > GRACE_S else 0.0)
-        return max(0.0, (self.step - s0) / (end - t0)) if end > t0 else 0.0
+        seconds += age if age > GRACE_S else 0.0
+        return steps / seconds if seconds > 0 else 0.0
+
+    def step_rate(self) -> float:
+        """Steps/s over the steps only: the recent window, compiles and pauses left out."""
+        steps, seconds = self.busy()
+        return steps / seconds if seconds > 0 else 0.0
 
     def mean_rate(self) -> float:
         """Steps/s from the first report to the last."""
         t0, s0 = self.first
         return max(0.0, (self.step - s0) / (self.time - t0)) if self.time > t0 else 0.0
+
+    def wall_rate(self, elapsed: float) -> float:
+        """Steps/s over the run's wall time so far (``elapsed`` seconds: compiles included)."""
+        done = self.step - max(0, self.first[1] - self.stride)
+        return max(0.0, done / elapsed) if elapsed > 0 and self.count else 0.0
 
     def curves(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """Metric name -> (steps, values) as float arrays; infinities become NaN."""
@@ -84,9 +115,11 @@ class ProcessReports:
 
 
 def process_stats(
-    procs: Mapping[int, ProcessReports], num_processes: int, now: float, running: bool
+    procs: Mapping[int, ProcessReports], num_processes: int, now: float, running: bool,
+    elapsed: float = 0.0,
 ) -> list[dict[str, Any]]:
-    """Per process: last step, steps/s (recent and mean), last report age, flag.
+    """Per process: last step, steps/s (recent; over the steps only; over the wall time of
+    ``elapsed`` seconds), last report age, flag.
 
     The flag is "waiting" for a process with no report yet and, while ``running``,
     "silent" for one that stopped reporting or "slow" for one well below the median rate.
@@ -96,7 +129,8 @@ def process_stats(
     for i in sorted(set(range(num_processes)) | set(procs)):
         p = procs.get(i)
         row: dict[str, Any] = {"process": i, "step": p and p.step, "steps_per_s": p and p.rate(now),
-               "mean_steps_per_s": p and p.mean_rate(), "age_s": p and p.age(now),
+               "mean_steps_per_s": p and p.step_rate(), "wall_steps_per_s": p and p.wall_rate(elapsed),
+               "age_s": p and p.age(now),
                "reports": p.count if p else 0, "flag": "" if p else "waiting"}
         if p and running:
             gap = (p.time - p.first[0]) / max(p.count - 1, 1)

@@ -63,11 +63,18 @@ def summary_table(items: list[tuple[str, str]]) -> str:
     return f"<div class='jaxnb-summary'>{TABLE.format(body)}</div>"
 
 
-def mean_rates_text(rows: list[dict[str, Any]], limit: int = 8) -> str:
-    """Mean steps/s of the first ``limit`` ``process_stats`` rows: ``p0: … · p1: …``."""
-    rates = [f"p{r['process']}: {rate_text(r['mean_steps_per_s'])}" for r in rows[:limit]]
+def mean_rates_text(rows: list[dict[str, Any]], limit: int = 8, key: str = "mean_steps_per_s") -> str:
+    """Steps/s (``key`` of ``process_stats`` rows) of the first ``limit``: ``p0: … · p1: …``."""
+    rates = [f"p{r['process']}: {rate_text(r[key])}" for r in rows[:limit]]
     rates += [f"… {len(rows) - limit} more"] if len(rows) > limit else []
     return " · ".join(rates)
+
+
+def rate_items(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The summary's two rates, named: over the steps only, and over the wall time."""
+    steps = mean_rates_text(rows) + " (step rate: over the steps, compiles and pauses left out)"
+    wall = mean_rates_text(rows, key="wall_steps_per_s") + " (steps ÷ elapsed, compiles included)"
+    return [("steps/s", steps), ("wall rate", wall)]
 
 
 def row_html(cells: list[str], head: bool = False) -> str:

@@ -7,6 +7,7 @@ Ranges and choices are checked once, by the Python API (``ClusterOptions``, ``Tu
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Callable
 from typing import Any
@@ -66,6 +67,27 @@ def patterns(text: str | None) -> list[str]:
     return [p.strip() for p in unquoted(text or "").split(",") if p.strip()]
 
 
+def variable(flag: str) -> Callable[[str], tuple[str, str]]:
+    """``--env NAME=VALUE`` → ``("NAME", "VALUE")``; ``--env NAME`` takes this kernel's value.
+    Messages name the variable, never its value."""
+    from jaxnb._core.options import VARIABLE_NAME
+
+    def parse(text: str) -> tuple[str, str]:
+        name, has_value, value = unquoted(text).partition("=")
+        if not VARIABLE_NAME.match(name):  # without '=' the text may be a value: not echoed
+            what = f"{name[:40]!r} is" if has_value else "what it was given is"
+            raise UsageError(f"{flag} takes NAME=VALUE or NAME, and {what} not a variable name (letters, "
+                             f"digits and '_', not starting with a digit); e.g. {flag} NCCL_DEBUG=WARN")
+        if not has_value:
+            if name not in os.environ:
+                raise UsageError(f"{flag} {name}: {name} is not set in this kernel; set it, or pass "
+                                 f"{flag} {name}=VALUE")
+            value = os.environ[name]
+        return name, value
+
+    return parse
+
+
 #: ``jaxnb._core.options.Flag.text`` -> the reader of such a flag's text, given the flag.
 FLAG_TEXT: dict[str, Callable[[str], Callable[[str], Any]]] = {
     "text": lambda flag: str,
@@ -74,6 +96,7 @@ FLAG_TEXT: dict[str, Callable[[str], Callable[[str], Any]]] = {
     "seconds": seconds,
     "hosts": hosts,
     "patterns": lambda flag: patterns,
+    "env": variable,
 }
 
 

@@ -35,6 +35,8 @@ def _start_argument(keyword: str, flag: Flag) -> argument:
         how.update(action="store_const", const=False)
     elif flag.text == "lines":
         how.update(action="append", metavar=flag.metavar)
+    elif flag.text == "env":  # repeated NAME[=VALUE]: a list of pairs, as env= takes
+        how.update(action="append", type=accept.FLAG_TEXT[flag.text](name), metavar=flag.metavar)
     else:
         how.update(type=accept.FLAG_TEXT[flag.text](name), metavar=flag.metavar)
     return argument(name, **how)

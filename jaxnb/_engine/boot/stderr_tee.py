@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import subprocess
 import sys
 import threading
+import time
 from typing import Any
 
 from ipykernel.iostream import OutStream as _KernelOutStream
@@ -58,10 +60,24 @@ class OutStream(_KernelOutStream):
             threading.Thread(target=self._forward, args=(back,), name="jaxnb-stderr", daemon=True).start()
 
     def _forward(self, back: int) -> None:
-        """What reached fd 2, to the cell's stderr (as ipykernel's own thread would)."""
+        """What reached fd 2, to the cell's stderr (as ipykernel's own thread would), but the
+        C++ libraries' informational lines, which stay in the log (:mod:`.cxx_lines`)."""
+        from jaxnb._engine.boot import cxx_lines
+
+        router = cxx_lines.Router()
         with contextlib.suppress(OSError):
-            while data := os.read(back, 65536):
-                self.write(data.decode(errors="replace"))
+            while True:
+                if not select.select([back], [], [], 1.0)[0]:  # quiet: held lines now due
+                    late = "".join(router.expired(time.monotonic()))
+                    if late:
+                        self.write(late)
+                    continue
+                data = os.read(back, 65536)
+                if not data:
+                    break
+                text = router.feed(data.decode(errors="replace"))
+                if text:
+                    self.write(text)
 
 
 def start() -> tuple[int, int] | None:

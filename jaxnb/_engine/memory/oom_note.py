@@ -94,7 +94,9 @@ def take(message: str | None = None) -> dict[str, Any] | None:
     noted, _noted = _noted, None
     if noted is None or (message is not None and message.strip() not in noted["text"]):
         return None
-    return noted
+    from jaxnb._engine.boot import cxx_lines
+
+    return {**noted, "allocator_log": cxx_lines.take_allocator_lines()}  # XLA's lines, folded there
 
 
 def first_line(text: str) -> str:

@@ -105,8 +105,8 @@ def report(metrics: dict[str, Any], checkpoint: Any = None, *, step_fn: Any = No
     report where every process agreed to end is sent, then ends the function
     (as Ray ends a stopped trial), unless ``should_stop()`` already said True.
 
-    ``step_fn``: the compiled step (``jax.jit(step).lower(...).compile()``, or the jitted
-    function itself), once: the dashboard's FLOP/s and MFU come from XLA's cost analysis of it.
+    ``step_fn``: the jitted step (or its ``step.trace(...)``, or its FLOPs as a number), once:
+    the dashboard's FLOP/s and MFU count the matrix products of its traced program.
     Without it, jaxnb takes the jitted function with the most FLOPs that the function calls. A
     ``batch_size`` (examples per step) or ``tokens`` (tokens per step) metric gives the
     throughput in those units.
@@ -115,7 +115,7 @@ def report(metrics: dict[str, Any], checkpoint: Any = None, *, step_fn: Any = No
         metrics: names to numbers (Python or JAX scalars); ``step`` is the step when given.
         checkpoint: a pytree to save with Orbax from every process, or the path of a
             checkpoint directory you wrote; ``None`` saves nothing.
-        step_fn: the compiled step, for FLOP/s and MFU (see above); once is enough.
+        step_fn: the jitted step, for FLOP/s and MFU (see above); once is enough.
 
     Raises:
         RuntimeError: called outside a function run by ``%jax_train`` / ``JaxCluster.train``.
