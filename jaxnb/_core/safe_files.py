@@ -45,9 +45,15 @@ def refused(path: str) -> LinkRefusedError:
             to = f" (to {os.readlink(path)})"
         except OSError:
             to = ""
-        return LinkRefusedError(errno.ELOOP, REFUSED.format(path=path, to=to, folder=folder))
+        return _error(errno.ELOOP, REFUSED.format(path=path, to=to, folder=folder))
     kind = "a folder" if stat.S_ISDIR(info.st_mode) else f"mode {stat.filemode(info.st_mode)}"
-    return LinkRefusedError(errno.EPERM, NOT_A_FILE.format(path=path, kind=kind))
+    return _error(errno.EPERM, NOT_A_FILE.format(path=path, kind=kind))
+
+
+def _error(number: int, text: str) -> LinkRefusedError:
+    error = LinkRefusedError(text)  # str() is the line alone, without "[Errno N]"
+    error.errno = number
+    return error
 
 
 @contextlib.contextmanager
