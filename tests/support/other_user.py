@@ -66,3 +66,10 @@ def owned_by(user: pwd.struct_passwd, path: Path, mode: int, text: str | None = 
     os.chown(path, user.pw_uid, user.pw_gid)
     path.chmod(mode)
     return path
+
+
+def popen_as(user: pwd.struct_passwd, code: str, *args: str) -> subprocess.Popen:
+    """Start Python ``code`` as ``user`` (stdout piped, text)."""
+    return subprocess.Popen(
+        ["runuser", "-u", user.pw_name, "--", "env", f"PYTHONPATH={REPO}", "HOME=/tmp", PYTHON,
+         "-c", code, *args], cwd=REPO, stdout=subprocess.PIPE, text=True)
