@@ -20,21 +20,18 @@ from jaxnb._core import safe_files
 #: Where copies of reported folders go, under the run folder.
 FOLDER = "reported"
 
-MISSING = ("report(checkpoint={path!r}): no such folder on this process; save the checkpoint "
-           "into it before reporting it")
-
-
 def kept(run_dir: str, step: int, path: str | os.PathLike[str]) -> str:
     """The folder the run records for ``path`` reported at ``step``: ``path`` itself when it is
-    inside ``run_dir``, else its copy in ``run_dir/reported/<step>``, made before this returns."""
+    inside ``run_dir``, else its copy in ``run_dir/reported/<step>``, made before this returns.
+    A folder this process does not see (another process wrote it, and reports it too) is left
+    to the processes that see it: their copies are the checkpoint."""
     source = os.path.abspath(os.fspath(path))
-    if not os.path.isdir(source):
-        raise ValueError(MISSING.format(path=source))
     run = os.path.realpath(run_dir)
     if os.path.realpath(source) == run or os.path.realpath(source).startswith(run + os.sep):
         return source
     target = os.path.join(os.path.abspath(run_dir), FOLDER, str(step))
-    _copy(source, target, os.path.abspath(run_dir))
+    if os.path.isdir(source):
+        _copy(source, target, os.path.abspath(run_dir))
     return target
 
 
