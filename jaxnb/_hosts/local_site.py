@@ -31,6 +31,8 @@ class LocalSite(Site):
     """Engines on this machine: children of the notebook kernel, signalled by pid."""
 
     name = "local"
+    #: Engines on this machine: their traffic stays on loopback (not encrypted).
+    remote_engines = False
 
     # ---- start ----------------------------------------------------------------------------
 
