@@ -66,11 +66,9 @@ def engine_processes(lab: Lab) -> dict[str, list[str]]:
     return found
 
 
-def _engine_encrypts() -> bool:
-    """On an engine: it reached the controller with the controller's CurveZMQ key."""
-    from ipyparallel.engine.app import IPEngine
-
-    return bool(IPEngine.instance().curve_serverkey)
+#: On an engine: it reached the controller with the controller's CurveZMQ key.
+ENCRYPTS = ("from ipyparallel.engine.app import IPEngine\n"
+            "_encrypts = bool(IPEngine.instance().curve_serverkey)")
 
 
 def test_one_engine_per_host_with_real_addresses(cluster, lab):
@@ -85,7 +83,9 @@ def test_one_engine_per_host_with_real_addresses(cluster, lab):
     # Engines on other hosts: every ZMQ connection is encrypted (CurveZMQ), and status says so.
     assert "traffic to the engines: encrypted (CurveZMQ) and signed" in html
     assert cluster.group.client.curve_serverkey
-    assert all(cluster.group.client[:].apply_sync(_engine_encrypts))
+    engines = cluster.group.client[:]
+    engines.execute(ENCRYPTS, block=True)
+    assert engines.pull("_encrypts", block=True) == [True, True]
     # The controller listens on the lab bridge address only (and loopback for its own
     # schedulers), never on every interface.
     controller = ipp_internals.controller_process(cluster.group.ipp)

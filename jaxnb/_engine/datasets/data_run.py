@@ -24,8 +24,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from jaxnb._core import safe_files
 from jaxnb._core.run_folder import Checkpoint
+from jaxnb._core.safe_files import open_text, write_whole
 
 #: The positions file is rewritten with its last ``KEEP_LINES`` lines when it grows past
 #: ``MAX_LINES`` (a resume looks only at the step it resumes from).
@@ -53,7 +53,7 @@ class DataRun:
         self.shards: dict[str, Any] = {}
         self.run_dir = run_dir
         self.path = positions_file(run_dir, process)  # in RUN/datasets, made without links
-        self._log = safe_files.open_text(self.path, "a" if resume is not None else "w", run_dir)
+        self._log = open_text(self.path, "a" if resume is not None else "w", run_dir)
         self._lines = len(_entries(self.path)) if resume is not None else 0
         if self._log.tell() and not _ends_a_line(self.path):
             self._log.write("\n")  # a line cut short by a crash stays alone (and unread)
@@ -104,8 +104,8 @@ class DataRun:
         self._log.close()
         with open(self.path) as f:
             lines = f.readlines()[-KEEP_LINES:]
-        safe_files.write_whole(self.path, "".join(lines).encode(), within=self.run_dir)
-        self._log, self._lines = safe_files.open_text(self.path, "a", self.run_dir), len(lines)
+        write_whole(self.path, "".join(lines).encode(), within=self.run_dir)
+        self._log, self._lines = open_text(self.path, "a", self.run_dir), len(lines)
 
     def close(self) -> None:
         for shard in self.shards.values():

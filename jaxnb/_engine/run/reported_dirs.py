@@ -15,7 +15,7 @@ import os
 import secrets
 import shutil
 
-from jaxnb._core import safe_files
+from jaxnb._core.safe_files import folder_fd
 
 #: Where copies of reported folders go, under the run folder.
 FOLDER = "reported"
@@ -40,7 +40,7 @@ def _copy(source: str, target: str, run_dir: str) -> None:
     for here, folders, files in os.walk(source):
         rel = os.path.relpath(here, source)
         into = target if rel == os.curdir else os.path.join(target, rel)
-        with safe_files.folder_fd(into, within=run_dir):
+        with folder_fd(into, within=run_dir):
             pass  # made, with no link on the way
         for name in files + [f for f in folders if os.path.islink(os.path.join(here, f))]:
             _copy_file(os.path.join(here, name), os.path.join(into, name))
