@@ -112,3 +112,17 @@ def test_whole_writes_leave_no_temporary_behind(tmp_path):
     safe_files.write_whole(str(tmp_path / "a" / "b.json"), b"[]", within=str(tmp_path))
     assert os.listdir(tmp_path / "a") == ["b.json"]
     assert (tmp_path / "a" / "b.json").read_bytes() == b"[]"
+
+
+def test_a_linked_checkpoints_folder_is_refused_before_orbax_writes_through_it(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "checkpoints").symlink_to(elsewhere)
+    with pytest.raises(safe_files.LinkRefusedError) as refused:
+        run_folder.checkpoint_dir(str(run), made=True)
+    assert str(refused.value) == refusal(run / "checkpoints", elsewhere)
+    assert run_folder.checkpoint_dir(str(tmp_path / "fresh"), made=True) == str(
+        tmp_path / "fresh" / "checkpoints")
+    assert (tmp_path / "fresh" / "checkpoints").is_dir()

@@ -116,9 +116,14 @@ def remove_if_empty(made: list[str]) -> None:
             return
 
 
-def checkpoint_dir(run_dir: str) -> str:
-    """Where a run keeps jaxnb's own checkpoints."""
-    return os.path.join(os.path.abspath(run_dir), "checkpoints")
+def checkpoint_dir(run_dir: str, made: bool = False) -> str:
+    """Where a run keeps jaxnb's own checkpoints (``made``: made now, refused when a link
+    stands there: Orbax would write through it)."""
+    folder = os.path.join(os.path.abspath(run_dir), "checkpoints")
+    if made:
+        with safe_files.folder_fd(folder, within=run_dir):
+            pass
+    return folder
 
 
 def saved_steps(run_dir: str) -> list[int]:
