@@ -229,3 +229,33 @@ def test_a_lease_left_by_a_dead_pid_on_this_host_is_taken_over(tmp_path, monkeyp
 
 def test_a_host_that_does_not_resolve_does_not_answer():
     assert lock_break.host_answers("gone-host.invalid") is None
+
+
+HOLD_ONCE = r"""
+import sys
+from jaxnb._core import run_folder
+try:
+    run_folder.hold(sys.argv[1])
+    print("held")
+except OSError as exc:
+    print(type(exc).__name__, exc)
+"""
+
+
+@pytest.mark.engines  # starts processes as another user
+def test_another_users_lock_is_named_not_a_raw_permission_error(other_user, shared_folder):
+    run = shared_folder / "fit"
+    run.mkdir()
+    run.chmod(0o777)
+    lock = str(run / "run.lock")
+    theirs = holding(lock, "0", socket.gethostname())  # root's run, root's 0644 lock file
+    try:
+        done = run_as(other_user, HOLD_ONCE, str(run))
+        assert done.stdout.startswith(f"FileExistsError run 'fit' in {shared_folder} is live in "
+                                      f"another kernel (pid {theirs.pid} on "), done
+    finally:
+        ended(theirs)
+    done = run_as(other_user, HOLD_ONCE, str(run))
+    assert done.stdout.strip() == (
+        f"PermissionError {lock} belongs to root and this user cannot write it (an earlier run of "
+        "theirs); pass another name for a run of your own, or ask root to remove it")

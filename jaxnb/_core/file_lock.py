@@ -32,6 +32,9 @@ from jaxnb._core import lock_mounts, safe_files
 #: A lease not renewed for this long is taken for dead (as the tune lease's).
 LEASE_SECONDS = 60.0
 
+NOT_OURS = ("{path} belongs to {owner} and this user cannot write it (an earlier run of theirs); "
+            "pass another name for a run of your own, or ask {owner} to remove it")
+
 _held: set[int] = set()  # descriptors this process holds locks on (closed in forked children)
 
 
@@ -98,7 +101,14 @@ class FileLock:
         (``wait``: block until it is free). A link at the path raises
         :class:`~jaxnb._core.safe_files.LinkRefusedError`."""
         while self._fd is None:
-            fd = safe_files.open_fd(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fd = safe_files.open_fd(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except safe_files.LinkRefusedError:
+                raise
+            except PermissionError:  # another user's lock file: held by them, or refused
+                if not os.path.lexists(self.path):
+                    raise  # a folder this user cannot write
+                return self._not_ours()
             try:
                 got = self._take(fd, wait)
             except BaseException:
@@ -110,6 +120,18 @@ class FileLock:
             if self._fd is None:
                 os.close(fd)  # the file was removed or replaced meanwhile: lock the new one
         return None
+
+    def _not_ours(self) -> Holder:
+        """Another user's lock file: its holder while they hold it, else a one-line refusal."""
+        fd = safe_files.open_fd(self.path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return read_holder(fd)  # held (or no locks here: its record is all there is)
+        finally:
+            os.close(fd)
+        owner = os.stat(self.path).st_uid
+        raise PermissionError(NOT_OURS.format(path=self.path, owner=_user(owner)))
 
     def _take(self, fd: int, wait: bool) -> Holder | None:
         """Lock ``fd``: ``None`` when taken (``self._fd`` set, or left unset when the path
@@ -182,6 +204,15 @@ class FileLock:
             yield
         finally:
             self.release()
+
+
+def _user(uid: int) -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
 
 
 def _same_file(fd: int, path: str) -> bool:
