@@ -259,3 +259,36 @@ def test_another_users_lock_is_named_not_a_raw_permission_error(other_user, shar
     assert done.stdout.strip() == (
         f"PermissionError {lock} belongs to root and this user cannot write it (an earlier run of "
         "theirs); pass another name for a run of your own, or ask root to remove it")
+
+
+def reports_once(config=None):
+    import jaxnb
+
+    jaxnb.report({"loss": 1.0})
+
+
+def test_the_magics_break_a_lock_left_by_a_dead_host(shared_magics, tmp_path, capsys):
+    """``%jax_train … --break-lock`` and ``%jax_tune … --break-lock``: the run (the search)
+    goes on once the lock of a host that does not answer is broken; without it, refused."""
+    from IPython.core.error import UsageError
+
+    from jaxnb import tune
+
+    ip = shared_magics
+    ip.user_ns.update(reports_once=reports_once, tune=tune)
+    run_lock, study_lock = tmp_path / "reports_once" / "run.lock", tmp_path / "study" / "search.lock"
+    gone = [holding(str(path), "4242", "gone-host.invalid") for path in (run_lock, study_lock)
+            if path.parent.mkdir() is None]
+    try:
+        with pytest.raises(UsageError, match=r"\(pid 4242 on gone-host.invalid, since "):
+            ip.run_line_magic("jax_train", f"reports_once --storage {tmp_path}")
+        ip.run_line_magic("jax_train", f"reports_once --storage {tmp_path} --break-lock -o run")
+        assert ip.user_ns["run"].history == [{"loss": 1.0}]
+        ip.run_line_magic("jax_tune", f"reports_once --space {{'x': tune.uniform(1, 3)}} "
+                                      f"--trials 1 --name study --storage {tmp_path} --break-lock")
+        err = capsys.readouterr().err
+        assert f"jaxnb: broke the lock {run_lock}, held by pid 4242 on gone-host.invalid" in err
+        assert f"jaxnb: broke the lock {study_lock}, held by pid 4242 on gone-host.invalid" in err
+    finally:
+        for proc in gone:
+            ended(proc)
