@@ -1,6 +1,7 @@
 """Start, stop and cell round-trip of jaxnb against its baselines, measured in one run.
 
     python -m bench.cluster [--repeats 3] [--scaling 1,2,4,8]
+    python -m bench.cluster --encryption [--lab] [--repeats 5]   (CurveZMQ off vs on)
 
 Prints medians and the ratios the project targets:
 start-to-ready ÷ bare limit (≤ 1.3×), stop (≤ 0.5 s), trivial ``%%jax_cluster``
@@ -138,13 +139,54 @@ def jaxnb_cluster(n: int, cell_repeats: int) -> tuple[float, float, float, float
     return ready, stop, statistics.median(cell), statistics.median(raw), statistics.median(px)
 
 
+def encryption_cost(repeats: int, lab: bool) -> None:
+    """Start to first psum with CurveZMQ off and on (``JAXNB_CURVE``), alternated, on two lab
+    ssh hosts (``lab``) or two local processes with encryption forced; ratio of medians, written
+    to ``bench/results/cluster_encryption.json``. Target: on ÷ off ≤ 1.1×."""
+    import contextlib
+
+    from bench.hosts import start_stop
+
+    results = Results("cluster_encryption")
+    print(f"load average at the start: {results.load_at_start}")
+    runs: dict[str, list[float]] = {"off": [], "on": []}
+    with contextlib.ExitStack() as stack:
+        kwargs: dict = {"n": 2}
+        if lab:
+            from tests.lab.lab import Lab, missing
+
+            if missing():
+                sys.exit(f"--lab needs the lab: {missing()}")
+            kwargs = {"hosts": stack.enter_context(Lab(2).running()).addresses}
+        for i in range(repeats):
+            for mode in (("off", "on") if i % 2 == 0 else ("on", "off")):
+                os.environ["JAXNB_CURVE"] = "1" if mode == "on" else "0"
+                runs[mode].append(start_stop(**kwargs)[0])
+                print(f"encryption {mode}: start to first psum {runs[mode][-1]:.2f} s", flush=True)
+        os.environ.pop("JAXNB_CURVE", None)
+    off, on = statistics.median(runs["off"]), statistics.median(runs["on"])
+    where = "2 lab ssh hosts" if lab else "2 local processes (encryption forced)"
+    print(f"{where}: start to first psum, CurveZMQ off {off:.2f} s, on {on:.2f} s, "
+          f"ratio {on / off:.2f}  (target <= 1.1x)")
+    results.add(where=where, repeats=repeats, off_s=off, on_s=on, ratio=on / off,
+                target="<= 1.1", runs_s=runs)
+    results.write()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--encryption", action="store_true",
+                        help="only: start with CurveZMQ off and on (bench/results/cluster_encryption.json)")
+    parser.add_argument("--lab", action="store_true",
+                        help="with --encryption: on two lab ssh hosts (root; tests/lab)")
     parser.add_argument("--cell-repeats", type=int, default=40)
     parser.add_argument("--scaling", default="1,2,4,8")
     parser.add_argument("--no-stock", action="store_true", help="skip stock ipyparallel (slow)")
     args = parser.parse_args()
+    if args.encryption:
+        encryption_cost(args.repeats, args.lab)
+        return
 
     med = statistics.median
     results = Results("cluster")

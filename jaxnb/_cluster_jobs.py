@@ -7,21 +7,22 @@ Each option of ``%jax_train``, ``%jax_tune`` and ``%%jax_profile`` is a keyword 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from jaxnb._core import run_folder
 from jaxnb._core.state import Group
 from jaxnb._failures import repair
 from jaxnb._hosts import site
 from jaxnb._profile import session, training
 from jaxnb._train import driver
+from jaxnb._train.function import run_name
 from jaxnb._train.resize import Sizes
 from jaxnb._train.result import Result
 from jaxnb._tune.options import DEFAULT_METRIC, DEFAULT_TRIALS, TuneOptions
 
 if TYPE_CHECKING:
-    import os
-
     from jaxnb._profile.result import ProfileResult
     from jaxnb._tune.result import TuneResult
 
@@ -49,6 +50,7 @@ class ClusterJobs:
         max_failures: int = 0,
         min_processes: int | None = None,
         profile_steps: tuple[int, int] | str | None = None,
+        break_lock: bool = False,
         on_result: Callable[[Result], None] | None = None,
     ) -> Result:
         """Run ``fn`` (or ``fn(config)``) on every process with a live dashboard; a ``Result``.
@@ -63,8 +65,9 @@ class ClusterJobs:
         seconds, go on with the processes left (at least K), the checkpoint resharded and the
         data re-split, and grow back at a checkpoint when it answers again (or on ``scale``).
         ``profile_steps=(A, B)`` (or ``"A:B"``): trace steps A to B on every
-        process, as ``profile`` does (``Result.profile``). ``on_result`` gets the final Result,
-        also before an error is raised.
+        process, as ``profile`` does (``Result.profile``). ``break_lock``: remove the run
+        folder's lock left by a kernel that is gone (refused while its host answers).
+        ``on_result`` gets the final Result, also before an error is raised.
 
         Raises:
             jaxnb.ClusterStateError: the cluster is not running, or busy with another run.
@@ -82,6 +85,9 @@ class ClusterJobs:
         if min_processes is not None:
             site.check_resizes(self.group)
         repair.ensure_ready(self.group)
+        if break_lock:
+            folder = os.path.join(os.fspath(storage or driver.DEFAULT_STORAGE), run_name(fn, name))
+            run_folder.break_lock(folder)
 
         def run(on_result: Callable[[Result], None] | None) -> Result:
             return driver.train(self.group, fn, config, name=name, storage=storage, resume=resume,
@@ -113,6 +119,7 @@ class ClusterJobs:
         background: bool = False,
         seed: int | None = None,
         show: bool = True,
+        break_lock: bool = False,
         on_result: Callable[[TuneResult], None] | None = None,
     ) -> TuneResult:
         """Hyperparameter search: each trial one ``train`` run on every process; a ``TuneResult``.

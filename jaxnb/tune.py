@@ -51,6 +51,7 @@ def run(
     background: bool = False,
     seed: int | None = None,
     show: bool = True,
+    break_lock: bool = False,
     on_result: Callable[[TuneResult], None] | None = None,
 ) -> TuneResult:
     """Search ``space`` for ``fn`` on ``cluster`` (a ``JaxCluster``); a ``TuneResult``.
@@ -62,7 +63,8 @@ def run(
     the study (default fn's name), kept in ``storage`` (default ``./jaxnb_runs``), so
     ``resume`` continues it; ``steps``, ``datasets``, ``max_failures``: each trial's, as for
     ``JaxCluster.train``; ``background``: return the live TuneResult at once; ``seed``: the
-    sampler's; ``show``: the live view; ``on_result`` gets the TuneResult, also before an
+    sampler's; ``show``: the live view; ``break_lock``: remove the study's lock left by a
+    kernel that is gone (refused while its host answers); ``on_result`` gets the TuneResult, also before an
     error is raised. The same as ``cluster.tune(fn, space, …)`` and ``%jax_tune``.
 
     Raises:
@@ -81,4 +83,4 @@ def run(
     return cluster.tune(fn, space, trials=trials, metric=metric, mode=mode, pruner=pruner,
                         config=config, name=name, storage=storage, steps=steps, datasets=datasets,
                         max_failures=max_failures, resume=resume, background=background, seed=seed,
-                        show=show, on_result=on_result)
+                        show=show, break_lock=break_lock, on_result=on_result)

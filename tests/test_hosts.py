@@ -66,6 +66,11 @@ def engine_processes(lab: Lab) -> dict[str, list[str]]:
     return found
 
 
+#: On an engine: it reached the controller with the controller's CurveZMQ key.
+ENCRYPTS = ("from ipyparallel.engine.app import IPEngine\n"
+            "_encrypts = bool(IPEngine.instance().curve_serverkey)")
+
+
 def test_one_engine_per_host_with_real_addresses(cluster, lab):
     hosts = {p.host: p.address for p in cluster.processes}
     assert hosts == {"labhost1": lab.hosts[0].address, "labhost2": lab.hosts[1].address}
@@ -75,6 +80,12 @@ def test_one_engine_per_host_with_real_addresses(cluster, lab):
     assert coordinator_host == cluster.processes[0].address
     html = cluster.shown.outputs[0].data.get("text/html", "") if cluster.shown.outputs else ""
     assert "labhost1" in html + cluster.shown.stdout and "labhost2" in html + cluster.shown.stdout
+    # Engines on other hosts: every ZMQ connection is encrypted (CurveZMQ), and status says so.
+    assert "traffic to the engines: encrypted (CurveZMQ) and signed" in html
+    assert cluster.group.client.curve_serverkey
+    engines = cluster.group.client[:]
+    engines.execute(ENCRYPTS, block=True)
+    assert engines.pull("_encrypts", block=True) == [True, True]
     # The controller listens on the lab bridge address only (and loopback for its own
     # schedulers), never on every interface.
     controller = ipp_internals.controller_process(cluster.group.ipp)

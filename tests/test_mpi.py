@@ -61,6 +61,7 @@ def test_mpi_start_psum_across_hosts_stop_leaves_nothing(mpi_lab, ip, capsys):
         launcher = next(iter(cluster.group.ipp.engines.values()))
         assert type(launcher).__name__ == "JaxnbMPIEngineSetLauncher"
         assert psutil.Process(launcher.pid).name() in ("mpiexec", "orterun")
+        assert cluster.group.client.curve_serverkey  # the ranks reach the controller encrypted
         capsys.readouterr()
         ip.run_cell_magic("jax_cluster", "", "import mymodel\n" + PSUM)
         assert "psum 3.0 on 2 processes" in capsys.readouterr().out

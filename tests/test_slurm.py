@@ -80,6 +80,7 @@ def test_slurm_start_cell_train_killed_step_stop(slurm_lab, magics, capsys):
     for p, host in zip(cluster.processes, slurm_lab.hosts, strict=True):
         assert p.pid in host.pids()
     assert cluster.coordinator_address.rsplit(":", 1)[0] == cluster.processes[0].address
+    assert cluster.group.client.curve_serverkey  # the job's engines reach the controller encrypted
     engine_set = next(iter(cluster.group.ipp.engines.values()))
     job = engine_set.job_id
     assert engine_set.batch_file.startswith(cluster.group.stacks_dir)  # not in the notebook's folder

@@ -189,7 +189,7 @@ def test_ray_style_directory_checkpoints_resume(cluster, tmp_path):
     config = {"steps": 5, "dir": str(tmp_path / "saved_by_user")}
     first = cluster.train(ray_style_own_checkpoints, config, name="own", storage=tmp_path)
     assert first.checkpoint.step == 4 and first.checkpoint.user_managed
-    assert first.checkpoint.path == str(tmp_path / "saved_by_user" / "4")
+    assert first.checkpoint.path == str(tmp_path / "own" / "reported" / "4")  # copied, as Ray does
     with pytest.raises(FileExistsError, match="resume=True"):
         cluster.train(ray_style_own_checkpoints, config, name="own", storage=tmp_path)
     again = cluster.train(ray_style_own_checkpoints, {**config, "steps": 3}, name="own",
@@ -209,8 +209,11 @@ def test_zero_and_one_argument_functions_and_config(cluster, tmp_path):
     assert cluster.train("with_default", storage=tmp_path).history == [{"got": None}]
     result = cluster.train("with_default", {"lr": 0.5, "layers": [1, 2]}, storage=tmp_path)
     assert result.history == [{"got": {"lr": 0.5, "layers": [1, 2]}}]
-    mine = cluster.train("own_checkpoint", {"dir": str(tmp_path / "mine")}, storage=tmp_path)
-    assert mine.checkpoint.path == str(tmp_path / "mine") and mine.checkpoint.user_managed
+    (tmp_path / "own_checkpoint" / "mine").mkdir(parents=True)  # in the run folder: kept there
+    mine = cluster.train("own_checkpoint", {"dir": str(tmp_path / "own_checkpoint" / "mine")},
+                         storage=tmp_path)
+    assert mine.checkpoint.path == str(tmp_path / "own_checkpoint" / "mine")
+    assert mine.checkpoint.user_managed
     assert mine.checkpoint.step == 1
     with pytest.raises(ValueError, match="takes no arguments"):
         cluster.train("no_args", {"x": 1}, storage=tmp_path)

@@ -13,6 +13,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+from jaxnb._core import lock_break, safe_files
 from jaxnb._core.contract import EngineCall
 from jaxnb._core.file_lock import FileLock
 from jaxnb._core.spelling import example
@@ -115,9 +116,14 @@ def remove_if_empty(made: list[str]) -> None:
             return
 
 
-def checkpoint_dir(run_dir: str) -> str:
-    """Where a run keeps jaxnb's own checkpoints."""
-    return os.path.join(os.path.abspath(run_dir), "checkpoints")
+def checkpoint_dir(run_dir: str, made: bool = False) -> str:
+    """Where a run keeps jaxnb's own checkpoints (``made``: made now, refused when a link
+    stands there: Orbax would write through it)."""
+    folder = os.path.join(os.path.abspath(run_dir), "checkpoints")
+    if made:
+        with safe_files.folder_fd(folder, within=run_dir):
+            pass
+    return folder
 
 
 def saved_steps(run_dir: str) -> list[int]:
@@ -134,11 +140,8 @@ def remember_user_checkpoint(run_dir: str, step: int, path: str) -> None:
 
     The note sits in the run's folder, beside (not in) Orbax's ``checkpoints``.
     """
-    os.makedirs(run_dir, exist_ok=True)
-    record = os.path.join(run_dir, _USER_RECORD)
-    with open(record + ".tmp", "w") as f:
-        json.dump({"step": int(step), "path": path}, f)
-    os.replace(record + ".tmp", record)
+    record = json.dumps({"step": int(step), "path": path}).encode()
+    safe_files.write_whole(os.path.join(run_dir, _USER_RECORD), record)
 
 
 def user_checkpoint(run_dir: str) -> Checkpoint | None:
@@ -186,8 +189,17 @@ def hold(run_dir: str) -> FileLock:
     name, parent, new = os.path.basename(run_dir), os.path.dirname(run_dir), example("name", "NEW")
     if holder.is_this_process():
         raise FileExistsError(LIVE_HERE.format(name=name, dir=parent, new=new))
+    stale = lock_break.stale(f"run {name!r} in {parent}", lock.path, holder)
+    if stale is not None:
+        raise FileExistsError(stale)
     raise FileExistsError(LIVE_ELSEWHERE.format(name=name, dir=parent, holder=holder.describe(),
                                                 new=new))
+
+
+def break_lock(run_dir: str) -> bool:
+    """``--break-lock``: remove the run's lock when its holder is gone (see
+    :mod:`jaxnb._core.lock_break`); False when no one held it."""
+    return lock_break.break_lock(os.path.join(os.path.abspath(run_dir), LOCK_FILE))
 
 
 def left_by_earlier_run(run_dir: str) -> bool:

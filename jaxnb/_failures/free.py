@@ -22,7 +22,7 @@ import signal
 import time
 
 from jaxnb._core.state import Group
-from jaxnb._hosts import site
+from jaxnb._hosts import cut_outcome, site
 
 #: How long processes get to stop after SIGINT before their collectives are cut.
 INTERRUPT_WAIT_SECONDS = 1.5
@@ -120,6 +120,7 @@ def cut_collectives(group: Group) -> bool:
     where = site.of(group)
     if not where.can_cut(group):
         return False
+    cut_outcome.reset()
     done = where.cut_collectives(group)
     if done:
         group.group_cut = True

@@ -23,7 +23,7 @@ from jaxnb._core.join_plan import join_params
 from jaxnb._core.messages import RESTART, first_line, label, labels
 from jaxnb._core.state import Group, Suspect
 from jaxnb._failures import detect, explain, free, stacks
-from jaxnb._hosts import site
+from jaxnb._hosts import cut_outcome, site
 
 _CHECK = EngineCall("jaxnb._engine.group.reset:check")
 _REJOIN = EngineCall("jaxnb._engine.group.reset:reinitialize")
@@ -196,11 +196,15 @@ def _stacks_of(group: Group, processes: list[int]) -> dict[int, str]:
 def _still_busy(group: Group, still: list[int], dumps: dict[int, str] | None = None) -> str:
     dumps = dumps if dumps is not None else _stacks_of(group, still)
     where = "; ".join(f"{label(p)} at {stacks.where(dumps.get(p))}" for p in still)
-    if free.can_cut(group):
+    if group.group_cut:  # connections were actually shut down
         return (
-            f"{where}: still busy after an interrupt and with its collectives closed; "
-            f"interrupt it again or {RESTART}"
+            f"{where}: still busy after an interrupt and with its collectives' connections "
+            f"closed; interrupt it again or {RESTART}"
         )
+    if free.can_cut(group):
+        why = cut_outcome.why_not() or "none of them was found open"
+        return (f"{where}: still busy after an interrupt; its collectives' connections were not "
+                f"closed ({why}); interrupt it again or {RESTART}")
     timeout = group.options.collective_timeout
     return (
         f"{where}: still busy (probably inside a collective; XLA gives up after "

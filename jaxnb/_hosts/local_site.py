@@ -20,7 +20,7 @@ from jaxnb._core import ipp_internals
 from jaxnb._core.contract import ENV_CONTROLLER_PID, STACK_SIGNAL, stack_file
 from jaxnb._core.options import ClusterOptions
 from jaxnb._core.state import Group
-from jaxnb._hosts import processes, sockets
+from jaxnb._hosts import cut_outcome, processes, sockets
 from jaxnb._hosts.site_jobs import Site
 
 #: How long survivors of a death get to disappear after SIGKILL.
@@ -31,6 +31,8 @@ class LocalSite(Site):
     """Engines on this machine: children of the notebook kernel, signalled by pid."""
 
     name = "local"
+    #: Engines on this machine: their traffic stays on loopback (not encrypted).
+    remote_engines = False
 
     # ---- start ----------------------------------------------------------------------------
 
@@ -99,7 +101,7 @@ class LocalSite(Site):
     def cut_collectives(self, group: Group) -> int:
         pids = [info.pid for info in group.processes]
         plan = sockets.gloo_plan({"here": sockets.connections(pids)}, group.coordinator)
-        return sum(sockets.shut_down(int(pid), fds) for pid, fds in plan.get("here", {}).items())
+        return cut_outcome.record("this machine", sockets.cut(plan.get("here", {})))
 
     def signal(self, group: Group, chosen: list[int], signum: int) -> None:
         for p in chosen:

@@ -14,7 +14,7 @@ import pathlib
 from typing import Any
 
 from jaxnb._core.state import Group
-from jaxnb._hosts import remote_launchers, sockets, ssh
+from jaxnb._hosts import cut_outcome, remote_launchers, sockets, ssh
 
 #: Run on the hosts, sent as text (the same module cuts local engines' connections).
 _SOCKETS_SCRIPT = pathlib.Path(__file__).with_name("sockets.py")
@@ -52,9 +52,10 @@ def cut(group: Group) -> int:
 
     def shut(location: str) -> int:
         try:
-            return int(_run(hosts[location][0], {"cut": plan[location]}))
+            answer = _run(hosts[location][0], {"cut": plan[location]})
         except Exception:
             return 0
+        return cut_outcome.record(location, answer)
 
     with concurrent.futures.ThreadPoolExecutor(len(plan)) as pool:
         return sum(pool.map(shut, list(plan)))

@@ -36,6 +36,8 @@ class Site:
     """Engines placed by a batch launcher (mpi, slurm, pbs, ...): what ipyparallel itself can do."""
 
     name = "launcher"
+    #: Whether the engines run on other hosts (their traffic is encrypted: :mod:`.encryption`).
+    remote_engines = True
 
     # ---- start ----------------------------------------------------------------------------
 

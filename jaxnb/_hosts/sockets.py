@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import json
 import os
 import socket
@@ -50,8 +51,11 @@ def gloo_plan(listed: dict[str, dict[str, list[list]]], coordinator: str | None)
     return plan
 
 
-def shut_down(pid: int, fds: list[tuple[int, tuple[str, int]]]) -> int:
-    """Shut down the sockets ``fds`` of process ``pid`` (through ``pidfd_getfd``); how many."""
+def shut_down(pid: int, fds: list[tuple[int, tuple[str, int]]],
+              denied: list[int] | None = None) -> int:
+    """Shut down the sockets ``fds`` of process ``pid`` (through ``pidfd_getfd``); how many.
+    The descriptors the kernel would not hand over (no ptrace rights: Yama's
+    ``ptrace_scope``, another user's process) are added to ``denied``."""
     libc = ctypes.CDLL(None, use_errno=True)
     try:
         pidfd = os.pidfd_open(pid)
@@ -61,8 +65,10 @@ def shut_down(pid: int, fds: list[tuple[int, tuple[str, int]]]) -> int:
     try:
         for fd, local in fds:
             dup = libc.syscall(_SYS_PIDFD_GETFD, pidfd, fd, 0)
-            if dup < 0:
-                continue  # closed since we looked, or not allowed: nothing to cut
+            if dup < 0:  # closed since we looked, or not allowed: nothing to cut
+                if denied is not None and ctypes.get_errno() in (errno.EPERM, errno.EACCES):
+                    denied.append(fd)
+                continue
             try:
                 sock = socket.socket(fileno=dup)
             except OSError:
@@ -79,6 +85,24 @@ def shut_down(pid: int, fds: list[tuple[int, tuple[str, int]]]) -> int:
     return done
 
 
+def ptrace_scope() -> int | None:
+    """Yama's ``ptrace_scope`` on this host (1, Ubuntu's and Debian's default: only a process's
+    ancestors may take its descriptors); None without Yama."""
+    try:
+        with open("/proc/sys/kernel/yama/ptrace_scope") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def cut(plan: dict[str, list]) -> dict:
+    """Shut down the planned sockets (pid → [[fd, local]]): how many were cut, how many the
+    kernel denied, and Yama's ``ptrace_scope`` here."""
+    denied: list[int] = []
+    done = sum(shut_down(int(pid), fds, denied) for pid, fds in plan.items())
+    return {"cut": done, "denied": len(denied), "ptrace_scope": ptrace_scope()}
+
+
 def _ip(ip: str) -> str:
     return ip.removeprefix("::ffff:")
 
@@ -89,5 +113,5 @@ def main(request: str) -> None:
     if "list" in job:
         print(json.dumps(connections(job["list"])))
     else:
-        print(json.dumps(sum(shut_down(int(pid), fds) for pid, fds in job["cut"].items())))
+        print(json.dumps(cut(job["cut"])))
 

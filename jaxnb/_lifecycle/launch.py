@@ -20,6 +20,7 @@ from traitlets.config import Config
 from jaxnb._core.contract import ENV_COMPILE_CACHE, ENV_PLATFORM, ENV_STACKS_DIR, ENV_WORKDIR
 from jaxnb._core.errors import StartError
 from jaxnb._core.options import ClusterOptions
+from jaxnb._hosts import encryption
 from jaxnb._hosts.site import Site
 
 #: Controller heartbeat period (ms): engines register after their first beat.
@@ -86,6 +87,7 @@ def build_cluster(options: ClusterOptions, where: Site, folder: str) -> ipp.Clus
         controller_args=[
             f"--HeartMonitor.period={HEARTBEAT_MS}",
             f"--HeartMonitor.max_heartmonitor_misses={HEARTBEAT_MISSES}",
+            *encryption.controller_args(where, options),  # CurveZMQ for engines on other hosts
         ],
         log=_quiet_logger(),
         config=config,

@@ -20,6 +20,7 @@ import time
 import uuid
 from typing import Any
 
+from jaxnb._core import lock_break
 from jaxnb._core.file_lock import FileLock
 from jaxnb._core.spelling import example
 
@@ -72,8 +73,17 @@ def lock(folder: str, name: str) -> FileLock:
     resume = example("resume", True)
     if holder.is_this_process():
         raise FileExistsError(LIVE_HERE.format(name=name, dir=folder, resume=resume))
+    stale = lock_break.stale(f"study {name!r} in {folder}", held.path, holder)
+    if stale is not None:
+        raise FileExistsError(stale)
     raise FileExistsError(LIVE_ELSEWHERE.format(name=name, dir=folder, holder=holder.describe(),
                                                 resume=resume))
+
+
+def break_lock(folder: str) -> bool:
+    """``--break-lock``: remove the study's lock when its holder is gone (see
+    :mod:`jaxnb._core.lock_break`); False when no one held it."""
+    return lock_break.break_lock(os.path.join(os.path.abspath(folder), LOCK_FILE))
 
 
 class Hold:

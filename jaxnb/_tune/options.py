@@ -38,6 +38,7 @@ class TuneOptions:
     background: bool = False
     seed: int | None = None
     show: bool = True
+    break_lock: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 1:

@@ -17,7 +17,7 @@ from jaxnb._failures import detect
 from jaxnb._train import driver, function
 from jaxnb._train.recovery import Restart
 from jaxnb._train.result import Result
-from jaxnb._tune import keys, trial_record
+from jaxnb._tune import keys, lease, trial_record
 from jaxnb._tune import space as spaces
 from jaxnb._tune import study as studies
 from jaxnb._tune.feed import TrialFeed, metric_value
@@ -57,6 +57,8 @@ def tune(group: Group, fn: Any, space: Any, opts: TuneOptions, *, on_result: Any
         print(UNREAD.format(keys=", ".join(map(repr, missing)), fn=function.label_of(fn),
                             space=bare("space"), them="it" if len(missing) == 1 else "them"),
               file=sys.stderr)
+    if opts.break_lock:
+        lease.break_lock(folder)
     opened = studies.open_study(folder, name, opts.direction, make_pruner(opts.pruner),
                                 optuna.samplers.TPESampler(seed=opts.seed), opts.resume)
     try:  # the study is this search's until it ends (one live search per study)

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from jaxnb._core import safe_files
 from jaxnb._train.result import Result
 from jaxnb._tune.result import TrialResult
 
@@ -33,12 +34,8 @@ def write(trial: TrialResult, params: Mapping[str, Any]) -> None:
            "pruned_at": trial.pruned_at, "steps": trial.steps, "history": trial.history}
     path = os.path.join(trial.path, FILE)
     try:
-        os.makedirs(trial.path, exist_ok=True)
-        with open(f"{path}.tmp", "w") as f:
-            json.dump(doc, f, default=repr)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(f"{path}.tmp", path)
+        safe_files.write_whole(path, json.dumps(doc, default=repr).encode(),
+                               within=os.path.dirname(trial.path))
     except OSError as exc:
         print(f"jaxnb: could not save trial {trial.number}'s record in {path} ({exc}); a resumed "
               "search will show what Optuna kept of it", file=sys.stderr)

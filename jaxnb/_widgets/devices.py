@@ -17,9 +17,11 @@ _HEAD = ("process", "host", "pid", "platform", "local devices", "device ids (kin
 _ALIGN = ("left", "right", "left", "right", "left", "left", "right")  # numbers right-aligned
 
 
-def devices_html(processes: Sequence[Any], title: str = "jaxnb cluster", lost: Sequence[str] = ()) -> str:
+def devices_html(processes: Sequence[Any], title: str = "jaxnb cluster", lost: Sequence[str] = (),
+                 notes: Sequence[str] = ()) -> str:
     """Static HTML table of the processes (works in any notebook viewer); ``lost``: the places
-    left out of the group (a host or slot lost to a ``--min-processes`` run), a row each."""
+    left out of the group (a host or slot lost to a ``--min-processes`` run), a row each;
+    ``notes``: lines under it (how the traffic travels)."""
     total = next((p.global_device_count for p in processes if p.global_device_count), None)
     rows = []
     for p in processes:
@@ -51,7 +53,7 @@ def devices_html(processes: Sequence[Any], title: str = "jaxnb cluster", lost: S
                          for h, a in zip(_HEAD, ("left", *_ALIGN), strict=True)) + "</tr>"
         + "".join(rows)
         + "</table>"
-        + "".join(f"<div>{html.escape(line)}</div>" for line in cache_lines(processes))
+        + "".join(f"<div>{html.escape(line)}</div>" for line in [*cache_lines(processes), *notes])
         + "</div>"
     )
 
@@ -88,9 +90,10 @@ def cache_lines(processes: Sequence[Any]) -> list[str]:
     return lines
 
 
-def show_devices(processes: Sequence[Any], title: str = "jaxnb cluster", lost: Sequence[str] = ()) -> None:
+def show_devices(processes: Sequence[Any], title: str = "jaxnb cluster", lost: Sequence[str] = (),
+                 notes: Sequence[str] = ()) -> None:
     """Display the devices table as a widget with its static HTML fallback."""
     import ipywidgets as widgets
 
-    page = devices_html(processes, title, lost)
+    page = devices_html(processes, title, lost, notes)
     display_widget(widgets.HTML(page), page)

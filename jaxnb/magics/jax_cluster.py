@@ -191,9 +191,12 @@ def show_memory(processes: list[dict[str, Any]]) -> None:
 
 def show_status(cluster: JaxCluster) -> None:
     """The devices widget for ``cluster``'s processes."""
+    from jaxnb._hosts import encryption, site
     from jaxnb._widgets.devices import show_devices
 
-    show_devices(cluster.status(), lost=cluster.lost)
+    local = not site.of(cluster.group).remote_engines
+    show_devices(cluster.status(), lost=cluster.lost,
+                 notes=[encryption.status_line(cluster.group.client, local)])
 
 
 #: ``%jax_cluster?`` and ``%%jax_cluster?``: the usage and every flag.

@@ -1,4 +1,5 @@
-"""``%jax_train FUNC [--config EXPR] [--name RUN] [--storage DIR] [-o VAR] [--resume] [--background]
+"""``%jax_train FUNC [--config EXPR] [--name RUN] [--storage DIR] [-o VAR] [--resume] [--break-lock]
+[--background]
 [--steps N] [--datasets NAME=VAR,…] [--profile-steps A:B] [--max-failures N] [--min-processes K]``:
 parse the line,
 resolve FUNC and the config in the notebook, call ``JaxCluster.train`` (each flag is its keyword
@@ -21,6 +22,8 @@ from jaxnb.magics import accept, kit
 @argument("--storage", default=None, metavar="DIR", help="folder that holds runs; default: ./jaxnb_runs")
 @argument("-o", "--output", default=None, metavar="VAR", help="store the Result in VAR")
 @argument("--resume", action="store_true", help="continue run RUN from its latest checkpoint")
+@argument("--break-lock", action="store_true", help="remove the run's lock left by a kernel "
+          "that is gone (refused while its host answers)")
 @argument("--background", action="store_true", help="return at once; VAR holds the live Result")
 @argument("--steps", type=accept.whole("--steps", least=1, example=1000), default=None, metavar="N",
           help="steps the run will report (progress and ETA)")
@@ -35,7 +38,7 @@ from jaxnb.magics import accept, kit
           metavar="K", help="with --max-failures: when a lost process or host is not back within "
           "seconds, go on with the processes left (at least K) and grow back when it answers")
 def jax_train(line: str) -> None:
-    """%jax_train FUNC [--config EXPR] [--name RUN] [--storage DIR] [-o VAR] [--resume]
+    """%jax_train FUNC [--config EXPR] [--name RUN] [--storage DIR] [-o VAR] [--resume] [--break-lock]
     [--background] [--steps N] [--datasets NAME=VAR,…] [--profile-steps A:B] [--max-failures N]
     [--min-processes K]
 

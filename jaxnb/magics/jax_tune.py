@@ -35,13 +35,15 @@ from jaxnb.magics import accept, kit
 @argument("--max-failures", type=accept.whole("--max-failures"), default=None, metavar="N",
           help="restarts per trial after a process dies or a host is lost, as for %%jax_train")
 @argument("--resume", action="store_true", help="continue study STUDY (after a kernel restart)")
+@argument("--break-lock", action="store_true", help="remove the study's lock left by a kernel "
+          "that is gone (refused while its host answers)")
 @argument("--background", action="store_true", help="return at once; VAR holds the live "
           "TuneResult; the view's Stop search button ends the search after the current trial")
 @argument("-o", "--output", default=None, metavar="VAR", help="store the TuneResult in VAR")
 def jax_tune(line: str) -> None:
     """%jax_tune FUNC --space EXPR [--trials N] [--metric NAME] [--mode min|max]
     [--pruner median|asha|none] [--config EXPR] [--name STUDY] [--storage DIR] [--steps N]
-    [--datasets NAME=VAR,…] [--max-failures N] [--resume] [--background] [-o VAR]
+    [--datasets NAME=VAR,…] [--max-failures N] [--resume] [--break-lock] [--background] [-o VAR]
 
     Hyperparameter search with Optuna: each trial runs FUNC on every JAX process
     (as %jax_train) with the base config updated by the sampled values; reports of

@@ -277,7 +277,7 @@ class CheckpointStore:
     """
 
     def __init__(self, run_dir: str, keep: int = 3, exchange_id: str | None = None) -> None:
-        self.directory = checkpoint_dir(run_dir)
+        self.directory = checkpoint_dir(run_dir, made=True)  # no link planted in its place
         options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=False)
         self._positions = _PositionsHandler()
         self._manager = ocp.CheckpointManager(

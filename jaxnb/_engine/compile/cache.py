@@ -4,7 +4,8 @@ Set up when the engine starts, before anything compiles (:func:`enable_from_env`
 
 - the folder: ``--compile-cache DIR`` (a leading ``~`` is this host's home), else the default
   on each host, ``$XDG_CACHE_HOME/jaxnb/xla`` or ``~/.cache/jaxnb/xla``: one folder on this
-  machine for every local engine, each host its own;
+  machine for every local engine, each host its own; made 0700, and not used when another user
+  could write it (:mod:`.cache_folder`): its executables run in the job;
 - every process writes it. JAX writes entries from process 0 only, so on a host without
   process 0 nothing would ever be cached, nor would any process's own computations (their
   devices differ, so do their keys): :func:`jaxnb._engine.jax_internals.cache_from_every_process`;
@@ -29,6 +30,7 @@ import threading
 from typing import Any
 
 from jaxnb._core.contract import COMPILE_CACHE_OFF, ENV_COMPILE_CACHE
+from jaxnb._engine.compile import cache_folder
 
 #: Executables that took at least this long to compile are written (JAX's default: 1 s).
 MIN_COMPILE_SECONDS = 0.01
@@ -104,12 +106,9 @@ def enable(folder: str | None) -> str | None:
         jax.monitoring.register_event_listener(_stats.on_event)
         jax.monitoring.register_event_duration_secs_listener(_stats.on_duration)
         _stats.listening = True
-    if folder is not None:
-        try:
-            os.makedirs(folder, exist_ok=True)
-        except OSError as exc:  # e.g. a host whose user has no home: go on without the cache
-            _stats.problem = f"{folder} cannot be made: {exc.strerror or exc}"
-            folder = None
+    if folder is not None:  # a host whose user has no home, a folder others can write: no cache
+        _stats.problem = cache_folder.refusal(folder)
+        folder = None if _stats.problem else folder
     if folder is None:
         jax.config.update("jax_enable_compilation_cache", False)
         return None

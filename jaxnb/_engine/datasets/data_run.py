@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from jaxnb._core.run_folder import Checkpoint
+from jaxnb._core.safe_files import open_text, write_whole
 
 #: The positions file is rewritten with its last ``KEEP_LINES`` lines when it grows past
 #: ``MAX_LINES`` (a resume looks only at the step it resumes from).
@@ -50,10 +51,9 @@ class DataRun:
         self.resume = resume or {}
         self.resume_step = resume_step if resume is not None else None
         self.shards: dict[str, Any] = {}
-        folder = os.path.join(run_dir, "datasets")
-        os.makedirs(folder, exist_ok=True)
-        self.path = positions_file(run_dir, process)
-        self._log = open(self.path, "a" if resume is not None else "w")  # noqa: SIM115
+        self.run_dir = run_dir
+        self.path = positions_file(run_dir, process)  # in RUN/datasets, made without links
+        self._log = open_text(self.path, "a" if resume is not None else "w", run_dir)
         self._lines = len(_entries(self.path)) if resume is not None else 0
         if self._log.tell() and not _ends_a_line(self.path):
             self._log.write("\n")  # a line cut short by a crash stays alone (and unread)
@@ -104,12 +104,8 @@ class DataRun:
         self._log.close()
         with open(self.path) as f:
             lines = f.readlines()[-KEEP_LINES:]
-        with open(self.path + ".tmp", "w") as f:
-            f.writelines(lines)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(self.path + ".tmp", self.path)
-        self._log, self._lines = open(self.path, "a"), len(lines)  # noqa: SIM115
+        write_whole(self.path, "".join(lines).encode(), within=self.run_dir)
+        self._log, self._lines = open_text(self.path, "a", self.run_dir), len(lines)
 
     def close(self) -> None:
         for shard in self.shards.values():

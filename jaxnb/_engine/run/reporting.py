@@ -32,6 +32,7 @@ from jaxnb._engine.run import (
     cell_sources,
     monitoring,
     pacing,
+    reported_dirs,
     resizing,
     restore_clock,
     stopping,
@@ -416,8 +417,8 @@ def _save(run: _Run, step: int, checkpoint: Any, positions: dict[str, Any] | Non
 
     if isinstance(checkpoint, Checkpoint):  # Ray style: Checkpoint.from_directory(path)
         checkpoint = checkpoint.path
-    if isinstance(checkpoint, (str, os.PathLike)):
-        return Checkpoint.from_directory(checkpoint, step)
+    if isinstance(checkpoint, (str, os.PathLike)):  # copied into the run folder, as Ray does
+        return Checkpoint.from_directory(reported_dirs.kept(run.run_dir, step, checkpoint), step)
     if run.store is None:
         run.store = CheckpointStore(run.run_dir, keep=KEEP_CHECKPOINTS, exchange_id=run.run_id)
     return run.store.save(step, checkpoint, positions)  # the positions commit with the step
