@@ -10,11 +10,13 @@ build (``python docs/_ext/jaxnb_markdown.py``); a test checks the files are up t
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import importlib
 import inspect
 import json
 import os
+import pathlib
 import re
 import sys
 from typing import Any
@@ -111,9 +113,8 @@ def members(cls: type, options: dict[str, str]) -> list[tuple[str, Any]]:
                 continue
             if isinstance(value, (staticmethod, classmethod)):
                 value = value.__func__
-            if inspect.isfunction(value) or isinstance(value, property):
-                if (inspect.getdoc(value) or "") and docstring(value):
-                    seen[name] = value
+            if (inspect.isfunction(value) or isinstance(value, property)) and docstring(value):
+                seen[name] = value
     if wanted:
         return [(n, seen[n]) for n in [*wanted, *special] if n in seen]
     return list(seen.items())
@@ -133,6 +134,10 @@ def documented(kind: str, name: str, options: dict[str, str]) -> list[str]:
     public = name if not any(p.startswith("_") for p in name.split(".")) else short
     lines = [f"## `{public}`", "", signature(obj, public), "", docstring(obj), ""]
     if isinstance(obj, type) and "members" in options:
+        if dataclasses.is_dataclass(obj):
+            fields = [f for f in dataclasses.fields(obj) if not f.name.startswith("_")]
+            rows = [f"| `{f.name}` | `{str(f.type).replace('|', chr(92) + '|')}` |" for f in fields]
+            lines += ["| field | type |", "|---|---|", *rows, ""] if rows else []
         for member, value in members(obj, options):
             if isinstance(value, property):
                 lines += [f"### `{short}.{member}` (property)", "", docstring(value), ""]
@@ -229,7 +234,7 @@ def write() -> list[str]:
     """Write every Markdown form that changed; their paths."""
     changed = []
     for path, text in pages().items():
-        if not os.path.exists(path) or open(path).read() != text:
+        if not os.path.exists(path) or pathlib.Path(path).read_text() != text:
             with open(path, "w") as f:
                 f.write(text)
             changed.append(path)
