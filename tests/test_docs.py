@@ -90,7 +90,6 @@ def test_every_package_export_is_listed_in_all():
 def architecture_map() -> dict[str, str]:
     """The module map of docs/explanation/architecture.md: each package's path (``""`` for the
     top level, ``"_engine/boot/"``) and the text of its lines."""
-    import re
 
     page = (ROOT / "docs" / "explanation" / "architecture.md").read_text()
     block = page.split("```text\n", 1)[1].split("```", 1)[0]
@@ -115,7 +114,6 @@ def architecture_map() -> dict[str, str]:
 def test_the_architecture_page_names_every_module():
     """Every module of the package is on the map, under its own package, so the map cannot drift."""
     import pkgutil
-    import re
 
     sections = architecture_map()
     missing = []
@@ -186,7 +184,6 @@ def test_the_benchmarks_page_is_made_from_the_benches_results(site):
 def page_text(page: str) -> str:
     """What a reader sees of an HTML page: its text, tags dropped, each run of spaces one space
     (Sphinx writes ``python -m x`` in code as one ``<span>`` a word)."""
-    import re
 
     text = re.sub(r"<(script|style)\b.*?</\1>", " ", page, flags=re.S)
     return " ".join(html.unescape(re.sub(r"<[^>]+>", "", text)).split())
@@ -270,93 +267,3 @@ def test_every_page_opens_with_no_broken_image_or_link(site, served, chromium):
         page.screenshot(path=str(SCREENSHOTS / shot))
         assert (SCREENSHOTS / shot).stat().st_size > 10_000
     page.close()
-
-
-# --- The pages as they read in the repository (on GitHub, in a checkout): no build needed. ---
-
-GENERATED_FOLDERS = ("docs/tutorials/", "docs/_build/", "tutorials/executed/")
-MYST_SYNTAX = re.compile(r"\{(?:ref|class|meth|func|attr|exc|mod|obj|doc|image|py:\w+)\}`|```\{[\w-]+\}")
-LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)|<img[^>]*\ssrc=\"([^\"]+)\"")
-
-
-def repository_pages() -> list[pathlib.Path]:
-    """The Markdown pages a reader opens in the repository: the README, the docs' pages (not
-    the site forms of docs/_site, nor what the build makes) and the tutorials' index."""
-    pages = [ROOT / "README.md", ROOT / "tutorials" / "README.md", ROOT / "binder" / "README.md"]
-    for page in sorted((ROOT / "docs").rglob("*.md")):
-        relative = page.relative_to(ROOT).as_posix()
-        if not relative.startswith((*GENERATED_FOLDERS, "docs/_site/")):
-            pages.append(page)
-    return pages
-
-
-def local_links(page: pathlib.Path) -> list[str]:
-    """The page's links and image sources that lead into the repository (anchors dropped)."""
-    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)  # code blocks are not links
-    targets = [a or b for a, b in LINK.findall(text)]
-    return [t.split("#")[0] for t in targets if t.split("#")[0] and not re.match(r"\w+:", t)]
-
-
-def test_repository_pages_link_only_to_files_of_the_repository_and_none_generated():
-    problems = []
-    for page in repository_pages():
-        for target in local_links(page):
-            path = (page.parent / target).resolve()
-            relative = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
-            if relative.startswith(GENERATED_FOLDERS):
-                problems.append(f"{page.relative_to(ROOT)}: {target} is in a folder the build makes")
-            elif not path.exists():
-                problems.append(f"{page.relative_to(ROOT)}: {target} does not exist")
-    assert problems == []
-
-
-def test_local_links_finds_links_images_and_skips_code_and_urls(tmp_path):
-    page = tmp_path / "p.md"
-    page.write_text('[a](x.md#y) ![b](img/c.png) <img src="d.png" width="3"> [e](https://f/g.md)\n'
-                    "```\n[h](in_code.md)\n```\n[i](#anchor)\n")
-    assert local_links(page) == ["x.md", "img/c.png", "d.png"]
-
-
-def test_no_myst_role_or_directive_shows_raw_in_the_repository_pages():
-    """On GitHub a ``{ref}`` role or a ```` ```{image} ```` block shows as raw text."""
-    found = [f"{page.relative_to(ROOT)}:{n}: {line.strip()}"
-             for page in repository_pages()
-             for n, line in enumerate(page.read_text().splitlines(), 1) if MYST_SYNTAX.search(line)]
-    assert found == []
-
-
-def test_myst_syntax_is_recognised():
-    for raw in ("see {class}`jaxnb.Result`", "{ref}`x <magic-a>`", "```{image} a.png", "```{eval-rst}",
-                "```{toctree}", "{meth}`~jaxnb.JaxCluster.run`"):
-        assert MYST_SYNTAX.search(raw), raw
-    assert not MYST_SYNTAX.search("a dict {'lr': 1} and `code` and ```python")
-
-
-def test_the_markdown_forms_of_the_generated_pages_are_up_to_date():
-    """docs/reference/*.md and docs/benchmarks.md are made from docs/_site/ and the code by
-    ``bash dev docs``; a change to a docstring, a magic's flags or a bench result needs them
-    made again."""
-    import jaxnb_markdown
-
-    pages = jaxnb_markdown.pages()
-    assert {pathlib.Path(p).relative_to(ROOT).as_posix() for p in pages} >= {
-        "docs/reference/magics.md", "docs/reference/cluster.md", "docs/benchmarks.md"}
-    stale = [pathlib.Path(p).relative_to(ROOT).as_posix() for p, text in pages.items()
-             if not pathlib.Path(p).exists() or pathlib.Path(p).read_text() != text]
-    assert stale == [], "run `bash dev docs` (or python docs/_ext/jaxnb_markdown.py) and commit them"
-
-
-def test_the_markdown_reference_lists_every_public_name_and_every_flag():
-    from jaxnb.magics.kit import declared
-
-    text = "\n".join((ROOT / "docs" / "reference" / f"{n}.md").read_text()
-                     for n in ("magics", "cluster", "engine", "results", "tune", "errors"))
-    missing = [name for name in sorted(public_names())
-               if f"`{name}`" not in text and f"`{name.split('.', 1)[1]}`" not in text
-               and f"`{name.rsplit('.', 1)[-1]}`" not in text]
-    assert missing == []
-    for title, declaration in jaxnb_docs.magic_sections():
-        assert f"## `{title}`" in text
-        for action in declared(declaration):
-            for flag in action.option_strings:
-                assert f"`{flag}" in text, (title, flag)
