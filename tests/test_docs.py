@@ -15,7 +15,6 @@ import http.server
 import inspect
 import pathlib
 import posixpath
-import re
 import subprocess
 import sys
 import threading
@@ -90,6 +89,7 @@ def test_every_package_export_is_listed_in_all():
 def architecture_map() -> dict[str, str]:
     """The module map of docs/explanation/architecture.md: each package's path (``""`` for the
     top level, ``"_engine/boot/"``) and the text of its lines."""
+    import re
 
     page = (ROOT / "docs" / "explanation" / "architecture.md").read_text()
     block = page.split("```text\n", 1)[1].split("```", 1)[0]
@@ -114,6 +114,7 @@ def architecture_map() -> dict[str, str]:
 def test_the_architecture_page_names_every_module():
     """Every module of the package is on the map, under its own package, so the map cannot drift."""
     import pkgutil
+    import re
 
     sections = architecture_map()
     missing = []
@@ -184,6 +185,7 @@ def test_the_benchmarks_page_is_made_from_the_benches_results(site):
 def page_text(page: str) -> str:
     """What a reader sees of an HTML page: its text, tags dropped, each run of spaces one space
     (Sphinx writes ``python -m x`` in code as one ``<span>`` a word)."""
+    import re
 
     text = re.sub(r"<(script|style)\b.*?</\1>", " ", page, flags=re.S)
     return " ".join(html.unescape(re.sub(r"<[^>]+>", "", text)).split())

@@ -136,3 +136,23 @@ def test_message_skeletons_write_filled_values_as_ellipses():
     assert any("only … of … engines registered within " in s for s in skeletons)
     assert any(s.startswith("the engines are busy with the background training run …;") for s in skeletons)
     assert not any("an entry nobody wrote in jaxnb" in s for s in skeletons)
+
+
+def test_site_links_lead_to_the_site_copies_of_tutorials_and_name_files_outside_the_docs():
+    import jaxnb_pages
+
+    page = ("[t](../../tutorials/03_x.ipynb) [i](../../tutorials/README.md) [c](cluster.md#a) "
+            "![p](../images/a.png) [r](../../README.md#install) [w](https://x/y.md)")
+    assert jaxnb_pages.site_links(page, "howto/training") == (
+        "[t](../tutorials/03_x.ipynb) [i](../tutorials/index.md) [c](cluster.md#a) "
+        "![p](../images/a.png) r (`README.md` in the repository) [w](https://x/y.md)")
+    # the tutorials' index lives in tutorials/README.md but is built as docs/tutorials/index.md
+    assert jaxnb_pages.site_links("[n](01_q.ipynb) [d](../docs/howto/cluster.md)", "tutorials/index") == (
+        "[n](01_q.ipynb) [d](../howto/cluster.md)")
+
+
+def test_toctree_comments_become_toctrees():
+    import jaxnb_pages
+
+    text = "# T\n\n<!-- toctree hidden maxdepth=1\na\nb/index\n-->\n"
+    assert jaxnb_pages.toctrees(text) == "# T\n\n```{toctree}\n:hidden:\n:maxdepth: 1\n\na\nb/index\n```\n"

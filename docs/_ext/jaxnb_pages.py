@@ -24,7 +24,7 @@ ROOT = os.path.dirname(DOCS)
 TUTORIALS = os.path.join(ROOT, "tutorials")
 SITE_FORMS = os.path.join(DOCS, "_site")
 
-LINK = re.compile(r"(\]\()([^)\s#]+)((?:#[^)\s]*)?\))")
+LINK = re.compile(r"(!?\[([^\]]*)\]\()([^)\s#]+)((?:#[^)\s]*)?\))")
 TOCTREE = re.compile(r"^<!-- toctree([^\n]*)\n(.*?)^-->[ \t]*$", re.S | re.M)
 
 
@@ -45,19 +45,24 @@ def site_path(path: str) -> str:
 
 
 def site_links(text: str, docname: str) -> str:
-    """``text`` with each relative link to a tutorial made a link to its copy in the site."""
+    """``text`` with each relative link to a tutorial made a link to its copy in the site, and
+    each link to another file of the repository outside ``docs/`` (the README) made plain
+    text that names the file (the site has no page for it)."""
     here = os.path.dirname(repository_path(docname))
     there = os.path.dirname(os.path.join(DOCS, docname))
 
     def moved(match: re.Match[str]) -> str:
-        target = match.group(2)
+        target = match.group(3)
         if "://" in target or target.startswith(("/", "mailto:")):
             return match.group(0)
         path = os.path.normpath(os.path.join(here, target))
-        if site_path(path) == path:
-            return match.group(0)
+        if site_path(path) == path and not path.startswith(DOCS + os.sep):
+            if match.group(1).startswith("!"):
+                return match.group(0)
+            where = os.path.relpath(path, ROOT).replace(os.sep, "/")
+            return f"{match.group(2)} (`{where}` in the repository)"
         new = os.path.relpath(site_path(path), there).replace(os.sep, "/")
-        return match.group(1) + new + match.group(3)
+        return match.group(1) + new + match.group(4)
 
     return LINK.sub(moved, text)
 
