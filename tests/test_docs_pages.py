@@ -156,3 +156,32 @@ def test_toctree_comments_become_toctrees():
 
     text = "# T\n\n<!-- toctree hidden maxdepth=1\na\nb/index\n-->\n"
     assert jaxnb_pages.toctrees(text) == "# T\n\n```{toctree}\n:hidden:\n:maxdepth: 1\n\na\nb/index\n```\n"
+
+
+def test_a_magics_usage_is_wrapped_the_same_whatever_the_terminal():
+    import jaxnb_markdown
+
+    narrow = "  %m [-n N] [--platform cpu|gpu]\n      [--hosts H1,H2] [command]"
+    wide = "  %m [-n N] [--platform cpu|gpu] [--hosts H1,H2] [command]"
+    assert jaxnb_markdown.usage(narrow, width=30) == jaxnb_markdown.usage(wide, width=30) == (
+        "    %m [-n N]\n        [--platform cpu|gpu]\n        [--hosts H1,H2]\n        [command]")
+
+
+def test_docstrings_become_markdown_sections_lists_and_fenced_code():
+    import jaxnb_markdown
+
+    def f():
+        """Do it, see :meth:`start` and ``x``.
+
+        Args:
+            a: the first,
+                continued.
+
+        Example::
+
+            f(1)
+        """
+
+    assert jaxnb_markdown.docstring(f) == (
+        "Do it, see `start` and `x`.\n\n**Args:**\n\n- a: the first, continued.\n\n"
+        "Example:\n\n```python\nf(1)\n```")

@@ -19,6 +19,7 @@ import os
 import pathlib
 import re
 import sys
+import textwrap
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -72,14 +73,14 @@ def docstring(obj: Any) -> str:
             continue
         if line.rstrip().endswith("::") or EXAMPLE.match(line.strip()):
             lead = line.rstrip().rstrip(":")
-            out += [lead + (":" if lead and not lead.endswith(":") else ""), "", "```python"]
             i += 1
+            block: list[str] = []
             while i < len(lines) and (lines[i].startswith(" ") or not lines[i].strip()):
-                out.append(lines[i][4:] if lines[i].strip() else "")
+                block.append(lines[i])
                 i += 1
-            while out[-1] == "":
-                out.pop()
-            out += ["```", ""]
+            code = textwrap.dedent("\n".join(block)).strip("\n")
+            language = "python" if lead.strip() else "text"  # a bare ``::`` is a magic's usage
+            out += [lead + ":" if lead.strip() else "", "", f"```{language}", code, "```", ""]
             continue
         out.append(line)
         i += 1
@@ -147,6 +148,17 @@ def documented(kind: str, name: str, options: dict[str, str]) -> list[str]:
     return lines
 
 
+def usage(text: str, width: int = 84) -> str:
+    """A magic's usage, indented as a ``::`` block and wrapped at ``width`` between its
+    ``[options]`` (argparse wraps it at the terminal's width: the page must not depend on it)."""
+    lines = ["   "]
+    for token in re.findall(r"\[[^\]]*\]|\S+", " ".join(text.split())):
+        if len(lines[-1]) + 1 + len(token) > width and lines[-1].strip():
+            lines.append("       ")
+        lines[-1] += " " + token
+    return "\n".join(lines)
+
+
 def magics() -> list[str]:
     """Every magic: its usage, what it does, and a table of its flags (``.. jaxnb-magics::``)."""
     import argparse
@@ -157,13 +169,17 @@ def magics() -> list[str]:
 
     lines: list[str] = []
     for title, declared in magic_sections():
-        text = _own_docstring(declared)
+        # argparse wraps the usage to the terminal's width: wrapped here at a fixed one instead,
+        # so the page is the same whoever generates it.
+        text = re.sub(r"^::\n\n((?:[ \t]+.*(?:\n|$))+)", lambda m: "::\n\n" + usage(m.group(1)) + "\n",
+                      _own_docstring(declared))
         lines += [f"## `{title}`", "", docstring(type("Doc", (), {"__doc__": text})), ""]
         rows = []
         for action in reversed(declared_actions(declared)):
             metavar = "" if action.nargs == 0 else f" {action.metavar or action.dest.upper()}"
             flags = ", ".join(f"`{f}{metavar}`" for f in action.option_strings) or (
                 f"`{action.metavar or action.dest.upper()}`")
+            flags = flags.replace("|", "\\|")
             help_text = " ".join((action.help or "").replace("%%", "%").split()).replace("|", "\\|")
             if action.default not in (None, False, argparse.SUPPRESS) and action.option_strings:
                 help_text += f" (default: `{action.default}`)"
