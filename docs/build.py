@@ -15,8 +15,15 @@ SITE = os.path.join(DOCS, "_build", "html")
 
 
 def build(out: str = SITE) -> int:
-    """Build the whole site afresh into ``out``; Sphinx's exit status (0: no warning)."""
+    """Write the pages' Markdown forms, then build the whole site afresh into ``out``;
+    Sphinx's exit status (0: no warning)."""
     from sphinx.cmd.build import build_main
+
+    sys.path.insert(0, os.path.join(DOCS, "_ext"))
+    import jaxnb_markdown
+
+    for path in jaxnb_markdown.write():
+        print(f"docs: wrote {os.path.relpath(path)}")
 
     return build_main(["-E", "-a", "-W", "--keep-going", "-n", "-q", "-b", "html", DOCS, out])
 

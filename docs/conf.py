@@ -24,6 +24,7 @@ extensions = [
     "sphinx.ext.napoleon",
     "sphinx.ext.intersphinx",
     "jaxnb_docs",
+    "jaxnb_pages",  # the repository's Markdown pages (plain links, toctree comments) as site pages
 ]
 
 # Flags stay as typed: Sphinx's smart quotes turn a "--hosts" outside code into "–hosts".
@@ -36,7 +37,8 @@ nb_output_stderr = "show"
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
 
-exclude_patterns = ["_build", "**.ipynb_checkpoints", "tutorials/README.md"]
+# _site holds the site forms of the pages generated as Markdown (docs/_ext/jaxnb_pages.py).
+exclude_patterns = ["_build", "_site", "**.ipynb_checkpoints", "tutorials/README.md"]
 
 # Every reference must resolve: a broken link is a warning, and ``bash dev docs`` makes warnings
 # errors. Names of other projects resolve through intersphinx where it has them offline (it has
