@@ -11,6 +11,7 @@ ipyparallel release moves one of them, this is the module to change.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import psutil
@@ -19,13 +20,39 @@ import psutil
 WRITTEN_FOR = "9.2"
 
 
-def futures(ar: Any) -> list[Any]:
-    """One future per engine of a multi-engine ``AsyncResult``, in the view's order.
+class Reply:
+    """One engine's part of a multi-engine ``AsyncResult``, read through ipyparallel's public
+    ``Client`` dicts: ``metadata`` (stdout, stderr, outputs, data, error: filled in as the
+    engine's messages arrive), ``outstanding`` (not answered yet) and ``results``."""
 
-    Each future's ``output.metadata`` fills in (stdout, stderr, outputs, data,
-    error) as the engine's messages arrive.
-    """
-    return list(ar._children)  # noqa: SLF001 - no public accessor in ipyparallel 9.2
+    def __init__(self, client: Any, msg_id: str) -> None:
+        self.client, self.msg_id = client, msg_id
+        self.metadata: dict[str, Any] = client.metadata[msg_id]
+
+    def done(self) -> bool:
+        """Whether the engine's reply has arrived (or ipyparallel gave up on it)."""
+        return self.msg_id not in self.client.outstanding and self.msg_id in self.client.results
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The reply's value; a remote error is the value (as ipyparallel's own futures give
+        it). Raises ``TimeoutError`` when it has not come within ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.done():
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"no reply to {self.msg_id} within {timeout:g} s")
+            time.sleep(0.005)
+        return self.client.results[self.msg_id]
+
+
+def futures(ar: Any, client: Any) -> list[Reply]:
+    """One :class:`Reply` per engine of a multi-engine ``AsyncResult`` that ``client`` sent, in
+    the view's order (``ar.msg_ids``)."""
+    return [Reply(client, msg_id) for msg_id in ar.msg_ids]
+
+
+def answers(ar: Any, client: Any) -> list[Any]:
+    """Each engine's value (a remote error as the value) of a finished ``AsyncResult``."""
+    return [reply.result() for reply in futures(ar, client)]
 
 
 def engine_launchers(ipp_cluster: Any) -> list[Any]:
@@ -110,6 +137,9 @@ def control_apply(client: Any, engine_id: int, f: Any, *args: Any) -> Any:
     control requests only for its fixed ones (``send_signal``, ``abort``, ``clear``), with this
     same private ``_send``.
     """
+    missing = control_route_missing(client)
+    if missing:
+        raise RuntimeError(missing)
     from ipyparallel.serialize import pack_apply_message
 
     session = client.session
@@ -117,6 +147,16 @@ def control_apply(client: Any, engine_id: int, f: Any, *args: Any) -> Any:
                                  item_threshold=session.item_threshold)
     ident = client._engines[engine_id].encode()  # noqa: SLF001 - engine id -> its zmq identity
     return client._send(client._control_stream, "apply_request", buffers=buffers, ident=ident)  # noqa: SLF001
+
+
+def control_route_missing(client: Any) -> str | None:
+    """Why :func:`control_apply` cannot send with this ipyparallel (``None``: it can)."""
+    gone = [name for name in ("_engines", "_send", "_control_stream", "session")
+            if not hasattr(client, name)]
+    if gone:
+        return (f"this ipyparallel's Client has no {', '.join(gone)}: jaxnb cannot send on the "
+                f"engines' control channel")
+    return None
 
 
 def reply_value(reply: dict) -> Any:
