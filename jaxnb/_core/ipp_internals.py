@@ -22,16 +22,20 @@ WRITTEN_FOR = "9.2"
 
 class Reply:
     """One engine's part of a multi-engine ``AsyncResult``, read through ipyparallel's public
-    ``Client`` dicts: ``metadata`` (stdout, stderr, outputs, data, error: filled in as the
-    engine's messages arrive), ``outstanding`` (not answered yet) and ``results``."""
+    API: ``Client.metadata`` (stdout, stderr, outputs, data, error: filled in as the engine's
+    messages arrive), ``Client.outstanding`` and ``Client.results`` (until the whole result is
+    in; then ``AsyncResult.get(return_exceptions=True)``)."""
 
-    def __init__(self, client: Any, msg_id: str) -> None:
-        self.client, self.msg_id = client, msg_id
-        self.metadata: dict[str, Any] = client.metadata[msg_id]
+    def __init__(self, client: Any, ar: Any, index: int) -> None:
+        self.client, self.ar, self.index = client, ar, index
+        self.msg_id = ar.msg_ids[index]
+        self.metadata: dict[str, Any] = client.metadata[self.msg_id]
 
     def done(self) -> bool:
-        """Whether the engine's reply has arrived (or ipyparallel gave up on it)."""
-        return self.msg_id not in self.client.outstanding and self.msg_id in self.client.results
+        """Whether the engine's reply has arrived and been read (or ipyparallel gave up on it)."""
+        if self.msg_id in self.client.outstanding:
+            return False
+        return self.msg_id in self.client.results or self.ar.ready()
 
     def result(self, timeout: float | None = None) -> Any:
         """The reply's value; a remote error is the value (as ipyparallel's own futures give
@@ -41,13 +45,19 @@ class Reply:
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"no reply to {self.msg_id} within {timeout:g} s")
             time.sleep(0.005)
-        return self.client.results[self.msg_id]
+        value = self.client.results.get(self.msg_id, _GONE)
+        if value is _GONE:  # the whole result is in: its owner took the values from results
+            value = self.ar.get(return_exceptions=True)[self.index]
+        return value
+
+
+_GONE = object()
 
 
 def futures(ar: Any, client: Any) -> list[Reply]:
     """One :class:`Reply` per engine of a multi-engine ``AsyncResult`` that ``client`` sent, in
     the view's order (``ar.msg_ids``)."""
-    return [Reply(client, msg_id) for msg_id in ar.msg_ids]
+    return [Reply(client, ar, i) for i in range(len(ar.msg_ids))]
 
 
 def answers(ar: Any, client: Any) -> list[Any]:
