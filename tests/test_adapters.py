@@ -203,3 +203,12 @@ def test_status_lists_the_features_off_once_each():
     procs.append(types.SimpleNamespace(process_index=2, compile_cache={"features_off": []}))
     assert features_off(procs) == [f"{off} on p0, p1"]
     assert features_off(procs[:2]) == [off]
+
+
+def test_the_oldest_versions_ci_runs_are_pyproject_floors():
+    """``.ci/oldest.txt`` (what ``bash dev test oldest`` installs) pins every runtime dependency
+    at the floor pyproject.toml gives it: the floors are versions CI runs."""
+    from oldest_versions import differences, floors, pins
+
+    assert differences() == []
+    assert set(floors()) <= set(pins()) and pins()["jaxlib"] == pins()["jax"]
