@@ -28,9 +28,8 @@ import os
 import threading
 from typing import Any
 
-from jaxnb._core import optional
 from jaxnb._core.contract import COMPILE_CACHE_OFF, ENV_COMPILE_CACHE
-from jaxnb._core.optional import turn_off
+from jaxnb._core.optional import problems, turn_off
 
 #: Executables that took at least this long to compile are written (JAX's default: 1 s).
 MIN_COMPILE_SECONDS = 0.01
@@ -155,4 +154,4 @@ def describe() -> dict[str, Any]:
         saved = _stats.saved
     return {"folder": folder, "entries": entries, "bytes": size, **counts,
             "saved_seconds": round(saved, 3), "problem": _stats.problem,
-            "features_off": optional.problems()}
+            "features_off": problems()}
