@@ -47,7 +47,7 @@ class Reply:
             time.sleep(0.005)
         value = self.client.results.get(self.msg_id, _GONE)
         if value is _GONE:  # the whole result is in: its owner took the values from results
-            value = self.ar.get(return_exceptions=True)[self.index]
+            return self.ar.get(return_exceptions=True)[self.index]  # a view's: one per engine
         return value
 
 
@@ -55,8 +55,8 @@ _GONE = object()
 
 
 def futures(ar: Any, client: Any) -> list[Reply]:
-    """One :class:`Reply` per engine of a multi-engine ``AsyncResult`` that ``client`` sent, in
-    the view's order (``ar.msg_ids``)."""
+    """One :class:`Reply` per engine of an ``AsyncResult`` that ``client`` sent through a view
+    of a list of engines (jaxnb's group view), in the view's order (``ar.msg_ids``)."""
     return [Reply(client, ar, i) for i in range(len(ar.msg_ids))]
 
 
