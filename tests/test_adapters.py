@@ -212,3 +212,13 @@ def test_the_oldest_versions_ci_runs_are_pyproject_floors():
 
     assert differences() == []
     assert set(floors()) <= set(pins()) and pins()["jaxlib"] == pins()["jax"]
+
+
+def test_a_client_without_the_control_route_is_refused_in_one_line_before_sending():
+    from jaxnb._core import ipp_internals
+
+    moved = types.SimpleNamespace(session=None, _engines={})  # a release that renamed _send
+    why = ipp_internals.control_route_missing(moved)
+    assert why.startswith("this ipyparallel's Client has no _send, _control_stream") and "\n" not in why
+    with pytest.raises(RuntimeError, match="no _send, _control_stream"):
+        ipp_internals.control_apply(moved, 0, print)
