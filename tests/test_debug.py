@@ -211,3 +211,25 @@ def test_q_at_a_breakpoint_ends_the_cell_on_every_stopped_process(cluster, capsy
                                    "(on processes [p0], [p1])")
     assert "not reached" not in capsys.readouterr().out
     cluster.run("print('usable')")
+
+
+def test_without_the_control_hook_breakpoints_refuse_in_one_line_and_nothing_stays_stopped(
+        cluster, capsys):
+    """An ipykernel whose control channel jaxnb cannot serve (``hooks.control_ready`` is what
+    installing the hook found): ``%jax_debug -c`` refuses, and ``jaxnb.breakpoint()`` goes on."""
+    cluster.run("import jaxnb._engine.debug.hooks as hooks\nhooks.control_ready = False")
+    try:
+        with pytest.raises(ClusterStateError) as refused:
+            cluster.debug(commands="p 1")
+        message = str(refused.value)
+        assert message.startswith("jaxnb.breakpoint() cannot stop [p0], [p1]: their ipykernel")
+        assert "\n" not in message
+        capsys.readouterr()
+        cluster.run("import jaxnb\nfor i in range(3):\n    jaxnb.breakpoint()\nprint('went on', i)",
+                    timeout=60)
+        shown = capsys.readouterr()
+        assert "went on 2" in shown.out
+        said = [line for line in (shown.out + shown.err).splitlines() if "not stopping" in line]
+        assert len(said) == 1 and "cannot take the debugger's commands" in said[0], said
+    finally:
+        cluster.run("hooks.control_ready = True")

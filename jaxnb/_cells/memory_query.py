@@ -20,7 +20,7 @@ def query(group: Group, top: int = TOP_ARRAYS) -> MemoryReport:
     """Every process's memory: devices, the process, its ``top`` largest live arrays."""
     ar = group.view.apply_async(_SNAPSHOT, top)
     ar.wait(ANSWER_SECONDS)
-    futures = dict(zip(group.indices, ipp_internals.futures(ar), strict=True))
+    futures = dict(zip(group.indices, ipp_internals.futures(ar, group.client), strict=True))
     late = [p for p, f in futures.items() if not f.done()]
     if late:
         raise ClusterStateError(NO_ANSWER.format(who=labels(late), seconds=ANSWER_SECONDS))

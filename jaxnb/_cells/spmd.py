@@ -87,9 +87,9 @@ def run_cell(
     processes = group.indices
     # A cell without a last expression runs silent: same output, less work on each engine.
     ar = group.view.execute(code, block=False, silent=not shows_value)
-    futures = dict(zip(processes, ipp_internals.futures(ar), strict=True))
+    futures = dict(zip(processes, ipp_internals.futures(ar, group.client), strict=True))
     # Per-process metadata dicts (stdout, stderr, outputs, error) filled as messages arrive.
-    by_process = {p: f.output.metadata for p, f in futures.items()}
+    by_process = {p: f.metadata for p, f in futures.items()}
     merged = show.process is None and not show.all and not show.quiet
     folders = group.temp_folders
     out = LiveMerger(processes, sys.stdout.write, **live_options("stdout", folders)) if merged else None

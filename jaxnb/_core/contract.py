@@ -80,7 +80,10 @@ MONITOR_KEY = "jaxnb-monitor"
 #: XLA refusing an allocation: ``RESOURCE_EXHAUSTED: Out of memory …`` on one device, ``INTERNAL:
 #: Error dispatching computation: Out of memory allocating N bytes.`` for a program of several
 #: devices, ``Ran out of memory in memory space hbm`` on a TPU (both sides find it so).
-OUT_OF_MEMORY = (r"RESOURCE_EXHAUSTED|[Oo]ut of memory (?:allocating|while trying)"
+#: A ``RESOURCE_EXHAUSTED`` without memory or an allocation on its line is not a device's (gRPC's
+#: "received message larger than max", a coordination-service limit).
+OUT_OF_MEMORY = (r"RESOURCE_EXHAUSTED\b[^\n]*(?:[Mm]emory|[Aa]llocat)"
+                 r"|[Oo]ut of memory (?:allocating|while trying)"
                  r"|[Rr]an out of memory in memory space")
 #: ``%jax_pull``: what a process answers when the name is not defined there.
 MISSING = "__jaxnb_missing__"

@@ -11,6 +11,7 @@ ipyparallel release moves one of them, this is the module to change.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import psutil
@@ -19,13 +20,49 @@ import psutil
 WRITTEN_FOR = "9.2"
 
 
-def futures(ar: Any) -> list[Any]:
-    """One future per engine of a multi-engine ``AsyncResult``, in the view's order.
+class Reply:
+    """One engine's part of a multi-engine ``AsyncResult``, read through ipyparallel's public
+    API: ``Client.metadata`` (stdout, stderr, outputs, data, error: filled in as the engine's
+    messages arrive), ``Client.outstanding`` and ``Client.results`` (until the whole result is
+    in; then ``AsyncResult.get(return_exceptions=True)``)."""
 
-    Each future's ``output.metadata`` fills in (stdout, stderr, outputs, data,
-    error) as the engine's messages arrive.
-    """
-    return list(ar._children)  # noqa: SLF001 - no public accessor in ipyparallel 9.2
+    def __init__(self, client: Any, ar: Any, index: int) -> None:
+        self.client, self.ar, self.index = client, ar, index
+        self.msg_id = ar.msg_ids[index]
+        self.metadata: dict[str, Any] = client.metadata[self.msg_id]
+
+    def done(self) -> bool:
+        """Whether the engine's reply has arrived and been read (or ipyparallel gave up on it)."""
+        if self.msg_id in self.client.outstanding:
+            return False
+        return self.msg_id in self.client.results or self.ar.ready()
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The reply's value; a remote error is the value (as ipyparallel's own futures give
+        it). Raises ``TimeoutError`` when it has not come within ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.done():
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"no reply to {self.msg_id} within {timeout:g} s")
+            time.sleep(0.005)
+        value = self.client.results.get(self.msg_id, _GONE)
+        if value is _GONE:  # the whole result is in: its owner took the values from results
+            return self.ar.get(return_exceptions=True)[self.index]  # a view's: one per engine
+        return value
+
+
+_GONE = object()
+
+
+def futures(ar: Any, client: Any) -> list[Reply]:
+    """One :class:`Reply` per engine of an ``AsyncResult`` that ``client`` sent through a view
+    of a list of engines (jaxnb's group view), in the view's order (``ar.msg_ids``)."""
+    return [Reply(client, ar, i) for i in range(len(ar.msg_ids))]
+
+
+def answers(ar: Any, client: Any) -> list[Any]:
+    """Each engine's value (a remote error as the value) of a finished ``AsyncResult``."""
+    return [reply.result() for reply in futures(ar, client)]
 
 
 def engine_launchers(ipp_cluster: Any) -> list[Any]:
@@ -110,6 +147,9 @@ def control_apply(client: Any, engine_id: int, f: Any, *args: Any) -> Any:
     control requests only for its fixed ones (``send_signal``, ``abort``, ``clear``), with this
     same private ``_send``.
     """
+    missing = control_route_missing(client)
+    if missing:
+        raise RuntimeError(missing)
     from ipyparallel.serialize import pack_apply_message
 
     session = client.session
@@ -117,6 +157,16 @@ def control_apply(client: Any, engine_id: int, f: Any, *args: Any) -> Any:
                                  item_threshold=session.item_threshold)
     ident = client._engines[engine_id].encode()  # noqa: SLF001 - engine id -> its zmq identity
     return client._send(client._control_stream, "apply_request", buffers=buffers, ident=ident)  # noqa: SLF001
+
+
+def control_route_missing(client: Any) -> str | None:
+    """Why :func:`control_apply` cannot send with this ipyparallel (``None``: it can)."""
+    gone = [name for name in ("_engines", "_send", "_control_stream", "session")
+            if not hasattr(client, name)]
+    if gone:
+        return (f"this ipyparallel's Client has no {', '.join(gone)}: jaxnb cannot send on the "
+                f"engines' control channel")
+    return None
 
 
 def reply_value(reply: dict) -> Any:

@@ -12,6 +12,8 @@ import collections
 import functools
 import re
 
+from jaxnb._core import ipykernel_internals
+
 #: How many cells' sources are remembered to map frames of earlier cells.
 REMEMBERED_CELLS = 256
 #: The file of a cell in a frame: ipykernel's (``name`` is its hash) or IPython's own.
@@ -23,6 +25,8 @@ _cells: collections.OrderedDict[str, str] = collections.OrderedDict()
 def remember_cell(code: str) -> None:
     """Record a cell's source, so frames in it can be shown with their source line."""
     name = cell_name(code)
+    if name is None:
+        return
     _cells[name] = as_compiled(code)
     _cells.move_to_end(name)
     while len(_cells) > REMEMBERED_CELLS:
@@ -45,8 +49,7 @@ def as_compiled(code: str) -> str:
         return code
 
 
-def cell_name(code: str) -> str:
-    """The number ipykernel puts in the file name of a cell (a hash of its source)."""
-    from ipykernel.compiler import get_tmp_hash_seed, murmur2_x86
-
-    return str(murmur2_x86(code, get_tmp_hash_seed()))
+def cell_name(code: str) -> str | None:
+    """The number ipykernel puts in the file name of a cell (a hash of its source); ``None``
+    when this ipykernel's hash is not known."""
+    return ipykernel_internals.cell_hash(code)

@@ -171,7 +171,7 @@ def _everywhere(group: Group, call: EngineCall, *args: Any) -> dict[int, Any]:
     ar = group.view.apply_async(call, *args)
     if not ar.wait(ASK_SECONDS):
         raise ClusterStateError(NOT_ANSWERING.format(seconds=ASK_SECONDS))
-    answers = dict(zip(group.indices, (f.result() for f in ipp_internals.futures(ar)), strict=True))
+    answers = dict(zip(group.indices, ipp_internals.answers(ar, group.client), strict=True))
     errors = {p: a for p, a in answers.items() if isinstance(a, BaseException)}
     if errors:
         for error in errors.values():

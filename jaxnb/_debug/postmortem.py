@@ -23,8 +23,11 @@ from jaxnb._debug.prompt import Console, error_answer, split_commands, stdin_ava
 _SUMMARY = EngineCall("jaxnb._engine.debug.kept:summary")
 _HERE = EngineCall("jaxnb._engine.debug.kept:here")
 _COMMAND = EngineCall("jaxnb._engine.debug.kept:command")
+_READY = EngineCall("jaxnb._engine.debug.hooks:ready")
 #: How long the processes may take to say whether they hold a failure (seconds).
 ASK_SECONDS = 30.0
+#: How long a command's answer may take before the session says so and ends.
+ANSWER_SECONDS = 120.0
 
 NOTHING_LEFT = (
     "nothing is left to debug: a cell ran on {which} after the failure (frames are kept only "
@@ -36,6 +39,9 @@ NOTHING = (
 )
 HEADLESS = ("no input prompt here (the notebook runs headless); give the commands with {commands}, "
             "e.g. {example}")
+NO_BREAKPOINTS = ("jaxnb.breakpoint() cannot stop {who}: their ipykernel cannot take commands "
+                  "while a cell runs (%jax_cluster status says why); debug after a failure with "
+                  "%jax_debug instead")
 FOR_BREAKPOINTS = ("jaxnb: no process holds a failure; {these} will answer the "
                    "jaxnb.breakpoint() stops of the next cell or training run that reaches one")
 
@@ -50,6 +56,11 @@ def debug(group: Group, process: int | None = None, commands: str | Sequence[str
     failed = {p: s for p, s in summaries.items() if s["failed"]}
     if not failed:
         if given is not None and process is None:
+            ready = dict(zip(group.indices, group.view.apply_async(_READY).get(timeout=ASK_SECONDS),
+                             strict=True))
+            if not all(ready.values()):
+                raise ClusterStateError(NO_BREAKPOINTS.format(
+                    who=labels(p for p, ok in ready.items() if not ok)))
             group.breakpoint_commands = given
             print(FOR_BREAKPOINTS.format(these=f"the {plural(len(given), 'command')}"))
             return
@@ -104,6 +115,6 @@ def _choose(failed: dict[int, dict[str, Any]], process: int | None) -> int:
 def _answer(ar: Any) -> str:
     """A process's answer, or its error in one line (as pdb shows one)."""
     try:
-        return str(ar.get(timeout=None))
+        return str(ar.get(timeout=ANSWER_SECONDS))
     except Exception as exc:
         return error_answer(exc)

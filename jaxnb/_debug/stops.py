@@ -16,6 +16,7 @@ unless ``%jax_debug -c`` gave commands for the breakpoint first.
 
 from __future__ import annotations
 
+import signal
 import time
 from typing import Any
 
@@ -29,6 +30,11 @@ from jaxnb._failures.watch import Watch
 
 _COMMAND = EngineCall("jaxnb._engine.debug.stop:command")
 _RESUME = EngineCall("jaxnb._engine.debug.stop:resume")
+_READY = EngineCall("jaxnb._engine.debug.hooks:ready")
+#: How long the first stop of a cluster waits for the control channel's answer to a ping.
+PING_SECONDS = 2.0
+#: How long a command's answers may take in all before the session ends (the processes go on).
+ANSWER_SECONDS = 120.0
 #: How long the first stopped process waits for the other running ones before the prompt opens.
 GATHER_SECONDS = 1.0
 #: After this long without an answer, the notebook says what the process may be waiting for.
@@ -37,6 +43,10 @@ SLOW_ANSWER_SECONDS = 10.0
 RESUME_SECONDS = 30.0
 SLOW = ("jaxnb: still waiting for {who}'s answer: a command that computes on a global array "
         "waits for every process (send it with all:); interrupt to end the cell")
+NO_ROUTE = ("jaxnb: jaxnb.breakpoint() cannot be debugged here: {why}; interrupting {who} "
+            "(no process stays stopped)")
+GAVE_UP = ("jaxnb: {who} did not go on within {seconds:g} s of c; interrupting {who} "
+           "(no process stays stopped)")
 HEADLESS = ("jaxnb: jaxnb.breakpoint() at {where} did not stop {who}: no input prompt here "
             "(headless, or a --background run); give it commands with %jax_debug -c before the cell")
 
@@ -82,6 +92,11 @@ class Stops:
 
     def _session(self, stopped: dict[int, dict[str, Any]], elsewhere: list[int], done: set[int],
                  errors: dict[int, Any]) -> None:
+        why = self._route_missing(stopped)
+        if why is not None:
+            print(NO_ROUTE.format(why=why, who=labels(stopped)))
+            self._interrupt(stopped)
+            return
         interactive = stdin_available()
         if not interactive and self.commands is None:
             if not self.noted:
@@ -123,6 +138,7 @@ class Stops:
         pending = {p: ipp_internals.control_apply(client, self.group.engine_for(p), _COMMAND,
                                                   stopped[p]["id"], line) for p in processes}
         slow_at, next_look = time.monotonic() + SLOW_ANSWER_SECONDS, time.monotonic() + 1.0
+        give_up = time.monotonic() + ANSWER_SECONDS
         answers: dict[int, str] = {}
         while True:
             answers.update({p: _answer(f) for p, f in pending.items() if p not in answers and f.done()})
@@ -133,6 +149,9 @@ class Stops:
             if now > slow_at:
                 slow_at = float("inf")
                 print(SLOW.format(who=labels(p for p in pending if p not in answers)))
+            if now > give_up:
+                raise SessionOver(f"{labels(p for p in pending if p not in answers)} gave no "
+                                  f"answer within {ANSWER_SECONDS:g} s; the session ends")
             if now > next_look:  # a process that died never answers
                 next_look = now + 1.0
                 dead = detect.dead_processes(self.group)
@@ -140,13 +159,47 @@ class Stops:
                     raise SessionOver(f"{labels(dead)} died during the debugging session")
 
     def _resume(self, stopped: dict[int, dict[str, Any]], quit: bool) -> None:
-        """Let every stopped process go on (or raise ``BdbQuit`` there, for ``q``)."""
+        """Let every stopped process go on (or raise ``BdbQuit`` there, for ``q``); one that
+        does not answer in :data:`RESUME_SECONDS` is interrupted instead."""
         client = self.group.client
-        futures = [ipp_internals.control_apply(client, self.group.engine_for(p), _RESUME,
-                                               stop["id"], quit) for p, stop in stopped.items()]
         deadline = time.monotonic() + RESUME_SECONDS
-        for future in futures:
-            future.result(timeout=max(deadline - time.monotonic(), 0.1))
+        late = {}
+        for p, stop in stopped.items():
+            try:
+                future = ipp_internals.control_apply(client, self.group.engine_for(p), _RESUME,
+                                                     stop["id"], quit)
+                future.result(timeout=max(deadline - time.monotonic(), 0.1))
+            except Exception:  # no answer: the control route is gone; SIGINT is not
+                late[p] = stop
+        if late:
+            print(GAVE_UP.format(who=labels(late), seconds=RESUME_SECONDS))
+            self._interrupt(late)
+
+    def _interrupt(self, stopped: dict[int, dict[str, Any]]) -> None:
+        """Interrupt the stopped processes (their cell or run ends with ``KeyboardInterrupt``)."""
+        from jaxnb._failures import free
+
+        free.signal_processes(self.group, sorted(stopped), signal.SIGINT)
+
+    def _route_missing(self, stopped: dict[int, dict[str, Any]]) -> str | None:
+        """Why the notebook cannot reach the stopped processes (``None``: it can); the control
+        channel is pinged once per cluster."""
+        why = ipp_internals.control_route_missing(self.group.client)
+        if why is not None or id(self.group) in _pinged:
+            return why
+        p = min(stopped)
+        try:
+            future = ipp_internals.control_apply(self.group.client, self.group.engine_for(p), _READY)
+            future.result(timeout=PING_SECONDS)
+        except Exception as exc:
+            return (f"{label(p)}'s control channel did not answer within {PING_SECONDS:g} s "
+                    f"({type(exc).__name__})")
+        _pinged.add(id(self.group))
+        return None
+
+
+#: The clusters whose control channel answered a ping (by ``id`` of their group).
+_pinged: set[int] = set()
 
 
 def _answer(future: Any) -> str:

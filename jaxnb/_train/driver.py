@@ -312,7 +312,7 @@ def _prepare(group: Group, spec: dict[str, Any]) -> dict[int, Any]:
     ar = group.view.apply_async(_PREPARE, spec)
     if not ar.wait(PREPARE_TIMEOUT_SECONDS):
         raise ClusterStateError(NOT_ANSWERING.format(timeout=PREPARE_TIMEOUT_SECONDS))
-    replies = dict(zip(group.indices, (f.result() for f in ipp_internals.futures(ar)), strict=True))
+    replies = dict(zip(group.indices, ipp_internals.answers(ar, group.client), strict=True))
     errors = {p: r for p, r in replies.items() if isinstance(r, BaseException)}
     if errors:
         raise remote_error(errors)

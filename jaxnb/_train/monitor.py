@@ -52,8 +52,8 @@ class Monitor:
         self.paced_run = paced_run
         self.processes = group.indices
         explain.mark_logs(group, list(ar.msg_ids))
-        self.futures = dict(zip(self.processes, ipp_internals.futures(ar), strict=True))
-        self.md = {p: f.output.metadata for p, f in self.futures.items()}
+        self.futures = dict(zip(self.processes, ipp_internals.futures(ar, group.client), strict=True))
+        self.md = {p: f.metadata for p, f in self.futures.items()}
         self.receivers = {p: Receiver(self.md[p]["data"]) for p in self.processes}
         # Identical lines as they come; the rest, tidy, at the end (bounded, full logs saved).
         self.out = LiveMerger(self.processes, sys.stdout.write, **live_options("stdout", group.temp_folders))

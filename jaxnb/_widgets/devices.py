@@ -54,6 +54,7 @@ def devices_html(processes: Sequence[Any], title: str = "jaxnb cluster", lost: S
         + "".join(rows)
         + "</table>"
         + "".join(f"<div>{html.escape(line)}</div>" for line in [*cache_lines(processes), *notes])
+        + "".join(f"<div>{html.escape(line)}</div>" for line in features_off(processes))
         + "</div>"
     )
 
@@ -88,6 +89,21 @@ def cache_lines(processes: Sequence[Any]) -> list[str]:
     if not lines and any(p.compile_cache is not None for p in processes):
         return ["compile cache: off"]
     return lines
+
+
+def features_off(processes: Sequence[Any]) -> list[str]:
+    """One line per optional feature turned off (a library moved the part it relies on), on
+    the engines (as their compile-cache answer reports) or in this kernel; ``on pN`` when only
+    some processes have it off."""
+    from jaxnb._core import optional
+
+    where: dict[str, list[int]] = {}
+    for p in processes:
+        for line in (p.compile_cache or {}).get("features_off") or []:
+            where.setdefault(line, []).append(p.process_index)
+    lines = [line if len(ps) == len(processes) else f"{line} on {', '.join(f'p{i}' for i in ps)}"
+             for line, ps in where.items()]
+    return lines + [f"{line} in this kernel" for line in optional.problems()]
 
 
 def show_devices(processes: Sequence[Any], title: str = "jaxnb cluster", lost: Sequence[str] = (),

@@ -22,12 +22,15 @@ def main() -> None:
     watchdog.start_from_env()
     # Engines take no debugger requests: keep ipykernel from loading debugpy (~50 ms).
     sys.modules.setdefault("debugpy", None)  # type: ignore[arg-type]
-    import jax  # before registering: the first cell does not pay for it
+    # JAX's preemption service is off through JAX_ENABLE_PREEMPTION_SERVICE (set at launch).
+    import jax  # noqa: F401 - before registering: the first cell does not pay for it
 
-    jax.config.update("jax_enable_preemption_service", False)
+    from jaxnb._core.ipykernel_internals import tee_out_stream
+    from jaxnb._core.optional import optional
     from jaxnb._engine.compile import cache
 
-    cache.enable_from_env()  # before anything compiles
+    with optional("compile cache"):  # an optional feature never stops an engine from starting
+        cache.enable_from_env()  # before anything compiles
     from jaxnb._engine.boot import warm
 
     warm.from_env()  # a spare: what the group's engines imported, before it registers
@@ -35,7 +38,7 @@ def main() -> None:
 
     gc.freeze()  # what was imported stays: later collections need not scan it
     gc.enable()  # off while importing, when started by jaxnb._lifecycle.launch.python_cmd
-    ipengine_main(out_stream_factory=stderr_tee.OutStream)  # fd 2: logged before it is shown
+    ipengine_main(out_stream_factory=tee_out_stream(stderr_tee.start, stderr_tee.forward))  # fd 2: logged first
 
 
 if __name__ == "__main__":

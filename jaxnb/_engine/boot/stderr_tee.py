@@ -5,10 +5,10 @@ the notebook and to the log. A process that aborts right after writing (``std::t
 with gloo's "Received data size doesn't match expected size", a failed XLA ``CHECK``) dies
 before that thread has read or echoed the words, and the one line that says why is lost.
 
-So jaxnb's engines keep ipykernel off fd 2 (:class:`OutStream`, ipyparallel's
-``IPEngine.out_stream_factory``) and point it at a small tee process instead: it writes what
-arrives to the log first, then back to the engine, whose thread forwards it to the cell as
-ipykernel's would. An engine that dies has had every byte it wrote logged already.
+So jaxnb's engines keep ipykernel off fd 2 (ipyparallel's ``IPEngine.out_stream_factory``:
+:func:`jaxnb._core.ipykernel_internals.tee_out_stream`) and point it at a small tee process
+instead: it writes what arrives to the log first, then back to the engine, whose thread
+forwards it to the cell as ipykernel's would. An engine that dies has had every byte it wrote logged already.
 """
 
 from __future__ import annotations
@@ -18,11 +18,9 @@ import os
 import select
 import subprocess
 import sys
-import threading
 import time
+from collections.abc import Callable
 from typing import Any
-
-from ipykernel.iostream import OutStream as _KernelOutStream
 
 #: The tee: copy stdin to the log, then to the engine's pipe (which fails once the engine is
 #: gone: the log still gets the rest). Exits at EOF: when the engine, and every process that
@@ -41,43 +39,6 @@ while data := os.read(source, 65536):
 """
 
 _tee: list[subprocess.Popen] = []
-
-
-class OutStream(_KernelOutStream):
-    """ipykernel's output stream; for ``stderr``, fd 2 goes through the tee (see the module)."""
-
-    def __init__(self, session: Any, pub_thread: Any, name: str, *args: Any, **kwargs: Any) -> None:
-        if name != "stderr":
-            super().__init__(session, pub_thread, name, *args, **kwargs)
-            return
-        super().__init__(session, pub_thread, name, *args, **{**kwargs, "watchfd": False})
-        started = start()
-        if started is not None:
-            back, log = started
-            # Where ipyparallel then points its own log handlers (as for ipykernel's capture):
-            # the log itself, not fd 2 (which would bring its lines back into the cell).
-            self._original_stdstream_copy = log
-            threading.Thread(target=self._forward, args=(back,), name="jaxnb-stderr", daemon=True).start()
-
-    def _forward(self, back: int) -> None:
-        """What reached fd 2, to the cell's stderr (as ipykernel's own thread would), but the
-        C++ libraries' informational lines, which stay in the log (:mod:`.cxx_lines`)."""
-        from jaxnb._engine.boot import cxx_lines
-
-        router = cxx_lines.Router()
-        with contextlib.suppress(OSError):
-            while True:
-                if not select.select([back], [], [], 1.0)[0]:  # quiet: held lines now due
-                    late = "".join(router.expired(time.monotonic()))
-                    if late:
-                        self.write(late)
-                    continue
-                data = os.read(back, 65536)
-                if not data:
-                    break
-                text = router.feed(data.decode(errors="replace"))
-                if text:
-                    self.write(text)
 
 
 def start() -> tuple[int, int] | None:
@@ -104,3 +65,24 @@ def start() -> tuple[int, int] | None:
     os.dup2(from_engine, 2)
     os.close(from_engine)
     return back, log
+
+
+def forward(back: int, write: Callable[[str], Any]) -> None:
+    """What reached fd 2 (read from ``back``), to the cell's stderr through ``write``, but the
+    C++ libraries' informational lines, which stay in the log (:mod:`.cxx_lines`)."""
+    from jaxnb._engine.boot import cxx_lines
+
+    router = cxx_lines.Router()
+    with contextlib.suppress(OSError):
+        while True:
+            if not select.select([back], [], [], 1.0)[0]:  # quiet: held lines now due
+                late = "".join(router.expired(time.monotonic()))
+                if late:
+                    write(late)
+                continue
+            data = os.read(back, 65536)
+            if not data:
+                break
+            text = router.feed(data.decode(errors="replace"))
+            if text:
+                write(text)

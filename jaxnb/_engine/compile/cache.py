@@ -30,12 +30,21 @@ import threading
 from typing import Any
 
 from jaxnb._core.contract import COMPILE_CACHE_OFF, ENV_COMPILE_CACHE
+from jaxnb._core.optional import problems, turn_off
 from jaxnb._engine.compile import cache_folder
 
 #: Executables that took at least this long to compile are written (JAX's default: 1 s).
 MIN_COMPILE_SECONDS = 0.01
 #: The folder's bound (least recently used entries go first).
 MAX_BYTES = 2 * 1024**3
+#: JAX's settings of the cache for interactive use (see the module's docstring).
+SETTINGS = {
+    "jax_persistent_cache_min_compile_time_secs": MIN_COMPILE_SECONDS,
+    "jax_persistent_cache_min_entry_size_bytes": -1,  # any size
+    "jax_compilation_cache_max_size": MAX_BYTES,
+}
+#: The feature a refused setting turns off (its line in ``status``).
+TUNED = "compile cache settings"
 
 _EVENTS = {
     "/jax/compilation_cache/cache_hits": "hits",
@@ -97,7 +106,6 @@ def enable_from_env() -> str | None:
 
 def enable(folder: str | None) -> str | None:
     """Cache compiled executables in ``folder`` from every process, and count hits (``None``: off)."""
-    import jax
     import jax.monitoring
 
     from jaxnb._engine import jax_internals
@@ -110,12 +118,16 @@ def enable(folder: str | None) -> str | None:
         _stats.problem = cache_folder.refusal(folder)
         folder = None if _stats.problem else folder
     if folder is None:
-        jax.config.update("jax_enable_compilation_cache", False)
+        jax_internals.set_config("jax_enable_compilation_cache", False)
         return None
-    jax.config.update("jax_compilation_cache_dir", folder)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)  # any size
-    jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
+    problem = jax_internals.set_config("jax_compilation_cache_dir", folder)
+    if problem is not None:
+        _stats.problem = problem
+        return None
+    for name, value in SETTINGS.items():
+        problem = jax_internals.set_config(name, value)
+        if problem is not None:
+            turn_off(TUNED, f"{problem}; JAX's default applies")
     jax_internals.cache_from_every_process()
     _stats.folder = folder
     return folder
@@ -140,4 +152,5 @@ def describe() -> dict[str, Any]:
         counts = {name: _stats.counts[event] for event, name in _EVENTS.items()}
         saved = _stats.saved
     return {"folder": folder, "entries": entries, "bytes": size, **counts,
-            "saved_seconds": round(saved, 3), "problem": _stats.problem}
+            "saved_seconds": round(saved, 3), "problem": _stats.problem,
+            "features_off": problems()}

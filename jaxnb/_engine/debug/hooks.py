@@ -12,11 +12,14 @@ from __future__ import annotations
 from jaxnb._engine.debug import kept
 
 _installed = False
+#: Whether the control channel serves ``apply_request`` here: without it no command could
+#: reach a stopped process, so ``jaxnb.breakpoint()`` does not stop (:mod:`.stop`).
+control_ready = False
 
 
 def install() -> None:
     """Install the hooks on this engine (nothing outside an ipyparallel engine; once)."""
-    global _installed
+    global _installed, control_ready
     if _installed:
         return
     try:
@@ -27,8 +30,16 @@ def install() -> None:
     kernel = getattr(shell, "kernel", None)
     if shell is None or kernel is None:
         return
-    kept.install(shell)
-    handlers = getattr(kernel, "control_handlers", None)
-    if isinstance(handlers, dict) and hasattr(kernel, "apply_request"):
-        handlers.setdefault("apply_request", kernel.apply_request)
+    from jaxnb._core.ipykernel_internals import serve_apply_on_control
+    from jaxnb._core.optional import optional
+
+    with optional("post-mortem debugging (%jax_debug)"):
+        kept.install(shell)
+    control_ready = serve_apply_on_control(kernel)
     _installed = True
+
+
+def ready() -> bool:
+    """Whether ``jaxnb.breakpoint()`` can stop this process (asked by ``%jax_debug -c``)."""
+    install()
+    return control_ready

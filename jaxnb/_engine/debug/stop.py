@@ -28,6 +28,8 @@ NOT_ON_AN_ENGINE = ("jaxnb.breakpoint(): not on a jaxnb engine, nothing to stop 
                     "breakpoint() debugs this process)")
 NOT_STOPPED = "*** this process is not stopped at that jaxnb.breakpoint() any more\n"
 QUIT = "q in jaxnb's debugger ended the cell"
+NO_CONTROL = ("jaxnb.breakpoint(): not stopping: this engine's ipykernel cannot take the "
+              "debugger's commands while a cell runs ({why}); the cell goes on")
 
 
 @dataclasses.dataclass
@@ -39,6 +41,7 @@ class _Stop:
 
 _stops: dict[int, _Stop] = {}
 _numbers = itertools.count(1)
+_refused = False
 
 
 def stop_here(frame: types.FrameType) -> None:
@@ -54,6 +57,16 @@ def stop_here(frame: types.FrameType) -> None:
     from jaxnb._engine.debug.console import Console
 
     hooks.install()
+    if not hooks.control_ready:  # nothing could reach the stopped process: do not stop
+        from jaxnb._core.ipykernel_internals import CONTROL_APPLY
+        from jaxnb._core.optional import problems
+
+        global _refused
+        if not _refused:  # once: a breakpoint in a loop says it once
+            _refused = True
+            why = next((ln for ln in problems() if ln.startswith(CONTROL_APPLY)), "not installed")
+            print(NO_CONTROL.format(why=why), file=sys.stderr)
+        return
     console = Console(frames.of_frame(frame))
     frame, line = console.stack[-1]
     number = next(_numbers)

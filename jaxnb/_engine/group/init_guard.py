@@ -36,14 +36,11 @@ def install() -> None:
         from jaxnb._engine.jax_internals import distributed_state
 
         state = distributed_state()
-        if state.client is None:  # not initialised (or shut down): JAX's own call
-            return original(*args, **kwargs)
+        if getattr(state, "client", None) is None:  # not initialised (or shut down), or a JAX
+            return original(*args, **kwargs)  # whose state jaxnb cannot read: JAX's own call
         asked = signature.bind(*args, **kwargs).arguments
-        running = {
-            "coordinator_address": state.coordinator_address,
-            "num_processes": state.num_processes,
-            "process_id": state.process_id,
-        }
+        running = {name: getattr(state, name, None)
+                   for name in ("coordinator_address", "num_processes", "process_id")}
         differ = [
             f"{name}={asked[name]!r} (running: {value!r})"
             for name, value in running.items()

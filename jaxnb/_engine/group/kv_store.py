@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from typing import Any, overload
 
 #: Waits are cut in slices this long so that an interrupt gets through.
@@ -30,11 +31,14 @@ def wait_for(kv: Any, key: str, give_up: threading.Event) -> str | None: ...
 def wait_for(kv: Any, key: str, give_up: threading.Event | None = None) -> str | None:
     """The value of ``key`` once a process has set it (waited for in slices: interruptible);
     ``None`` if ``give_up`` is set first."""
+    from jaxnb._engine.jax_internals import timed_out
+
     while give_up is None or not give_up.is_set():
+        started = time.monotonic()
         try:
             return kv.blocking_key_value_get(key, WAIT_SLICE_MS)
-        except Exception as exc:  # only a timeout slice is retried
-            if "DEADLINE_EXCEEDED" not in str(exc):
+        except Exception as exc:  # only a timeout slice is retried (by status code, not words)
+            if not timed_out(exc, time.monotonic() - started, WAIT_SLICE_MS / 1000):
                 raise
     return None
 

@@ -75,7 +75,7 @@ def initialize(params: JoinParams) -> dict[str, Any]:
     if params.init:
         import jax
 
-        jax.config.update("jax_enable_preemption_service", False)
+        # JAX's preemption service is off through JAX_ENABLE_PREEMPTION_SERVICE (set at launch).
         if os.environ.get(ENV_PLATFORM) == "tpu" and "tpu" in os.environ.get("JAX_PLATFORMS", "tpu"):
             # On a TPU VM slice JAX finds the coordinator and the process ids itself (jaxnb
             # numbers its processes in the same worker order). Engines told to run on CPU
@@ -170,7 +170,7 @@ def describe(process_id: int | None = None, *, touch_backend: bool = True) -> di
         return info
     import jax
 
-    info["distributed"] = jax_internals.distributed_client() is not None
+    info["distributed"] = jax_internals.in_group()
     info["process_index"] = jax.process_index()
     info["platform"] = jax.default_backend()
     info["local_devices"] = [

@@ -24,13 +24,22 @@ _SIZE = re.compile(r"allocat\w*\s+(\d+)\s*bytes|allocat\w*\s+([\d.]+)\s*([KMGT]i
 _UNITS = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 _DEVICE = re.compile(r"\b(?:device|cuda|gpu|tpu)[ :_]?(?:ordinal[ :=]*)?(\d+)", re.IGNORECASE)
 
+_MEMORY = re.compile(r"memory|allocat", re.IGNORECASE)
+
 _noted: dict[str, Any] | None = None
 _watching = False
 
 
 def is_out_of_memory(error: BaseException) -> bool:
-    """Whether ``error`` is XLA refusing an allocation (``RESOURCE_EXHAUSTED``, …)."""
-    return MARK.search(str(error)[:4000]) is not None
+    """Whether ``error`` is XLA refusing an allocation (``RESOURCE_EXHAUSTED``, …): by its
+    status code with memory on its first line, or by XLA's words; gRPC's RESOURCE_EXHAUSTED (a
+    message too large) is not one."""
+    from jaxnb._engine.jax_internals import RESOURCE_EXHAUSTED, status_code
+
+    text = str(error)[:4000]
+    if status_code(error) == RESOURCE_EXHAUSTED and _MEMORY.search(text.split("\n", 1)[0]):
+        return True
+    return MARK.search(text) is not None
 
 
 def requested_bytes(text: str) -> int | None:
