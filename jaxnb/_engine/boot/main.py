@@ -38,7 +38,8 @@ def main() -> None:
 
     gc.freeze()  # what was imported stays: later collections need not scan it
     gc.enable()  # off while importing, when started by jaxnb._lifecycle.launch.python_cmd
-    ipengine_main(out_stream_factory=tee_out_stream(stderr_tee.start, stderr_tee.forward))  # fd 2: logged first
+    # fd 2: logged first
+    ipengine_main(out_stream_factory=tee_out_stream(stderr_tee.start, stderr_tee.forward))
 
 
 if __name__ == "__main__":
