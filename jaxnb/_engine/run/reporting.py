@@ -31,7 +31,6 @@ from jaxnb._engine.profile import recording
 from jaxnb._engine.run import (
     cell_sources,
     monitoring,
-    pacing,
     resizing,
     restore_clock,
     stopping,
@@ -165,7 +164,6 @@ def report(metrics: dict[str, Any], checkpoint: Any = None, *, step_fn: Any = No
     recording.step_reported(step)  # %jax_train --profile-steps: opens/closes the trace window
     if run.resize is not None and saved is not None and not saved.user_managed:
         run.resize.at_checkpoint(step)  # a size change waits for this checkpoint: end here
-    pacing.wait_for_verdict(run.count - 2, stopping.requested)  # a search: the last one judged
     if not run.stopped and run.stop.reached():  # after should_stop() said True, reports go on
         run.stopped = True
         raise stopping.StopRun(f"the run was asked to stop; every process ends at step {step}")
@@ -234,7 +232,6 @@ def _prepare(spec: dict[str, Any]) -> dict[str, Any]:
 
         gather.clear_keys()
     stopping.arm()
-    pacing.start(str(spec["run_id"]) if spec.get("paced") else None)
     elastic = bool(spec.get("elastic"))
     if elastic:
         resizing.arm()
