@@ -18,10 +18,17 @@ One command, every number measured in the same run, on the same machine:
    <= 100 ms.
 3. start-up: ``train()`` call -> first report booked in the notebook, vs the
    plain script's launch -> first step done (and its init -> first step).
+4. the cost of one ``jaxnb.report`` on the training thread: inside one run on the
+   engines, rounds alternate a plain loop and the same loop with ``report()`` every
+   step, of a no-op step (a JAX scalar from a trivial jitted step, and a Python
+   float with no step at all); cost = (loop with reports - plain loop) / steps,
+   wall time (what the training thread loses, the publisher thread's share of the
+   interpreter included) and the training thread's CPU time; medians over rounds.
+   Target <= 25 us.
 
 Also written to ``bench/results/train_throughput.json``.
 
-    python -m bench.train_throughput [--steps 300] [--repeats 8]
+    python -m bench.train_throughput [--steps 300] [--repeats 8] [--only report-cost]
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ import sys
 import tempfile
 import time
 
-from jaxnb._engine.run.reporting import MAX_IN_FLIGHT
+from jaxnb._engine.run.in_flight import MAX_IN_FLIGHT
 
 # ---- the training loop (runs on the engines, or in the plain processes) ---------------
 
@@ -137,6 +144,46 @@ def paced_reports(config: dict) -> None:
         jaxnb.report({"i": i, "loss": 1.0 / (i + 1)})
 
 
+def report_cost(config: dict) -> None:
+    """Section 4, on the engines: rounds of a plain no-op loop beside the same loop reporting."""
+    import time
+
+    import jax
+    import jax.numpy as jnp
+
+    import jaxnb
+
+    inc = jax.jit(lambda x: x + 1)
+    n, found = config["steps"], {"jax": [], "float": []}
+
+    def loop(kind: str, reporting: bool, base: int) -> tuple[float, float]:
+        report = jaxnb.report
+        x = jnp.float32(0) if kind == "jax" else 0.0
+        wall, cpu = time.perf_counter(), time.thread_time()
+        if kind == "jax":
+            for i in range(base, base + n):
+                x = inc(x)
+                if reporting:
+                    report({"loss": x, "step": i})
+            x.block_until_ready()
+        else:
+            for i in range(base, base + n):
+                if reporting:
+                    report({"loss": 0.5, "step": i})
+        return time.perf_counter() - wall, time.thread_time() - cpu
+
+    step = 1
+    for r in range(config["rounds"] + 1):
+        for kind in found:
+            plain = loop(kind, False, step)
+            reported = loop(kind, True, step)
+            step += n
+            if r:  # the first round warms up (compiles, fills caches)
+                found[kind].append([(reported[k] - plain[k]) / n * 1e6 for k in (0, 1)]
+                                   + [plain[0] / n * 1e6])
+    jaxnb.report({"report_cost": found, "step": step})
+
+
 # ---- the plain script ---------------------------------------------------------------------
 
 
@@ -228,6 +275,24 @@ def jaxnb_run(cluster, config: dict, booked: Booked, storage: str) -> dict:
     return out
 
 
+def cost_of_a_report(cluster, args: argparse.Namespace, storage: str, results) -> None:
+    """Section 4: the cost of one report on the training thread (process 0's figures)."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        result = cluster.train(report_cost, {"steps": args.cost_steps, "rounds": args.cost_rounds},
+                               storage=os.path.join(storage, "report_cost"))
+    found = result.history[-1]["report_cost"]
+    figures = {}
+    for kind, rounds in found.items():
+        wall, cpu, plain = (statistics.median(r[k] for r in rounds) for k in range(3))
+        figures[kind] = {"wall_us": wall, "thread_cpu_us": cpu, "plain_step_us": plain,
+                         "rounds_wall_us": [r[0] for r in rounds]}
+        print(f"cost of a report, {kind:5s} metric: {wall:6.1f} us wall, {cpu:6.1f} us CPU of the "
+              f"training thread (median of {len(rounds)} rounds x {args.cost_steps} steps; plain "
+              f"step {plain:.1f} us; target <= 25 us); load {os.getloadavg()[0]:.2f}", flush=True)
+    results.add(report_cost={**figures, "steps": args.cost_steps, "rounds": args.cost_rounds,
+                             "target": "<= 25 us"})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=300, help="measured steps per segment")
@@ -238,6 +303,10 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--rate", type=float, default=100.0, help="reports/s for the latency probe")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of the latency probe")
+    parser.add_argument("--cost-steps", type=int, default=20000,
+                        help="steps per loop of section 4 (the cost of a report)")
+    parser.add_argument("--cost-rounds", type=int, default=15, help="rounds of section 4")
+    parser.add_argument("--only", choices=["report-cost"], help="run only that section")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--process-id", type=int, help=argparse.SUPPRESS)
@@ -256,7 +325,13 @@ def main() -> None:
     config = {k: getattr(args, k) for k in ("steps", "warmup", "din", "hidden", "batch")}
     storage = tempfile.mkdtemp(prefix="jaxnb-bench-")
     booked = Booked()
+    if args.only == "report-cost":
+        with JaxCluster(n=2) as cluster:
+            cost_of_a_report(cluster, args, storage, results)
+        results.write()
+        return
     with JaxCluster(n=2) as cluster:
+        cost_of_a_report(cluster, args, storage, results)
         env = engine_environment(cluster.options, tempfile.gettempdir(), site.of(cluster.group))
         env.pop("JAXNB_STACKS_DIR", None)
         print(f"MLP {args.din}-{args.hidden}-{args.hidden}-10, global batch {args.batch}, "
