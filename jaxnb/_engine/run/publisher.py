@@ -121,21 +121,19 @@ class BatchPublisher:
 
 
 def _to_host(batch: list[dict[str, Any]]) -> None:
-    """Replace array values (JAX or NumPy) by Python numbers or lists, in place."""
+    """Give each record new metrics: array values (JAX or NumPy) as Python numbers or lists.
+
+    The old metrics dicts are left as they are (``report()`` still reads its values)."""
     jax = sys.modules.get("jax")
+    array = jax.Array if jax is not None else ()
+    hosts: Any = iter(())
     if jax is not None:
-        arrays = [
-            (metrics, k, v)
-            for metrics in (r["metrics"] for r in batch)
-            for k, v in metrics.items()
-            if isinstance(v, jax.Array)
-        ]
+        arrays = [v for record in batch for v in record["metrics"].values() if isinstance(v, array)]
         if arrays:
-            values = _fetch_all(jax, [v for _, _, v in arrays])
-            for (metrics, k, _), value in zip(arrays, values, strict=True):
-                metrics[k] = value
+            hosts = iter(_fetch_all(jax, arrays))
     for record in batch:
-        record["metrics"] = {k: _plain(v) for k, v in record["metrics"].items()}
+        record["metrics"] = {k: _plain(next(hosts) if isinstance(v, array) else v)
+                             for k, v in record["metrics"].items()}
 
 
 def _fetch_all(jax: Any, values: list[Any]) -> list[Any]:

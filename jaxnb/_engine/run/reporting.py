@@ -127,8 +127,9 @@ def report(metrics: dict[str, Any], checkpoint: Any = None, *, step_fn: Any = No
         step = run.base_step + run.count
     # The copy of the values to the host, their conversion and the publishing are the
     # publisher thread's; the sampling of memory and time too (about once a second).
+    values = dict(metrics)  # the publisher replaces the record's copy, never changes this one
     record = {"process": run.process, "seq": run.count - 1, "step": step, "time": time.time(),
-              "metrics": dict(metrics), "checkpoint": None}
+              "metrics": values, "checkpoint": None}
     if run.count == 1:  # a recovery's restore phase
         record["restore_seconds"] = restore_clock.seconds
     positions = data_run.record(step, checkpoint is not None)
@@ -145,7 +146,7 @@ def report(metrics: dict[str, Any], checkpoint: Any = None, *, step_fn: Any = No
     run.last_step = step
     if checkpoint is not None:
         crash_points.reached("reported", step)
-    run.in_flight.add(record["metrics"].values())
+    run.in_flight.add(values.values())
     recording.step_reported(step)  # %jax_train --profile-steps: opens/closes the trace window
     if run.resize is not None and saved is not None and not saved.user_managed:
         run.resize.at_checkpoint(step)  # a size change waits for this checkpoint: end here
