@@ -24,6 +24,7 @@ class Epoch(enum.IntEnum):
 
 def test_the_step_is_an_int_given_as_one_never_a_bool_nor_a_jax_value():
     assert [_int_or_none(v) for v in (5, np.int64(6), Epoch.FIRST)] == [5, 6, 7]
+    assert type(_int_or_none(Epoch.FIRST)) is int
     assert [_int_or_none(v) for v in (True, None, 2.0, "3", jnp.int32(4))] == [None] * 5
 
 

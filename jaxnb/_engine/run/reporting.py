@@ -284,7 +284,7 @@ def _int_or_none(value: Any) -> int | None:
     if value is None or isinstance(value, (bool, float)):
         return None
     if isinstance(value, int):
-        return value
+        return int(value)
     try:
         import numpy as np
     except ImportError:
