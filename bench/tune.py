@@ -23,7 +23,7 @@ step with the engine's clock (``t``). Measured, medians over trials:
    pruner). No report waits for the verdict: the stop goes pruner -> signal, then the
    processes agree (key-value store) and end at their next report.
 
-    python -m bench.tune [--trials 8] [--steps 200] [--fresh 4] [--prune-trials 6]
+    python -m bench.tune [--trials 8] [--steps 200] [--fresh 4] [--prune-trials 6] [--prune-steps 20000]
 """
 
 from __future__ import annotations
@@ -90,12 +90,12 @@ def good_then_bad(trial):
     return {"x": trial.suggest_float("x_far", 8.0, 9.0)}
 
 
-def prune_latency(cluster, trials: int, storage: str, results: Results) -> None:
+def prune_latency(cluster, trials: int, storage: str, results: Results, steps: int = 20_000) -> None:
     """Section 4: reports and engine time from the judged report to the end of each pruned trial."""
     cluster.run(PRUNE_SETUP)
     with quiet():
         search = cluster.tune("bench_pruned", good_then_bad, trials=trials, metric="loss",
-                              config={"steps": 20_000}, pruner="median", storage=storage,
+                              config={"steps": steps}, pruner="median", storage=storage,
                               name="prune", seed=0)
     steps_ms, judged_after, overrun, overrun_ms, within = [], [], [], [], []
     for t in search.trials:
@@ -112,7 +112,7 @@ def prune_latency(cluster, trials: int, storage: str, results: Results) -> None:
         overrun_ms.append(ms)
         within.append(len(later) <= 1 or ms <= 50.0)
     states = [t.state for t in search.trials]
-    print(f"pruning: {trials} trials of up to 20000 steps (all-reduce + report, no should_stop); "
+    print(f"pruning: {trials} trials of up to {steps} steps (all-reduce + report, no should_stop); "
           f"states {states}")
     results.add(prune_states=states)
     if not overrun:
@@ -152,6 +152,8 @@ def main() -> None:
     parser.add_argument("--fresh", type=int, default=4, help="trials with a fresh cluster each")
     parser.add_argument("--prune-trials", type=int, default=6,
                         help="trials of the pruning search (section 4; 0: skip it)")
+    parser.add_argument("--prune-steps", type=int, default=20_000,
+                        help="steps of each trial of the pruning search (a loaded machine: fewer)")
     args = parser.parse_args()
 
     from jaxnb import JaxCluster, tune
@@ -178,7 +180,7 @@ def main() -> None:
                                           name=f"loop{k}").history)
         loop_cpu = time.process_time() - cpu
         if args.prune_trials:
-            prune_latency(cluster, args.prune_trials, storage, results)
+            prune_latency(cluster, args.prune_trials, storage, results, args.prune_steps)
     fresh = []
     for _ in range(args.fresh):
         with JaxCluster(n=2) as cluster, quiet():
