@@ -18,10 +18,19 @@ One command, every number measured in the same run, on the same machine:
    <= 100 ms.
 3. start-up: ``train()`` call -> first report booked in the notebook, vs the
    plain script's launch -> first step done (and its init -> first step).
+4. the cost of one ``jaxnb.report`` on the training thread: inside one run on the
+   engines, rounds alternate a plain loop and the same loop with ``report()`` every
+   step, of a no-op step (a JAX scalar from a trivial jitted step, and a Python
+   float with no step at all); cost = (loop with reports - plain loop) / steps,
+   wall time (what the training thread loses, the publisher thread's share of the
+   interpreter included), the training thread's CPU time and the engine's (every
+   thread: the publisher's copies and sends included); medians over rounds. On a loaded
+   machine the wall time stretches by the load; the CPU times hold.
+   Target <= 25 us.
 
 Also written to ``bench/results/train_throughput.json``.
 
-    python -m bench.train_throughput [--steps 300] [--repeats 8]
+    python -m bench.train_throughput [--steps 300] [--repeats 8] [--only report-cost]
 """
 
 from __future__ import annotations
@@ -38,7 +47,8 @@ import sys
 import tempfile
 import time
 
-from jaxnb._engine.run.reporting import MAX_IN_FLIGHT
+from bench._report_cost import cost_of_a_report
+from jaxnb._engine.run.in_flight import MAX_IN_FLIGHT
 
 # ---- the training loop (runs on the engines, or in the plain processes) ---------------
 
@@ -238,6 +248,10 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--rate", type=float, default=100.0, help="reports/s for the latency probe")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of the latency probe")
+    parser.add_argument("--cost-steps", type=int, default=20000,
+                        help="steps per loop of section 4 (the cost of a report)")
+    parser.add_argument("--cost-rounds", type=int, default=15, help="rounds of section 4")
+    parser.add_argument("--only", choices=["report-cost"], help="run only that section")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--process-id", type=int, help=argparse.SUPPRESS)
@@ -256,7 +270,13 @@ def main() -> None:
     config = {k: getattr(args, k) for k in ("steps", "warmup", "din", "hidden", "batch")}
     storage = tempfile.mkdtemp(prefix="jaxnb-bench-")
     booked = Booked()
+    if args.only == "report-cost":
+        with JaxCluster(n=2) as cluster:
+            cost_of_a_report(cluster, args, storage, results)
+        results.write()
+        return
     with JaxCluster(n=2) as cluster:
+        cost_of_a_report(cluster, args, storage, results)
         env = engine_environment(cluster.options, tempfile.gettempdir(), site.of(cluster.group))
         env.pop("JAXNB_STACKS_DIR", None)
         print(f"MLP {args.din}-{args.hidden}-{args.hidden}-10, global batch {args.batch}, "

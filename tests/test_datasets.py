@@ -252,6 +252,40 @@ def test_sources_of_every_kind_and_their_refusals():
         source_of("d", [[1], [2]]).read(np.array([1, 0]))
 
 
+class CountedSource:
+    """A random-access source with ``__getitems__`` (as PyTorch's and Hugging Face's have)."""
+
+    def __init__(self, n):
+        self.n, self.batch_reads, self.record_reads = n, 0, 0
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        self.record_reads += 1
+        return {"id": np.int64(i), "x": np.full(3, i)}
+
+    def __getitems__(self, indices):
+        self.batch_reads += 1
+        return [{"id": np.int64(i), "x": np.full(3, i)} for i in indices]
+
+
+def test_records_are_read_a_batch_at_a_time_where_the_source_can():
+    import grain
+
+    from jaxnb._engine.datasets.source import source_of
+
+    idx = np.array([4, 1, 3])
+    counted = CountedSource(6)
+    batch = source_of("d", counted).read(idx)
+    assert batch["id"].tolist() == [4, 1, 3] and batch["x"][:, 0].tolist() == [4, 1, 3]
+    assert (counted.batch_reads, counted.record_reads) == (1, 0)
+    records = [{"id": np.int64(i), "x": np.full(3, i)} for i in range(6)]
+    mapped = grain.MapDataset.source(records).map(lambda r: {**r, "x": r["x"] * 2})
+    batch = source_of("d", mapped).read(idx)
+    assert batch["id"].tolist() == [4, 1, 3] and batch["x"][:, 0].tolist() == [8, 2, 6]
+
+
 def _shard(n_rows, process, processes, resume=None):
     from jaxnb._engine.datasets.shard import DatasetShard
     from jaxnb._engine.datasets.source import source_of

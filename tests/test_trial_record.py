@@ -19,7 +19,7 @@ def finished(tmp_path, state="PRUNED") -> TrialResult:
         run.add_report({"loss": loss, "note": "text", "vec": [1, 2]}, step)
     run.stopped, run.stopped_at = True, 5
     trial = TrialResult.of(run, 3, {"steps": 9, "x": 8.5}, state, 0.3)
-    trial.seconds, trial.pruned_at = 1.25, 2
+    trial.seconds, trial.pruned_at, trial.pruned_time = 1.25, 2, 1_800_000_000.5
     return trial
 
 
@@ -33,8 +33,8 @@ def test_a_trial_reads_back_as_it_was_written(tmp_path):
     trial_record.write(trial, {"x": 8.5})
     back, params = read(tmp_path)
     assert params == {"x": 8.5} and back.config == trial.config
-    assert (back.state, back.value, back.seconds, back.pruned_at, back.stopped, back.stopped_at) == (
-        "PRUNED", 0.3, 1.25, 2, True, 5)
+    assert (back.state, back.value, back.seconds, back.pruned_at, back.pruned_time, back.stopped,
+            back.stopped_at) == ("PRUNED", 0.3, 1.25, 2, 1_800_000_000.5, True, 5)
     assert back.steps == [1, 2, 2, 5] and back.history[0] == trial.history[0]
     assert math.isnan(back.history[2]["loss"]) and back.metrics == trial.metrics
 

@@ -60,34 +60,50 @@ def search_of(kernel, fn: str, tmp_path, steps: int, sleep: float = 0.0, trials:
 def trials_of(kernel, var: str) -> list[dict]:
     return kernel.value(f"[dict(state=t.state, value=t.value, config=t.config, steps=t.steps, "
                         f"history=t.history, "
-                        f"seconds=t.seconds, stopped_at=t.stopped_at, pruned_at=t.pruned_at) "
+                        f"seconds=t.seconds, stopped_at=t.stopped_at, pruned_at=t.pruned_at, "
+                        f"pruned_time=t.pruned_time) "
                         f"for t in {var}.trials]")
+
+
+#: How long after the verdict a pruned trial may go on in these tests: the promise is one report or
+#: 50 ms (whichever is later), measured in bench/tune.py; a test on a shared machine allows for load.
+VERDICT_SLACK_SECONDS = 1.0
+
+
+def ended_soon_after_the_verdict(trial: dict) -> bool:
+    """At most one report after the pruner's verdict, or none later than the slack after it (the
+    loops report their engine's ``time.time()`` as ``t``; engines and notebook share a clock)."""
+    after = [h["t"] for h in trial["history"] if h["t"] > trial["pruned_time"]]
+    return len(after) <= 1 or after[-1] - trial["pruned_time"] <= VERDICT_SLACK_SECONDS
 
 
 def test_a_ray_loop_that_never_asks_is_pruned_at_the_same_report_everywhere(kernel, tmp_path):
     """The issue: trials marked PRUNED still ran all their steps (60 of 60), silently."""
-    _, trials = search_of(kernel, "ray_loop", tmp_path, steps=60, sleep=0.02)
+    _, trials = search_of(kernel, "ray_loop", tmp_path, steps=150, sleep=0.02)
     assert [t["state"] for t in trials] == ["COMPLETE", "COMPLETE", "PRUNED", "PRUNED"]
     for t, (p0, p1) in zip(trials, ends(tmp_path / "ends"), strict=True):
         assert p0["last"] == p1["last"] == t["steps"][-1]  # the same report on every process
         complete = t["state"] == "COMPLETE"
         assert p0["after_loop"] is p1["after_loop"] is complete  # never half-way on some
-        if not complete:  # within one report of the prune
-            assert t["pruned_at"] <= t["stopped_at"] == p0["last"] <= t["pruned_at"] + 1 < 60, t
+        if not complete:  # soon after the verdict, which no report waited for
+            assert t["pruned_at"] <= t["stopped_at"] == p0["last"] < 150, t
+            assert ended_soon_after_the_verdict(t), (t["pruned_time"], t["history"][-3:])
     optuna_values = kernel.value("[t.value for t in search.study.trials]")
     assert optuna_values == [t["value"] for t in trials]  # one value: the last report's
 
 
-def test_fast_steps_end_within_one_report_of_the_prune_on_every_process(kernel, tmp_path):
+def test_fast_steps_end_soon_after_the_verdict_on_every_process(kernel, tmp_path):
     """Tutorial 06's shape (should_stop() at every step) with ~1 ms steps: every PRUNED trial ran
-    all its steps, the stop agreement (every 0.1 s) being slower than the steps; then they ran
-    10-15 steps past the pruner's verdict (it travelled to the notebook and back)."""
-    _, trials = search_of(kernel, "fast_steps", tmp_path, steps=300)
+    all its steps, the stop agreement (every 0.1 s) being slower than the steps. No report waits
+    for the verdict (that made a search 5x slower than a plain loop); the trial ends at the same
+    step on every process, soon after the verdict."""
+    _, trials = search_of(kernel, "fast_steps", tmp_path, steps=2000)
     assert [t["state"] for t in trials] == ["COMPLETE", "COMPLETE", "PRUNED", "PRUNED"]
     for t, (p0, p1) in zip(trials, ends(tmp_path / "ends"), strict=True):
         assert p0["last"] == p1["last"] == t["steps"][-1], (p0, p1)  # the same step everywhere
-        if t["state"] == "PRUNED":  # the report after the one the pruner judged, at the latest
-            assert t["steps"][-1] <= t["pruned_at"] + 1 < 300, [*t["steps"][-3:], t["pruned_at"]]
+        if t["state"] == "PRUNED":
+            assert t["pruned_at"] <= t["steps"][-1] < 2000, [*t["steps"][-3:], t["pruned_at"]]
+            assert ended_soon_after_the_verdict(t), (t["pruned_time"], t["history"][-3:])
 
 
 def test_a_resumed_search_shows_each_trial_as_it_was(kernel, tmp_path):

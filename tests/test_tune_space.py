@@ -166,11 +166,3 @@ def test_a_ray_param_space_nested_under_train_loop_config_is_the_configs_space()
     with pytest.raises(space.SpaceError, match=r"also has 'scaling_config'; jaxnb searches only "
                                                r"the config: pass \{'train_loop_config': "):
         _sample({"train_loop_config": {"lr": tune.uniform(0, 1)}, "scaling_config": {}})
-
-
-def test_only_trials_the_pruner_may_prune_wait_for_its_verdicts():
-    from jaxnb._tune.options import MEDIAN_STARTUP_TRIALS, can_prune
-
-    assert not can_prune("median", MEDIAN_STARTUP_TRIALS - 1)  # Optuna's startup trials
-    assert can_prune("median", MEDIAN_STARTUP_TRIALS)
-    assert can_prune("asha", 0) and not can_prune("none", 10)

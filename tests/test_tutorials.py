@@ -85,7 +85,7 @@ EXPECTED_TEXT = {
     "06_tuning.ipynb": [
         "trials run: 6",
         "best trial finished: COMPLETE",
-        "pruned trials ended within one report of the prune: True",
+        "pruned trials ended after the report the pruner judged: True",
         "trials in the study: 7",
         "earlier trials kept: True",
         "earlier trials unchanged: True",

@@ -68,7 +68,6 @@ def train(
     restart: Restart | None = None,
     min_processes: int | None = None,
     sizes: Sizes | None = None,
-    paced: bool = False,
 ) -> Result:
     """Run ``fn()`` or ``fn(config)`` on every process; the `Result` (live if ``background``).
 
@@ -87,8 +86,7 @@ def train(
     ``restart()`` (stop, start, replay the setup) and resume from the latest
     checkpoint, up to that many times (:mod:`jaxnb._train.recovery`); with ``min_processes``,
     go on with the processes left (at least that many) and grow back (``sizes`` restarts the
-    group at another size: :mod:`jaxnb._train.resize`). ``paced`` (a search with a pruner):
-    each report waits for ``view``'s verdict on the one before (:mod:`jaxnb._engine.run.pacing`).
+    group at another size: :mod:`jaxnb._train.resize`).
     """
     called = time.monotonic()  # the run's wall time (Result.goodput) counts from here
     check_max_failures(max_failures)
@@ -99,7 +97,7 @@ def train(
         raise ClusterStateError(BUSY.format(name=group.busy_with))
     run = function.run_name(fn, name)
     spec = function.package(fn, config)
-    spec["datasets"], spec["paced"] = dataset_names.check(datasets), paced
+    spec["datasets"] = dataset_names.check(datasets)
     if spec["pickled"] is not None:
         note_size(f"`{spec['label']}` with what it uses from the notebook", len(spec["pickled"]),
                   group.size)
@@ -293,8 +291,7 @@ def _start_attempt(group: Group, result: Result, dashboard: Dashboard, attempts:
     ar = group.view.apply_async(_EXECUTE)
     group.busy_with = result.name
     try:
-        monitor = Monitor(group, ar, result, dashboard, recovers=attempts.recovery.has_retries(),
-                          paced_run=attempts.spec["run_id"] if attempts.spec.get("paced") else None)
+        monitor = Monitor(group, ar, result, dashboard, recovers=attempts.recovery.has_retries())
     except BaseException:
         group.busy_with = None
         raise

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import signal
 import sys
@@ -14,7 +13,7 @@ from typing import Any
 from jaxnb._cells.live import LiveMerger
 from jaxnb._cells.live_panel import LivePanel, NotebookScreen, in_kernel, live_options
 from jaxnb._core import ipp_internals
-from jaxnb._core.contract import MONITOR_KEY, STOP_SIGNAL, EngineCall
+from jaxnb._core.contract import MONITOR_KEY, STOP_SIGNAL
 from jaxnb._core.errors import ProcessFailure
 from jaxnb._core.messages import label
 from jaxnb._core.run_folder import Checkpoint, remember_user_checkpoint
@@ -28,7 +27,6 @@ from jaxnb._widgets.dashboard import Dashboard
 
 #: How long the notebook waits for news between two looks (seconds).
 POLL_SECONDS = 0.02
-_JUDGED = EngineCall("jaxnb._engine.run.pacing:judged")
 #: How often the dashboard thread offers a redraw (the dashboard throttles itself too).
 REFRESH_SECONDS = 0.05
 AT_BREAKPOINT = "jaxnb: interrupted at jaxnb.breakpoint(): interrupting every process"
@@ -44,12 +42,10 @@ class Monitor:
     """
 
     def __init__(self, group: Group, ar: Any, result: Result, dashboard: Dashboard,
-                 recovers: bool = False, paced_run: str | None = None) -> None:
+                 recovers: bool = False) -> None:
         """``recovers``: a death will be recovered from (its error need not say where the
-        other processes were). ``paced_run``: the run's id when its reports wait for the
-        dashboard's verdict (a search's pruner: :mod:`jaxnb._engine.run.pacing`)."""
+        other processes were)."""
         self.group, self.ar, self.result, self.dashboard = group, ar, result, dashboard
-        self.paced_run = paced_run
         self.processes = group.indices
         explain.mark_logs(group, list(ar.msg_ids))
         self.futures = dict(zip(self.processes, ipp_internals.futures(ar, group.client), strict=True))
@@ -116,15 +112,6 @@ class Monitor:
         except Exception as exc:  # the run goes on; say why the request did not get through
             print(f"jaxnb: could not signal the engines: {exc}", file=sys.stderr)
 
-    def _send_verdict(self, seq: int) -> None:
-        """Tell every running process that process 0's reports up to ``seq`` were judged."""
-        client = self.group.client
-        for p, future in self.futures.items():
-            if not future.done():
-                with contextlib.suppress(Exception):  # a dead engine: the watch reports it
-                    ipp_internals.control_apply(client, self.group.engine_for(p), _JUDGED,
-                                                self.paced_run, seq)
-
     # ---- the loop --------------------------------------------------------------------
 
     def poll(self) -> bool:
@@ -154,8 +141,6 @@ class Monitor:
                 else:
                     self._ahead[p].extend(records)
                 self.dashboard.add(records)  # a search's pruner judges them: it may stop the run
-                if p == self.processes[0] and self.paced_run is not None:
-                    self._send_verdict(max(int(r["seq"]) for r in records))
         for p, md in self.md.items():  # the latest sample: memory, time parts, FLOPs per step
             sample = md["data"].get(MONITOR_KEY)
             if sample is not None and sample is not self._samples.get(p):

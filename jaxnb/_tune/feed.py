@@ -7,6 +7,7 @@ A :class:`TrialFeed` stands in for the training dashboard of the trial's run
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -29,6 +30,7 @@ class TrialFeed:
         self.number = trial.number
         self.pruned = False
         self.pruned_at: int | None = None  # the step whose report the pruner judged
+        self.pruned_time: float | None = None  # when it judged it (time.time())
         self.reports = 0
         self.keys: set[str] = set()  # every metric name process 0 reported
         self.last: float | None = None
@@ -69,7 +71,7 @@ class TrialFeed:
             self.told.add(step)
             self.trial.report(value, step)
             if not self.pruned and self.trial.should_prune():
-                self.pruned, self.pruned_at = True, step
+                self.pruned, self.pruned_at, self.pruned_time = True, step, time.time()
                 self._stop()
 
     def add_sample(self, process: int, sample: dict[str, Any]) -> None:

@@ -70,14 +70,6 @@ class TuneOptions:
         return "minimize" if self.mode == "min" else "maximize"
 
 
-def can_prune(name: str, completed: int) -> bool:
-    """Whether ``--pruner NAME`` may prune the next trial, ``completed`` trials having finished:
-    the median pruner waits for ``MEDIAN_STARTUP_TRIALS`` (only such trials wait for verdicts)."""
-    if name == "median":
-        return completed >= MEDIAN_STARTUP_TRIALS
-    return name != "none"
-
-
 def make_pruner(name: str) -> Any:
     """The Optuna pruner for ``--pruner``."""
     import optuna

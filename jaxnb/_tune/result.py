@@ -74,8 +74,10 @@ class TuneResult(Ongoing):
 class TrialResult(Result):
     """One trial's training :class:`~jaxnb.Result`, plus ``number``, ``config``, ``state``, ``value``.
 
-    A PRUNED trial also has ``pruned_at``, the step of the report the pruner judged; its run
-    ended at ``stopped_at``, the first report every process made after the stop reached it.
+    A PRUNED trial also has ``pruned_at``, the step of the report the pruner judged, and
+    ``pruned_time``, when it judged it (``time.time()`` in the notebook); its run ended at
+    ``stopped_at``, the report where every process agreed to end once the verdict reached them
+    (the reports never wait for it: the trial runs on while the verdict travels).
     """
 
     number: int = -1
@@ -84,6 +86,7 @@ class TrialResult(Result):
     value: float | None = None  # the last report of the metric
     seconds: float | None = None  # how long the trial took
     pruned_at: int | None = None  # the step the pruner judged (PRUNED trials)
+    pruned_time: float | None = None  # when it judged it (time.time(), PRUNED trials)
 
     @classmethod
     def of(cls, result: Result, number: int, config: dict[str, Any], state: str,

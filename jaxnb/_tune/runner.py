@@ -21,7 +21,7 @@ from jaxnb._tune import keys, lease, trial_record
 from jaxnb._tune import space as spaces
 from jaxnb._tune import study as studies
 from jaxnb._tune.feed import TrialFeed, metric_value
-from jaxnb._tune.options import TuneOptions, can_prune, make_pruner
+from jaxnb._tune.options import TuneOptions, make_pruner
 from jaxnb._tune.result import TrialResult, TuneResult
 from jaxnb._tune.view import TuneView
 
@@ -181,8 +181,7 @@ class _Search:
         self._started = time.monotonic()
         try:
             run = driver.train(self.group, self.fn, config, name=run_name, storage=self.result.path,
-                               total_steps=self.opts.steps, view=feed,
-                               paced=can_prune(self.opts.pruner, self._completed()), **self.extra)
+                               total_steps=self.opts.steps, view=feed, **self.extra)
         except RemoteError as exc:
             error = exc
             run = getattr(exc, "result", None)
@@ -196,7 +195,7 @@ class _Search:
             raise
         assert run is not None
         state, why = self._conclude(trial, feed, run, error, first)
-        self._record(trial.number, run, params, state, feed.last, pruned_at=feed.pruned_at)
+        self._record(trial.number, run, params, state, feed.last, pruned=feed)
         if error is not None:
             print(f"jaxnb: trial {trial.number} failed: {getattr(error, 'summary', error)}",
                   file=sys.stderr)
@@ -237,20 +236,15 @@ class _Search:
         return "COMPLETE", None
 
     def _record(self, number: int, run: Result, params: dict[str, Any], state: str,
-                value: float | None, pruned_at: int | None = None) -> None:
+                value: float | None, pruned: TrialFeed | None = None) -> None:
         trial = TrialResult.of(run, number, {**(self.opts.config or {}), **params}, state, value)
         trial.seconds = time.monotonic() - self._started
-        trial.pruned_at = pruned_at if state == "PRUNED" else None
+        if state == "PRUNED" and pruned is not None:
+            trial.pruned_at, trial.pruned_time = pruned.pruned_at, pruned.pruned_time
         trial_record.write(trial, params)  # a resumed search shows this trial as it is now
         self.result.trials.append(trial)
         if self.view is not None:
             self.view.trial_ended(number, state, value, seconds=trial.seconds)  # as a resume shows it
-
-    def _completed(self) -> int:
-        """How many trials of the study have finished (COMPLETE), as Optuna's pruners count."""
-        from optuna.trial import TrialState
-
-        return len(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
 
     def _stop_current(self) -> None:
         monitor = self.group.current_run

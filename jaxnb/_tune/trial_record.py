@@ -31,7 +31,8 @@ def write(trial: TrialResult, params: Mapping[str, Any]) -> None:
     doc = {"version": VERSION, "number": trial.number, "params": dict(params),
            "state": trial.state, "value": trial.value,
            "seconds": trial.seconds, "stopped": trial.stopped, "stopped_at": trial.stopped_at,
-           "pruned_at": trial.pruned_at, "steps": trial.steps, "history": trial.history}
+           "pruned_at": trial.pruned_at, "pruned_time": trial.pruned_time, "steps": trial.steps,
+           "history": trial.history}
     path = os.path.join(trial.path, FILE)
     try:
         safe_files.write_whole(path, json.dumps(doc, default=repr).encode(),
@@ -59,6 +60,7 @@ def read(run: Result, number: int, base: Mapping[str, Any] | None
     params = doc["params"]
     trial = TrialResult.of(run, number, {**(base or {}), **params}, doc["state"], _float(doc["value"]))
     trial.seconds, trial.pruned_at = _float(doc["seconds"]), _int(doc.get("pruned_at"))
+    trial.pruned_time = _float(doc.get("pruned_time"))
     return trial, params
 
 

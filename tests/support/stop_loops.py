@@ -25,7 +25,7 @@ def ray_loop(config):
     try:
         for step in range(1, config["steps"] + 1):
             multihost_utils.process_allgather(jnp.ones(1))  # an SPMD step: the processes go in step
-            jaxnb.report({"loss": (config["x"] - 2.0) ** 2 + 1.0 / step, "step": step})
+            jaxnb.report({"loss": (config["x"] - 2.0) ** 2 + 1.0 / step, "step": step, "t": time.time()})
             if step == 3 and config.get("flag"):
                 open(config["flag"], "a").close()  # under way: a test may stop it now
             time.sleep(config["sleep"])
@@ -37,7 +37,7 @@ def ray_loop(config):
 
 def fast_steps(config):
     """Tutorial 06's shape with fast steps: should_stop() at every step, an all-reduce, a report."""
-    import json
+    import json, time
     import jax
     import numpy as np
     from jax.sharding import NamedSharding, PartitionSpec
@@ -58,7 +58,7 @@ def fast_steps(config):
                 break
             float(total(ones))  # waits for every process: they go in step
             last = step
-            jaxnb.report({"loss": (config["x"] - 2.0) ** 2 + 1.0 / step, "step": step})
+            jaxnb.report({"loss": (config["x"] - 2.0) ** 2 + 1.0 / step, "step": step, "t": time.time()})
         after_loop = True
     finally:
         with open(f"{config['log']}.{rank}", "a") as f:

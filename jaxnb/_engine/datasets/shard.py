@@ -20,7 +20,8 @@ in one line, and the global batch is that much smaller while they are Q; rows at
 of an epoch that do not split over the processes are left out, named (only after such a change).
 
 The pipeline is Grain's: ``MapDataset.range`` over the batches → ``map`` (the batch's rows,
-then one read of those rows) → ``to_iter_dataset`` (batches read ahead by Grain's threads),
+then one read of those rows, records collated there) → ``to_iter_dataset`` (the next batches
+read and collated ahead by Grain's threads while the step runs; one thread for records),
 and, for ``iter_jax_batches``, each batch put on the devices ``prefetch_batches`` ahead, on the
 training thread (JAX's transfers are asynchronous: a second thread would only contend with the
 training loop for the interpreter, as bench/datasets.py measured).
@@ -327,6 +328,7 @@ class DatasetShard:
         """The Grain iterator over the pass: batch b reads its rows at once."""
         ds = grain.MapDataset.range(part.batches).map(part.rows_of).map(self.source.read)
         prefetch = settings["prefetch"]
-        it_ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=min(prefetch, 4),
+        threads = min(prefetch, 1 if self.source.records else 4)  # see Source
+        it_ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=threads,
                                                      prefetch_buffer_size=prefetch))
         return iter(it_ds)

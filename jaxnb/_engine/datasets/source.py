@@ -4,7 +4,9 @@ Accepted: a Grain ``MapDataset``, any random-access source (``len()`` and ``[i]`
 giving a dict of arrays), a dict of equal-length arrays (columns) or a NumPy array
 (``np.memmap`` included; its rows come as the column ``"data"``, as Ray's
 ``from_numpy``). Columns are read a batch at a time by one NumPy indexing; records
-one by one, then stacked. Pure NumPy: no JAX, no Grain.
+a batch at a time where the source can (``__getitems__``, as PyTorch and Hugging Face
+datasets have, or a Grain ``MapDataset``'s batched read), else one by one; then stacked.
+No JAX.
 """
 
 from __future__ import annotations
@@ -27,10 +29,15 @@ class DatasetError(ValueError):
 
 
 class Source:
-    """A dataset's length and a reader of rows by index (``read(indices) -> dict of arrays``)."""
+    """A dataset's length and a reader of rows by index (``read(indices) -> dict of arrays``).
 
-    def __init__(self, name: str, length: int, read: Callable[[np.ndarray], dict[str, np.ndarray]]):
-        self.name, self.length, self.read = name, length, read
+    ``records``: its rows are Python records, collated in Python: a read holds the interpreter
+    throughout, so one reading thread is enough (a second would only contend with the training
+    loop for the interpreter)."""
+
+    def __init__(self, name: str, length: int, read: Callable[[np.ndarray], dict[str, np.ndarray]],
+                 records: bool = False):
+        self.name, self.length, self.read, self.records = name, length, read, records
 
 
 def source_of(name: str, dataset: Any, label: str = "") -> Source:
@@ -52,7 +59,20 @@ def source_of(name: str, dataset: Any, label: str = "") -> Source:
     if length >= ENDLESS:
         raise DatasetError(f"{shown} is endless (a repeated dataset?); pass it without .repeat(): "
                            "each iter_batches() pass is one epoch")
-    return Source(name, length, lambda idx: stack(shown, [dataset[i] for i in idx.tolist()]))
+    many = batch_reader(dataset)
+    if many is not None:
+        return Source(name, length, lambda idx: stack(shown, list(many(idx.tolist()))), True)
+    return Source(name, length, lambda idx: stack(shown, [dataset[i] for i in idx.tolist()]), True)
+
+
+def batch_reader(dataset: Any) -> Callable[[list[int]], Any] | None:
+    """``dataset``'s read of a batch of indices in one call, or None (read record by record)."""
+    many = getattr(type(dataset), "__getitems__", None)
+    if callable(many):
+        return lambda indices: many(dataset, indices)
+    from jaxnb._engine.datasets import grain_internals
+
+    return grain_internals.batch_reader(dataset)
 
 
 def _columns(shown: str, name: str, columns: Mapping[Any, Any]) -> Source:

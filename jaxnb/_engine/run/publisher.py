@@ -2,9 +2,10 @@
 
 Records go over ipyparallel's data publication channel (the engine's IOPub),
 each batch under a new key ``jaxnb/<n>`` because the client's ``ar.data``
-keeps only the last value of a key. JAX scalars are converted to Python
-numbers here, off the training loop, so ``report()`` never waits on a
-device-to-host copy.
+keeps only the last value of a key. JAX scalars are copied to the host and
+converted to Python numbers here, off the training loop, so ``report()`` never
+waits on a device-to-host copy; ``report()`` only appends its record to a deque
+(no lock: ``append`` and ``popleft`` are atomic), this thread takes them out in order.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -60,8 +62,7 @@ class BatchPublisher:
         self._interval = interval
         self._monitor, self._monitor_every = monitor, monitor_every
         self._monitored = time.monotonic()
-        self._pending: list[dict[str, Any]] = []
-        self._lock = threading.Lock()  # guards _pending
+        self._pending: deque[dict[str, Any]] = deque()
         self._send_lock = threading.Lock()  # one batch at a time, in order
         self._wake = threading.Event()
         self._closed = False
@@ -70,16 +71,15 @@ class BatchPublisher:
         self._thread.start()
 
     def add(self, record: dict[str, Any]) -> None:
-        """Queue one record (cheap; never blocks on the device)."""
-        with self._lock:
-            self._pending.append(record)
+        """Queue one record (cheap; never blocks on the device, nor on this thread)."""
+        self._pending.append(record)
 
     def flush(self, final: bool = False) -> None:
         """Convert and publish everything queued so far, as one batch (with the monitor's
         sample when one is due, or ``final``)."""
         with self._send_lock:
-            with self._lock:
-                batch, self._pending = self._pending, []
+            pending = self._pending
+            batch = [pending.popleft() for _ in range(len(pending))]  # only this thread takes
             data: dict[str, Any] = {}
             due = final or time.monotonic() - self._monitored >= self._monitor_every
             if self._monitor is not None and due:
@@ -121,24 +121,38 @@ class BatchPublisher:
 
 
 def _to_host(batch: list[dict[str, Any]]) -> None:
-    """Replace array values (JAX or NumPy) by Python numbers or lists, in place."""
+    """Give each record new metrics: array values (JAX or NumPy) as Python numbers or lists.
+
+    The old metrics dicts are left as they are (``report()`` still reads its values)."""
     jax = sys.modules.get("jax")
+    array = jax.Array if jax is not None else ()
+    hosts: Any = iter(())
     if jax is not None:
-        arrays = [
-            (metrics, k, v)
-            for metrics in (r["metrics"] for r in batch)
-            for k, v in metrics.items()
-            if isinstance(v, jax.Array)
-        ]
+        arrays = [v for record in batch for v in record["metrics"].values() if isinstance(v, array)]
         if arrays:
-            try:
-                values = jax.device_get([v for _, _, v in arrays])
-            except Exception:  # one failed computation: convert one by one
-                values = [_fetch(jax, v) for _, _, v in arrays]
-            for (metrics, k, _), value in zip(arrays, values, strict=True):
-                metrics[k] = value
+            hosts = iter(_fetch_all(jax, arrays))
     for record in batch:
-        record["metrics"] = {k: _plain(v) for k, v in record["metrics"].items()}
+        record["metrics"] = {k: _plain(next(hosts) if isinstance(v, array) else v)
+                             for k, v in record["metrics"].items()}
+
+
+def _fetch_all(jax: Any, values: list[Any]) -> list[Any]:
+    """The host copies of ``values``: on CPU one by one (``device_get`` of a list costs several
+    times more per value there), else with ``device_get`` (the copies overlap)."""
+    if jax.default_backend() != "cpu":
+        try:
+            return jax.device_get(values)
+        except Exception:  # one failed computation: convert one by one
+            return [_fetch(jax, v) for v in values]
+    import numpy as np
+
+    found = []
+    for value in values:
+        try:
+            found.append(np.asarray(value))
+        except Exception:
+            found.append(_fetch(jax, value))
+    return found
 
 
 def _fetch(jax: Any, value: Any) -> Any:

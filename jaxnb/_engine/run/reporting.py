@@ -12,41 +12,30 @@ not the function calls ``should_stop()``: that report raises ``StopRun``, which
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import os
-import re
-import sys
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from jaxnb._core.messages import article
 from jaxnb._core.run_folder import Checkpoint
-from jaxnb._core.spelling import Code, bare, example, spelled
+from jaxnb._core.spelling import spelled
 from jaxnb._engine.checkpoint import crash_points
 from jaxnb._engine.datasets import data_run
 from jaxnb._engine.memory import oom_note
 from jaxnb._engine.profile import recording
 from jaxnb._engine.run import (
-    cell_sources,
     monitoring,
-    pacing,
     reported_dirs,
     resizing,
     restore_clock,
     stopping,
     timing,
+    train_function,
 )
+from jaxnb._engine.run.in_flight import InFlight
 from jaxnb._engine.run.publisher import BatchPublisher, datapub_sender
 from jaxnb._engine.run.values import user_namespace
 
-#: Reports whose JAX values may still be computing; ``report()`` waits on the value
-#: reported this many reports ago, so dispatch never runs unboundedly ahead.
-MAX_IN_FLIGHT = 4
-#: The same with several CPU devices per process, where overlapping steps can deadlock
-#: gloo (README, "CPU collectives"): block on the previously reported value.
-MAX_IN_FLIGHT_CPU_MULTI_DEVICE = 1
 #: Checkpoints kept per run by ``report(checkpoint=pytree)``.
 KEEP_CHECKPOINTS = 3
 
@@ -71,8 +60,7 @@ class _Run:
     count: int = 0
     base_step: int = 0
     store: Any = None  # CheckpointStore, made at the first pytree checkpoint
-    max_in_flight: int | None = None  # decided at the first JAX value reported
-    in_flight: deque = dataclasses.field(default_factory=deque)
+    in_flight: InFlight = dataclasses.field(default_factory=InFlight)
     #: Messages name the magics' flags (the run was started by ``%jax_train``), else keywords.
     as_flags: bool = False
     #: ``min_processes``: whether to end at a checkpoint for a size change.
@@ -99,7 +87,7 @@ def report(metrics: dict[str, Any], checkpoint: Any = None, *, step_fn: Any = No
     works too). The step is
     ``metrics["step"]`` when it is a Python int, else the number of reports
     so far (continuing from the resumed checkpoint's step). It does not wait on
-    the device, except to keep at most ``MAX_IN_FLIGHT`` reported values
+    the device, except to keep at most 4 reported values
     computing (1 with several CPU devices per process).
 
     Once the run is asked to stop (Stop, an interrupt, a pruned trial), the
@@ -130,22 +118,19 @@ def report(metrics: dict[str, Any], checkpoint: Any = None, *, step_fn: Any = No
     run = _run
     if run is None or run.publisher is None:
         raise RuntimeError(OUTSIDE_RUN)
-    if not isinstance(metrics, dict):
+    if type(metrics) is not dict and not isinstance(metrics, dict):
         raise TypeError(f"jaxnb.report() takes a dict of metrics, got {type(metrics).__name__}")
     run.count += 1
     step = metrics.get("step")
-    if isinstance(step, bool) or not isinstance(step, int):
+    if type(step) is not int:
         step = _int_or_none(step)
     if step is None:
         step = run.base_step + run.count
-    record = {
-        "process": run.process,
-        "seq": run.count - 1,
-        "step": step,
-        "time": time.time(),
-        "metrics": dict(metrics),
-        "checkpoint": None,
-    }
+    # The copy of the values to the host, their conversion and the publishing are the
+    # publisher thread's; the sampling of memory and time too (about once a second).
+    values = dict(metrics)  # the publisher replaces the record's copy, never changes this one
+    record = {"process": run.process, "seq": run.count - 1, "step": step, "time": time.time(),
+              "metrics": values, "checkpoint": None}
     if run.count == 1:  # a recovery's restore phase
         record["restore_seconds"] = restore_clock.seconds
     positions = data_run.record(step, checkpoint is not None)
@@ -162,11 +147,10 @@ def report(metrics: dict[str, Any], checkpoint: Any = None, *, step_fn: Any = No
     run.last_step = step
     if checkpoint is not None:
         crash_points.reached("reported", step)
-    _bound_in_flight(run, metrics)
+    run.in_flight.add(values.values())
     recording.step_reported(step)  # %jax_train --profile-steps: opens/closes the trace window
     if run.resize is not None and saved is not None and not saved.user_managed:
         run.resize.at_checkpoint(step)  # a size change waits for this checkpoint: end here
-    pacing.wait_for_verdict(run.count - 2, stopping.requested)  # a search: the last one judged
     if not run.stopped and run.stop.reached():  # after should_stop() said True, reports go on
         run.stopped = True
         raise stopping.StopRun(f"the run was asked to stop; every process ends at step {step}")
@@ -219,7 +203,7 @@ def _prepare(spec: dict[str, Any]) -> dict[str, Any]:
     _run = None
     kept.drop()  # a new run: the last failure's frames are not debuggable any more
     try:
-        fn, args = _function(spec)
+        fn, args = train_function.function(spec)
     except (LookupError, TypeError) as exc:
         return {"error": str(exc)}
     process, n = context.process_index(), context.num_processes()
@@ -235,7 +219,6 @@ def _prepare(spec: dict[str, Any]) -> dict[str, Any]:
 
         gather.clear_keys()
     stopping.arm()
-    pacing.start(str(spec["run_id"]) if spec.get("paced") else None)
     elastic = bool(spec.get("elastic"))
     if elastic:
         resizing.arm()
@@ -296,115 +279,13 @@ def execute() -> dict[str, Any]:
 # ---- helpers -------------------------------------------------------------------------
 
 
-def _function(spec: dict[str, Any]) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-    """The function to run and its arguments: none, or the config."""
-    import cloudpickle
-
-    config = cloudpickle.loads(spec["config"]) if spec.get("config") is not None else None
-    if spec.get("pickled") is not None:
-        fn = cloudpickle.loads(spec["pickled"])
-        _see_engine_namespace(fn)
-        cell_sources.restore(fn, spec.get("sources"))
-    else:
-        fn = _lookup(spec["name"])
-    label = str(spec.get("label") or getattr(fn, "__name__", "FUNC"))
-    if not callable(fn):
-        raise TypeError(f"{label} is {article(type(fn).__name__)}, not a function")
-    takes = _takes_config(fn, label)
-    if takes is None and config is not None:
-        raise TypeError(
-            f"{label}() takes no arguments but a config was given; give it a parameter "
-            f"(`def {label}(config): ...`) or drop {bare('config')}"
-        )
-    if takes is None or (takes == "optional" and config is None):
-        return fn, ()
-    if config is not None:
-        _check_config(fn, config, label)
-    return fn, ({} if config is None else config,)
-
-
-#: Configs that are a single value: taken only by a function whose parameter is annotated so.
-_SCALARS = (str, bytes, int, float, complex, bool)
-
-
-def _check_config(fn: Callable[..., Any], config: Any, label: str) -> None:
-    """Refuse a config that is one number or string unless ``fn``'s parameter is annotated to take it."""
-    if not isinstance(config, _SCALARS):
-        return
-    kind = type(config).__name__
-    try:
-        param = next(iter(inspect.signature(fn).parameters.values()))
-    except (TypeError, ValueError, StopIteration):
-        return
-    note = param.annotation
-    if note is not inspect.Parameter.empty:
-        if isinstance(note, type) and isinstance(config, note):
-            return
-        if isinstance(note, str) and re.search(rf"\b{kind}\b|\bAny\b", note):
-            return
-        if not isinstance(note, (type, str)):  # a Union, Any, ...: trust it
-            return
-    raise TypeError(
-        f"{bare('config')} {config!r:.40} is {article(kind)}, but {label}() takes a config "
-        f"dict: pass e.g. {example('config', Code('dict(lr=0.1)'))} (or annotate "
-        f"its parameter, `{param.name}: {kind}`)"
-    )
-
-
-def _takes_config(fn: Callable[..., Any], label: str) -> str | None:
-    """None (no parameter), "optional" or "required"; raise if it needs more than one."""
-    try:
-        params = list(inspect.signature(fn).parameters.values())
-    except (TypeError, ValueError):
-        return "required"
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    required = [p for p in positional if p.default is p.empty]
-    required_kw = [p for p in params if p.kind == p.KEYWORD_ONLY and p.default is p.empty]
-    if len(required) > 1 or required_kw:
-        raise TypeError(
-            f"{label}() must take no argument or one (the config); it needs "
-            f"{', '.join(p.name for p in required + required_kw)}"
-        )
-    if required:
-        return "required"
-    if positional or any(p.kind == p.VAR_POSITIONAL for p in params):
-        return "optional"
-    return None
-
-
-def _lookup(name: str) -> Any:
-    """``name`` (dotted allowed) in this engine's namespace."""
-    head, *rest = name.split(".")
-    ns = user_namespace()
-    if head not in ns:
-        raise LookupError(
-            f"{name!r} is defined neither in the notebook nor on the engines; define it in a "
-            "notebook cell or in a %%jax_cluster cell first"
-        )
-    value = ns[head]
-    for part in rest:
-        value = getattr(value, part)
-    return value
-
-
-def _see_engine_namespace(fn: Any) -> None:
-    """Let a function sent from the notebook also see names defined on the engines.
-
-    Its own (notebook) globals come first; names it uses that the notebook
-    does not define are looked up in the engine's namespace.
-    """
-    module = sys.modules.get(getattr(fn, "__module__", None) or "")
-    g = getattr(fn, "__globals__", None)
-    if g is None or (module is not None and g is vars(module)):
-        return
-    for key, value in user_namespace().items():
-        g.setdefault(key, value)
-
-
 def _int_or_none(value: Any) -> int | None:
-    """An int for NumPy integer scalars; None for anything else (JAX values stay lazy)."""
+    """An int for ints (not bools) and NumPy integer scalars; None for anything else (JAX values
+    stay lazy)."""
     if value is None or isinstance(value, (bool, float)):
         return None
+    if isinstance(value, int):
+        return int(value)
     try:
         import numpy as np
     except ImportError:
@@ -422,22 +303,3 @@ def _save(run: _Run, step: int, checkpoint: Any, positions: dict[str, Any] | Non
     if run.store is None:
         run.store = CheckpointStore(run.run_dir, keep=KEEP_CHECKPOINTS, exchange_id=run.run_id)
     return run.store.save(step, checkpoint, positions)  # the positions commit with the step
-
-
-def _max_in_flight(jax: Any) -> int:
-    several_cpu = jax.default_backend() == "cpu" and jax.local_device_count() > 1
-    return MAX_IN_FLIGHT_CPU_MULTI_DEVICE if several_cpu else MAX_IN_FLIGHT
-
-
-def _bound_in_flight(run: _Run, metrics: dict[str, Any]) -> None:
-    jax = sys.modules.get("jax")
-    if jax is None:
-        return
-    arrays = [v for v in metrics.values() if isinstance(v, jax.Array)]
-    if arrays and run.max_in_flight is None:
-        run.max_in_flight = _max_in_flight(jax)  # a JAX value exists: the backend is up
-    run.in_flight.append(arrays)
-    if len(run.in_flight) > (run.max_in_flight or MAX_IN_FLIGHT):
-        oldest = run.in_flight.popleft()
-        if oldest:
-            jax.block_until_ready(oldest)

@@ -1,0 +1,72 @@
+"""What ``jaxnb.report()`` does on the training thread, the pure logic: the step it takes, the JAX
+values it keeps in flight (waiting only on those of the report MAX_IN_FLIGHT ago), and the
+publisher thread that copies the values to the host and sends every record, in order, none
+lost. In milliseconds; the engines' side is tests/test_train.py, the cost bench/train_throughput.py."""
+
+from __future__ import annotations
+
+import enum
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxnb._core.contract import REPORT_KEY
+from jaxnb._engine.run.in_flight import InFlight, max_in_flight
+from jaxnb._engine.run.publisher import BatchPublisher
+from jaxnb._engine.run.reporting import _int_or_none
+
+
+class Epoch(enum.IntEnum):
+    FIRST = 7
+
+
+def test_the_step_is_an_int_given_as_one_never_a_bool_nor_a_jax_value():
+    assert [_int_or_none(v) for v in (5, np.int64(6), Epoch.FIRST)] == [5, 6, 7]
+    assert type(_int_or_none(Epoch.FIRST)) is int
+    assert [_int_or_none(v) for v in (True, None, 2.0, "3", jnp.int32(4))] == [None] * 5
+
+
+def test_only_the_values_of_the_report_max_in_flight_ago_are_waited_on():
+    in_flight = InFlight()
+    assert in_flight.limit is None and len(in_flight) == 0
+    in_flight.add([1.0, "text", np.float32(2)])  # no JAX value yet: nothing decided, nothing kept
+    assert in_flight.limit is None and len(in_flight) == 1
+    values = [jnp.float32(i) * 2 for i in range(12)]
+    for v in values:
+        in_flight.add([v, 0.5, {"nested": v}])  # only top-level JAX values count
+    assert in_flight.limit == max_in_flight(jax)
+    assert len(in_flight) == in_flight.limit  # older reports were waited on and dropped
+    assert in_flight.values() == [[v] for v in values[-in_flight.limit:]]
+
+
+def test_values_of_a_type_first_seen_before_jax_was_imported_are_still_learnt():
+    in_flight = InFlight()
+    in_flight.add([3])
+    in_flight.add([jnp.ones(2)])
+    in_flight.add([4])
+    assert [len(r) for r in in_flight.values()] == [0, 1, 0]
+
+
+def test_every_record_added_from_another_thread_is_published_in_order():
+    sent: list[dict] = []
+    publisher = BatchPublisher(sent.append, interval=0.001)
+    values = [jnp.float32(i) + 1 for i in range(500)]
+
+    def training() -> None:
+        for i, v in enumerate(values):
+            publisher.add({"process": 0, "seq": i, "step": i + 1, "time": 0.0, "checkpoint": None,
+                           "metrics": {"loss": v, "n": np.int32(i), "vec": np.arange(2), "s": "x"}})
+
+    thread = threading.Thread(target=training)
+    thread.start()
+    thread.join()
+    publisher.close()
+    records = [r for batch in sent for key, rs in batch.items() if key.startswith(REPORT_KEY)
+               for r in rs]
+    assert [r["seq"] for r in records] == list(range(500))
+    assert [key for batch in sent for key in batch] == [f"{REPORT_KEY}{i}" for i in range(len(sent))]
+    assert records[3]["metrics"] == {"loss": 4.0, "n": 3, "vec": [0, 1], "s": "x"}
+    assert all(type(r["metrics"]["loss"]) is float for r in records)
+    assert publisher.batches == len(sent)
