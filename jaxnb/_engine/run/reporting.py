@@ -46,7 +46,7 @@ MAX_IN_FLIGHT = 4
 #: The same with several CPU devices per process, where overlapping steps can deadlock
 #: gloo (README, "CPU collectives"): block on the previously reported value.
 MAX_IN_FLIGHT_CPU_MULTI_DEVICE = 1
-#: Checkpoints kept per run by ``report(checkpoint=pytree)``.
+#: Checkpoints kept per run by ``report(checkpoint=pytree)`` (``--keep-checkpoints``).
 KEEP_CHECKPOINTS = 3
 
 OUTSIDE_RUN = (
@@ -80,6 +80,8 @@ class _Run:
     last_step: int | None = None
     #: The run was ended on request (at ``stop.end``; ``should_stop()`` may have said so).
     stopped: bool = False
+    #: The newest checkpoints Orbax keeps (``--keep-checkpoints``).
+    keep: int = KEEP_CHECKPOINTS
 
 
 _run: _Run | None = None
@@ -92,7 +94,7 @@ def report(metrics: dict[str, Any], checkpoint: Any = None, *, step_fn: Any = No
     """Send ``metrics`` (Python or JAX scalars) to the notebook, like ``ray.train.report``.
 
     ``checkpoint`` is a pytree that all processes save together (Orbax, the
-    last 3 kept under the run's ``checkpoints`` folder; host-local leaves equal
+    last 3 kept (``--keep-checkpoints``) under the run's ``checkpoints`` folder; host-local leaves equal
     on every process are written once, the others once per process), or the path of a
     directory you saved yourself (recorded as is; ``jaxnb.Checkpoint.from_directory``
     works too). The step is
@@ -249,6 +251,7 @@ def _prepare(spec: dict[str, Any]) -> dict[str, Any]:
         base_step=resume.step if resume is not None else 0,
         as_flags=bool(spec.get("as_flags")),
         resize=resizing.Agreement(str(spec["run_id"]), process, n) if elastic else None,
+        keep=int(spec.get("keep_checkpoints") or KEEP_CHECKPOINTS),
     )
     meshes = resizing.meshes(user_namespace()) if elastic and process == 0 else {}
     return {"error": None, "process": process, "meshes": meshes}
@@ -419,7 +422,7 @@ def _save(run: _Run, step: int, checkpoint: Any, positions: dict[str, Any] | Non
     if isinstance(checkpoint, (str, os.PathLike)):
         return Checkpoint.from_directory(checkpoint, step)
     if run.store is None:
-        run.store = CheckpointStore(run.run_dir, keep=KEEP_CHECKPOINTS, exchange_id=run.run_id)
+        run.store = CheckpointStore(run.run_dir, keep=run.keep, exchange_id=run.run_id)
     return run.store.save(step, checkpoint, positions)  # the positions commit with the step
 
 
