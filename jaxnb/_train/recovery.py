@@ -74,11 +74,11 @@ class Recovery:
 
     @property
     def enabled(self) -> bool:
-        return self.max_failures > 0 and self.restart is not None
+        return self.max_failures != 0 and self.restart is not None
 
     def has_retries(self) -> bool:
         """A death now would be recovered from (if nothing else stops it)."""
-        return self.enabled and len(self.failures) < self.max_failures
+        return self.enabled and not exhausted(len(self.failures) + 1, self.max_failures)
 
     def recoverable(self, monitor: Any) -> bool:
         """A death (not a user's exception, a stop or an interrupt) ended this attempt."""
