@@ -9,8 +9,7 @@ so that a committed step always has its positions: they commit together, in Orba
 :mod:`.leaves` says what each leaf is; :mod:`jaxnb._engine.group.gather` lets the processes
 compare fingerprints before writing.
 
-Reading them back (and a step's positions) is :mod:`.load`'s; ``restore`` and
-``saved_positions`` are named here too.
+Reading them back (``Checkpoint.restore``, and a step's positions) is :mod:`.load`'s.
 """
 
 from __future__ import annotations
@@ -29,8 +28,6 @@ from jaxnb._engine.checkpoint import leaves as leaves_
 from jaxnb._engine.checkpoint import plan as plan_
 from jaxnb._engine.checkpoint import structure as structure_
 from jaxnb._engine.checkpoint.load import FORMAT, ITEM, MANIFEST, PER_PROCESS, POSITIONS, per_process_sharding
-from jaxnb._engine.checkpoint.load import restore as restore
-from jaxnb._engine.checkpoint.load import saved_positions as saved_positions
 from jaxnb._engine.group.gather import Gatherer
 
 

@@ -53,10 +53,9 @@ def per_process(name: str, asked: int, n: int, saved: dict[str, Any] | None) -> 
         each = g // n
         return each, "" if g % n else KEPT.format(name=name, asked=asked, processes=procs, each=each,
                                                   g=g, before=procs_before)
-    exact = (f"pass {example('batch_size', g // n)} ({g} // {n}) to continue it exactly"
-             if g % n == 0 else
-             f"the global batch does not split over {procs}: pass {example('batch_size', was)} "
-             f"and each takes {g // n}")
+    exact = (f"pass batch_size={g // n} ({g} // {n}) to continue it exactly" if g % n == 0 else
+             f"the global batch does not split over {procs}: pass batch_size={was} and each "
+             f"takes {g // n}")
     raise DatasetError(
         f"dataset {name!r} was saved in global batches of {g} rows (batch_size={was} on "
         f"{procs_before}); batch_size={asked} on {procs} reads {asked * n}, which cannot "
