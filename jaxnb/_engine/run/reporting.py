@@ -46,7 +46,7 @@ MAX_IN_FLIGHT = 4
 #: The same with several CPU devices per process, where overlapping steps can deadlock
 #: gloo (README, "CPU collectives"): block on the previously reported value.
 MAX_IN_FLIGHT_CPU_MULTI_DEVICE = 1
-#: Checkpoints kept per run by ``report(checkpoint=pytree)`` (``--keep-checkpoints``).
+#: Checkpoints kept per run by ``report(checkpoint=pytree)``.
 KEEP_CHECKPOINTS = 3
 
 OUTSIDE_RUN = (
@@ -80,8 +80,7 @@ class _Run:
     last_step: int | None = None
     #: The run was ended on request (at ``stop.end``; ``should_stop()`` may have said so).
     stopped: bool = False
-    #: The newest checkpoints Orbax keeps (``--keep-checkpoints``).
-    keep: int = KEEP_CHECKPOINTS
+    keep: int = KEEP_CHECKPOINTS  # the newest checkpoints Orbax keeps (--keep-checkpoints)
 
 
 _run: _Run | None = None
@@ -94,7 +93,7 @@ def report(metrics: dict[str, Any], checkpoint: Any = None, *, step_fn: Any = No
     """Send ``metrics`` (Python or JAX scalars) to the notebook, like ``ray.train.report``.
 
     ``checkpoint`` is a pytree that all processes save together (Orbax, the
-    last 3 kept (``--keep-checkpoints``) under the run's ``checkpoints`` folder; host-local leaves equal
+    last 3 kept under the run's ``checkpoints`` folder; host-local leaves equal
     on every process are written once, the others once per process), or the path of a
     directory you saved yourself (recorded as is; ``jaxnb.Checkpoint.from_directory``
     works too). The step is
