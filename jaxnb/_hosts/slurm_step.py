@@ -17,11 +17,9 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 from typing import Any
 
-import psutil
 from ipyparallel.cluster.launcher import MPIEngineSetLauncher
 from traitlets import Unicode
 from traitlets.config import Config
@@ -31,6 +29,7 @@ from jaxnb._core.options import ClusterOptions
 from jaxnb._core.spelling import example
 from jaxnb._core.state import Group
 from jaxnb._hosts import slurm_nodes, ssh_connections
+from jaxnb._hosts.mpi import end_group
 from jaxnb._hosts.site_jobs import Site
 from jaxnb._hosts.slurm import exported
 
@@ -96,14 +95,7 @@ class JaxnbSrunEngineSetLauncher(MPIEngineSetLauncher):
             for step, _ in our_steps(job, self.step_name):
                 with contextlib.suppress(OSError, subprocess.SubprocessError):
                     subprocess.run(["scancel", step], capture_output=True, timeout=15, check=False)
-        if not isinstance(self.pid, int) or self.pid <= 1:
-            return
-        with contextlib.suppress(OSError):
-            os.killpg(self.pid, signal.SIGTERM)
-        with contextlib.suppress(psutil.Error):
-            psutil.Process(self.pid).wait(10)
-        with contextlib.suppress(OSError):
-            os.killpg(self.pid, signal.SIGKILL)
+        end_group(self.pid, 10)
 
 
 class SlurmStepSite(Site):
