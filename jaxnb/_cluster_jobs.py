@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from jaxnb._core import run_folder
+from jaxnb._core.run_limits import KEEP_CHECKPOINTS
 from jaxnb._core.state import Group
 from jaxnb._failures import repair
 from jaxnb._hosts import site
@@ -48,6 +49,7 @@ class ClusterJobs:
         steps: int | None = None,
         datasets: Mapping[str, str] | None = None,
         max_failures: int = 0,
+        keep_checkpoints: int = KEEP_CHECKPOINTS,
         min_processes: int | None = None,
         profile_steps: tuple[int, int] | str | None = None,
         break_lock: bool = False,
@@ -61,7 +63,8 @@ class ClusterJobs:
         many steps it reports (progress and ETA). ``datasets``: name -> engine variable, for
         ``jaxnb.get_dataset_shard(name)``. ``max_failures=N``: when a process dies or a host is
         lost, restart the cluster, replay the setup and resume from the latest checkpoint, up
-        to N times; ``min_processes=K``: when a lost process or host is not back in a few
+        to N times (-1: no limit); ``keep_checkpoints``: the newest checkpoints kept (default 3);
+        ``min_processes=K``: when a lost process or host is not back in a few
         seconds, go on with the processes left (at least K), the checkpoint resharded and the
         data re-split, and grow back at a checkpoint when it answers again (or on ``scale``).
         ``profile_steps=(A, B)`` (or ``"A:B"``): trace steps A to B on every
@@ -93,6 +96,7 @@ class ClusterJobs:
             return driver.train(self.group, fn, config, name=name, storage=storage, resume=resume,
                                 background=background, total_steps=steps, on_result=on_result,
                                 datasets=datasets, max_failures=max_failures, restart=self._recover,
+                                keep_checkpoints=keep_checkpoints,
                                 min_processes=min_processes,
                                 sizes=None if min_processes is None else self._sizes())
 
@@ -115,6 +119,7 @@ class ClusterJobs:
         steps: int | None = None,
         datasets: Mapping[str, str] | None = None,
         max_failures: int = 0,
+        keep_checkpoints: int = KEEP_CHECKPOINTS,
         resume: bool = False,
         background: bool = False,
         seed: int | None = None,

@@ -17,6 +17,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from jaxnb._core.run_limits import KEEP_CHECKPOINTS
 from jaxnb._tune.domains import Domain as Domain
 from jaxnb._tune.domains import choice as choice
 from jaxnb._tune.domains import loguniform as loguniform
@@ -47,6 +48,7 @@ def run(
     steps: int | None = None,
     datasets: Mapping[str, str] | None = None,
     max_failures: int = 0,
+    keep_checkpoints: int = KEEP_CHECKPOINTS,
     resume: bool = False,
     background: bool = False,
     seed: int | None = None,
@@ -61,10 +63,10 @@ def run(
     ("min"|"max"): what a trial's last report is judged by; ``pruner`` ("median"|"asha"|"none")
     stops bad trials early; ``config``: the base config the sampled values update; ``name``:
     the study (default fn's name), kept in ``storage`` (default ``./jaxnb_runs``), so
-    ``resume`` continues it; ``steps``, ``datasets``, ``max_failures``: each trial's, as for
-    ``JaxCluster.train``; ``background``: return the live TuneResult at once; ``seed``: the
-    sampler's; ``show``: the live view; ``break_lock``: remove the study's lock left by a
-    kernel that is gone (refused while its host answers); ``on_result`` gets the TuneResult, also before an
+    ``resume`` continues it; ``steps``, ``datasets``, ``max_failures``, ``keep_checkpoints``: each
+    trial's, as for ``JaxCluster.train``; ``background``: return the live TuneResult at once;
+    ``seed``: the sampler's; ``show``: the live view; ``break_lock``: remove the study's lock left
+    by a kernel that is gone (refused while its host answers); ``on_result`` gets the TuneResult, also before an
     error is raised. The same as ``cluster.tune(fn, space, …)`` and ``%jax_tune``.
 
     Raises:
@@ -82,5 +84,6 @@ def run(
     """
     return cluster.tune(fn, space, trials=trials, metric=metric, mode=mode, pruner=pruner,
                         config=config, name=name, storage=storage, steps=steps, datasets=datasets,
-                        max_failures=max_failures, resume=resume, background=background, seed=seed,
-                        show=show, break_lock=break_lock, on_result=on_result)
+                        max_failures=max_failures, keep_checkpoints=keep_checkpoints, resume=resume,
+                        background=background, seed=seed, show=show, break_lock=break_lock,
+                        on_result=on_result)

@@ -108,3 +108,74 @@ def test_a_shuffled_epoch_needs_the_seed_of_every_process_that_began_it(tmp_path
     with pytest.raises(DatasetError, match="the shuffle seeds of the processes that began this "
                                            "epoch were not saved with it; start a new run"):
         _shards(rows, 2, tmp_path, 1)[0].iter_batches(**kw)
+
+
+def _ray_batches(shards, global_batch: int, **kw):
+    """Ray's idiom: each process asks for ``global_batch // world_size`` rows."""
+    return [s.iter_batches(batch_size=global_batch // len(shards), **kw) for s in shards]
+
+
+@pytest.mark.parametrize("shuffle", [None, 10])
+def test_a_per_process_batch_from_the_world_size_continues_the_global_batch_exactly(
+        tmp_path, capsys, shuffle):
+    """The issue's run: 3 hosts cut to 2, the global batch kept at 24 by the loop itself (8 a
+    process, then 12): the same global batches as a run that was never cut, each row once."""
+    rows, kw = 301, {"drop_last": True, "local_shuffle_buffer_size": shuffle}
+    straight = _steps([s.iter_batches(batch_size=8, **kw, local_shuffle_seed=p)
+                       for p, s in enumerate(_shards(rows, 3))])
+    first = [s.iter_batches(batch_size=8, **kw, local_shuffle_seed=p) for p, s in enumerate(_shards(rows, 3))]
+    before = _steps(first, 4)
+    _note(tmp_path, first, 4)
+    two = _ray_batches(_shards(rows, 2, tmp_path, 4), 24, **kw)
+    middle = _steps(two, 3)
+    _note(tmp_path, two, 7)
+    after = _steps(_ray_batches(_shards(rows, 3, tmp_path, 7), 24, **kw))  # and back to 3: 8 each
+    done = before + middle + after
+    assert [sorted(b) for b in done] == [sorted(b) for b in straight] and len(done) == rows // 24
+    assert all(len(b) == 24 for b in done)
+    seen = [r for b in done for r in b]
+    assert len(seen) == len(set(seen))
+    said = set(capsys.readouterr().err.splitlines())
+    assert said == {
+        "jaxnb: dataset 'd': batch_size=12 on 2 processes continues the global batch of 24 rows "
+        "exactly (saved as batch_size=8 on 3 processes)",
+        "jaxnb: dataset 'd': batch_size=8 on 3 processes continues the global batch of 24 rows "
+        "exactly (saved as batch_size=12 on 2 processes)"}
+
+
+def test_a_loop_that_keeps_its_per_process_batch_is_told_it_gets_the_global_batch_share(
+        tmp_path, capsys):
+    """8 rows a process asked on 2 after 3 × 8: jaxnb keeps the global batch (12 each), in one line."""
+    first = [s.iter_batches(batch_size=8) for s in _shards(120, 3)]
+    _steps(first, 2)
+    _note(tmp_path, first, 2)
+    rest = _steps([s.iter_batches(batch_size=8) for s in _shards(120, 2, tmp_path, 2)])
+    assert [len(b) for b in rest] == [24, 24, 24]
+    assert set(capsys.readouterr().err.splitlines()) == {
+        "jaxnb: dataset 'd': batch_size=8 asked on 2 processes; each takes 12 to keep the global "
+        "batch of 24 rows (saved on 3 processes); pass batch_size=global_batch // world_size to "
+        "choose the per-process batch yourself"}
+
+
+@pytest.mark.parametrize(("rows_each", "says"), [
+    (10, "pass batch_size=12 (24 // 2) to continue it exactly"),
+])
+def test_a_per_process_batch_that_cannot_continue_names_the_exact_one(tmp_path, rows_each, says):
+    first = [s.iter_batches(batch_size=8) for s in _shards(120, 3)]
+    _steps(first, 2)
+    _note(tmp_path, first, 2)
+    with pytest.raises(DatasetError) as caught:
+        _shards(120, 2, tmp_path, 2)[0].iter_batches(batch_size=rows_each)
+    assert str(caught.value) == (
+        "dataset 'd' was saved in global batches of 24 rows (batch_size=8 on 3 processes); "
+        f"batch_size={rows_each} on 2 processes reads {rows_each * 2}, which cannot continue it exactly; "
+        f"{says}, or start a new run (name='new')")
+
+
+def test_a_global_batch_that_does_not_split_names_the_saved_batch(tmp_path):
+    first = [s.iter_batches(batch_size=3) for s in _shards(93, 3)]  # a global batch of 9
+    _steps(first, 2)
+    _note(tmp_path, first, 2)
+    with pytest.raises(DatasetError, match=r"the global batch does not split over 2 processes: pass "
+                                           r"batch_size=3 and each takes 4, or start a new run"):
+        _shards(93, 2, tmp_path, 2)[0].iter_batches(batch_size=5)

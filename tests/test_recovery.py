@@ -178,8 +178,8 @@ def test_without_a_checkpoint_it_starts_again_from_step_0(cluster, tmp_path, cap
 
 
 def test_max_failures_must_be_a_whole_number(cluster, tmp_path):
-    for bad in (-1, 1.5, True):
-        with pytest.raises(ValueError, match="max_failures= takes a whole number >= 0"):
+    for bad in (-2, 1.5, True):
+        with pytest.raises(ValueError, match="max_failures= takes a whole number >= 0, or -1 for no limit"):
             cluster.train(raises_at, {"at": 3}, storage=tmp_path, max_failures=bad)
 
 
@@ -247,8 +247,12 @@ def magics(ip, cluster):
 
 
 @pytest.mark.parametrize(("line", "says"), [
-    ("raises_at --max-failures -1", "--max-failures takes a whole number >= 0, got '-1'"),
-    ("raises_at --max-failures two", "--max-failures takes a whole number >= 0, got 'two'"),
+    ("raises_at --max-failures -2", "--max-failures takes a whole number >= 0, or -1 for no limit, got '-2'"),
+    ("raises_at --max-failures two", "--max-failures takes a whole number >= 0, or -1 for no limit, got "
+     "'two'"),
+    ("raises_at --keep-checkpoints 0", "--keep-checkpoints takes a whole number >= 1 (the newest checkpoints "
+     "kept), got 0"),
+    ("raises_at --keep-checkpoints x", "--keep-checkpoints takes a positive whole number, got 'x'"),
 ])
 def test_bad_max_failures_is_a_usage_error(magics, line, says):
     from IPython.core.error import UsageError

@@ -236,3 +236,75 @@ def test_the_job_gets_only_the_environment_the_engines_need(slurm_lab, magics, m
     magics.run_cell_magic("jax_cluster", "", "import os\nprint('seen', os.environ.get("
                           "'JAXNB_LAB_SECRET_TOKEN'), 'HOME' in os.environ, os.environ['JAX_PLATFORMS'])")
     assert "seen None True cpu" in capsys.readouterr().out
+
+
+def allocate(lab: Lab) -> str:
+    """``salloc`` an allocation of the lab's two nodes (no shell: the kernel plays its shell)."""
+    out = subprocess.run(["salloc", "--no-shell", "-N", "2", "-p", "lab", "-t", "10", "-J", "notebook"],
+                         capture_output=True, text=True, timeout=60, env={**os.environ, **lab.slurm.env})
+    found = re.search(r"Granted job allocation (\d+)", out.stderr + out.stdout)
+    assert found, out.stderr
+    return found.group(1)
+
+
+@pytest.mark.engines
+@pytest.mark.timeout(600)
+def test_inside_an_salloc_allocation_the_engines_are_a_step_of_it(slurm_lab, tmp_path):
+    """A kernel with ``SLURM_JOB_ID`` (as in an ``salloc`` shell or a batch job that runs Jupyter):
+    ``--engines slurm`` runs ``srun`` on the allocation's nodes, submits no second job, trains,
+    recovers from a killed step with ``--max-failures -1`` (a new step), and its stop ends the
+    step and leaves the allocation running."""
+    from support.factories import started_kernel
+
+    job = allocate(slurm_lab)
+    try:
+        with started_kernel(None, env={**slurm_lab.slurm.env, "SLURM_JOB_ID": job}) as kernel:
+            out = kernel.ok(f"%jax_cluster start --engines slurm -n 2 --address {slurm_lab.bridge_address}",
+                            timeout=240)
+            listed = jobs(slurm_lab).splitlines()
+            assert len(listed) == 1 and listed[0].split()[0] == job, (listed, out.shown)  # no sbatch
+            out = kernel.ok("%%jax_cluster\nimport os, socket, jax\nprint('in', os.environ['SLURM_JOB_ID'], "
+                            "socket.gethostname(), jax.process_count())")
+            assert f"[p0] in {job} labhost1 2" in out.stdout and f"[p1] in {job} labhost2 2" in out.stdout, \
+                out.shown
+            kernel.ok("%%jax_cluster\n" + TRAIN)
+            kernel.ok("%jax_train fit -o result")
+            assert kernel.value("[m['step'] for m in result.history]") == [0, 1, 2]
+            recovered_in_a_new_step(kernel, slurm_lab, job, tmp_path)
+            kernel.ok("%jax_cluster stop")
+            steps = subprocess.run(["squeue", "-h", "-s", "-j", job, "-o", "%j"], capture_output=True,
+                                   text=True, env={**os.environ, **slurm_lab.slurm.env}).stdout.split()
+            assert not [s for s in steps if s.startswith("jaxnb-")], steps
+            assert jobs(slurm_lab).split()[0] == job  # the allocation is the user's: it stays
+            assert slurm_lab.engines() == []
+    finally:
+        subprocess.run(["scancel", job], env={**os.environ, **slurm_lab.slurm.env}, check=False)
+    wait_no_job(slurm_lab)
+
+
+def recovered_in_a_new_step(kernel, lab: Lab, job: str, tmp_path) -> None:
+    """``--max-failures -1`` on Slurm: the engines' step killed mid-run (as a preemption or an
+    out-of-memory kill would), the run goes on in a new step of the same allocation."""
+    from support.clusters import wait_until
+    from support.fault_cells import COUNTING_LOOP
+
+    env = {**os.environ, **lab.slurm.env}
+
+    def our_steps() -> list[str]:
+        out = subprocess.run(["squeue", "-h", "-s", "-j", job, "-o", "%i|%j"], capture_output=True,
+                             text=True, env=env).stdout.split()
+        return [line.split("|")[0] for line in out if "|jaxnb-" in line]
+
+    kernel.ok("%%jax_cluster\n" + COUNTING_LOOP)
+    flag = tmp_path / "reached"
+    msg_id = kernel.send(f"%jax_train counting --config dict(steps=30, say_at=8, pause=0.1, "
+                         f"flag={str(flag)!r}) --storage {tmp_path} --max-failures -1 -o run")
+    wait_until(flag.exists, timeout=120, what="the run reaching step 8")
+    (step,) = our_steps()
+    subprocess.run(["scancel", "--signal=KILL", step], check=True, env=env)
+    out = kernel.collect(msg_id, timeout=300)
+    assert out.status == "ok" and kernel.value("run.error is None"), out.shown
+    assert "(1, no limit)" in out.shown, out.shown
+    assert kernel.value("[h['step'] for h in run.history]") == list(range(1, 31))
+    assert our_steps() not in ([], [step]), our_steps()  # a new step of the same allocation
+    assert jobs(lab).split()[0] == job and len(jobs(lab).splitlines()) == 1

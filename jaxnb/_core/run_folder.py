@@ -28,7 +28,7 @@ LIVE_HERE = ("run {name!r} in {dir} is live in this kernel (another cluster's ru
              "to end or stop it, or pass {new} for a new run")
 
 
-_RESTORE = EngineCall("jaxnb._engine.checkpoint.store:restore")
+_RESTORE = EngineCall("jaxnb._engine.checkpoint.load:restore")
 
 
 @dataclasses.dataclass(frozen=True)

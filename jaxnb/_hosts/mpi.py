@@ -20,6 +20,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+from typing import Any
 
 import psutil
 from ipyparallel.cluster.launcher import MPIEngineSetLauncher
@@ -103,14 +104,20 @@ class JaxnbMPIEngineSetLauncher(MPIEngineSetLauncher):
 
     def kill_all(self) -> None:
         """SIGTERM mpiexec (it ends the ranks on every host), then SIGKILL what is left."""
-        if not isinstance(self.pid, int) or self.pid <= 1:
-            return
-        with contextlib.suppress(OSError):
-            os.killpg(self.pid, signal.SIGTERM)
-        with contextlib.suppress(psutil.Error):
-            psutil.Process(self.pid).wait(5)
-        with contextlib.suppress(OSError):
-            os.killpg(self.pid, signal.SIGKILL)
+        end_group(self.pid, 5)
+
+
+def end_group(pid: Any, seconds: float) -> None:
+    """SIGTERM the process group of launcher ``pid`` (mpiexec, srun), wait up to ``seconds`` for
+    it, then SIGKILL what is left."""
+    if not isinstance(pid, int) or pid <= 1:
+        return
+    with contextlib.suppress(OSError):
+        os.killpg(pid, signal.SIGTERM)
+    with contextlib.suppress(psutil.Error):
+        psutil.Process(pid).wait(seconds)
+    with contextlib.suppress(OSError):
+        os.killpg(pid, signal.SIGKILL)
 
 
 class MpiSite(Site):

@@ -12,8 +12,9 @@ overrides what it can do better:
 
 - this machine (:mod:`.local_site`): the kernel's children, on loopback, signalled by pid;
 - ssh hosts (:mod:`.ssh_site`): ``--hosts``, and a TPU VM slice (its own worker runs here);
-- ``--engines mpi`` (:mod:`.mpi`) and ``--engines slurm`` (:mod:`.slurm`): their launcher's
-  settings; another ``--engines`` name is ipyparallel's launcher as it is.
+- ``--engines mpi`` (:mod:`.mpi`) and ``--engines slurm`` (:mod:`.slurm`; inside an allocation
+  a step of it, :mod:`.slurm_step`): their launcher's settings; another ``--engines`` name is
+  ipyparallel's launcher as it is.
 """
 
 from __future__ import annotations
@@ -28,12 +29,15 @@ from jaxnb._hosts.local_site import LocalSite
 from jaxnb._hosts.mpi import MpiSite
 from jaxnb._hosts.site_jobs import STOPPED, Site
 from jaxnb._hosts.slurm import SlurmSite
+from jaxnb._hosts.slurm_step import SlurmStepSite, allocation
 from jaxnb._hosts.ssh_site import SshSite
 
 __all__ = ["LAUNCHER", "LOCAL", "MPI", "SLURM", "SSH", "STOPPED", "Site", "check_resizes", "for_options",
            "kill", "of"]
 
 LOCAL, SSH, MPI, SLURM, LAUNCHER = LocalSite(), SshSite(), MpiSite(), SlurmSite(), Site()
+#: ``--engines slurm`` in a kernel inside an allocation (``SLURM_JOB_ID``): ``srun`` there.
+SLURM_STEP = SlurmStepSite()
 #: ``--engines`` names whose launcher jaxnb sets up itself (with or without ``--hosts``).
 _BATCH: dict[str, Site] = {"mpi": MPI, "slurm": SLURM}
 #: ``--engines`` names that mean jaxnb's own ssh launcher when ``--hosts`` are given.
@@ -46,6 +50,8 @@ NOT_RESIZABLE = (
 
 def for_options(options: ClusterOptions) -> Site:
     """The site a cluster started with ``options`` has."""
+    if options.engines == "slurm" and allocation() is not None:
+        return SLURM_STEP
     if options.engines in _BATCH:
         return _BATCH[options.engines]
     if options.hosts:

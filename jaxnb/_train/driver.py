@@ -17,12 +17,13 @@ from jaxnb._core.contract import EngineCall
 from jaxnb._core.errors import ClusterStateError, RemoteError, remote_error
 from jaxnb._core.file_lock import FileLock
 from jaxnb._core.messages import BUSY, RESET, RESTART
+from jaxnb._core.run_limits import KEEP_CHECKPOINTS, check_limits, count_text
 from jaxnb._core.state import Group, Suspect
 from jaxnb._failures import out_of_memory, stale
 from jaxnb._train import dataset_names, function, handover
 from jaxnb._train.interrupts import InterruptCounter
 from jaxnb._train.monitor import Monitor
-from jaxnb._train.recovery import NO_CHECKPOINT, Recovery, Restart, check_max_failures, give_up, not_retried
+from jaxnb._train.recovery import NO_CHECKPOINT, Recovery, Restart, give_up, not_retried
 from jaxnb._train.resize import Resize, Sizes, check_min_processes
 from jaxnb._train.result import Result
 from jaxnb._train.run_status import final_status
@@ -65,31 +66,31 @@ def train(
     view: Callable[..., Any] | None = None,
     datasets: Mapping[str, str] | None = None,
     max_failures: int = 0,
+    keep_checkpoints: int = KEEP_CHECKPOINTS,
     restart: Restart | None = None,
     min_processes: int | None = None,
     sizes: Sizes | None = None,
 ) -> Result:
     """Run ``fn()`` or ``fn(config)`` on every process; the `Result` (live if ``background``).
 
-    ``fn`` is a function (sent from the notebook) or the name of one defined on
-    the engines. The run lives in ``storage/name`` (default ``./jaxnb_runs/<fn
-    name>``); ``resume`` continues it from its latest checkpoint. ``on_result``
-    is called with the final Result, before an error is raised. ``total_steps``
-    (else an int ``config["total_steps"]``, ``["num_steps"]`` or ``["max_steps"]``)
-    gives the dashboard its progress bar and ETA. ``datasets`` maps names to
+    ``fn`` is a function (sent from the notebook) or the name of one defined on the engines. The
+    run lives in ``storage/name`` (default ``./jaxnb_runs/<fn name>``); ``resume`` continues it
+    from its latest checkpoint. ``on_result`` is called with the final Result, before an error is
+    raised. ``total_steps`` (else an int ``config["total_steps"]``, ``["num_steps"]`` or
+    ``["max_steps"]``) gives the dashboard its progress bar and ETA. ``datasets`` maps names to
     engine-side variables for ``jaxnb.get_dataset_shard(name)``. ``view`` (jaxnb) replaces the
-    dashboard: called like ``Dashboard(name, size, total_steps=, on_stop=)``,
-    it returns an object with Dashboard's ``show/add/add_sample/refresh/set_status/finish``
-    (and, with ``max_failures``, ``set_recoveries/rewind/recovery_took``). A failure on
-    any process raises :class:`jaxnb.RemoteError` (its ``.result`` holds the
-    history so far). ``max_failures``: when a process dies or a host is lost,
-    ``restart()`` (stop, start, replay the setup) and resume from the latest
-    checkpoint, up to that many times (:mod:`jaxnb._train.recovery`); with ``min_processes``,
+    dashboard: called like ``Dashboard(name, size, total_steps=, on_stop=)``, it returns an object
+    with Dashboard's ``show/add/add_sample/refresh/set_status/finish`` (and, with
+    ``max_failures``, ``set_recoveries/rewind/recovery_took``). A failure on any process raises
+    :class:`jaxnb.RemoteError` (its ``.result`` holds the history so far). ``max_failures``: when
+    a process dies or a host is lost, ``restart()`` (stop, start, replay the setup) and resume
+    from the latest checkpoint, up to that many times (-1: no limit; :mod:`jaxnb._train.recovery`);
+    ``keep_checkpoints``: the newest checkpoints Orbax keeps; with ``min_processes``,
     go on with the processes left (at least that many) and grow back (``sizes`` restarts the
     group at another size: :mod:`jaxnb._train.resize`).
     """
     called = time.monotonic()  # the run's wall time (Result.goodput) counts from here
-    check_max_failures(max_failures)
+    check_limits(max_failures, keep_checkpoints)
     check_min_processes(min_processes, max_failures, group)
     total = expected_steps(config, total_steps)
     handover.wait_if_stopping(group)  # a run asked to stop may take a moment to end
@@ -97,7 +98,7 @@ def train(
         raise ClusterStateError(BUSY.format(name=group.busy_with))
     run = function.run_name(fn, name)
     spec = function.package(fn, config)
-    spec["datasets"] = dataset_names.check(datasets)
+    spec.update(datasets=dataset_names.check(datasets), keep_checkpoints=keep_checkpoints)
     if spec["pickled"] is not None:
         note_size(f"`{spec['label']}` with what it uses from the notebook", len(spec["pickled"]),
                   group.size)
@@ -188,7 +189,7 @@ class _Attempts:
         dashboard = monitor.dashboard
         dashboard.set_status("recovering", recovery.status(failure, latest))
         print(f"jaxnb: recovering run {result.name!r}: {recovery.status(failure, latest)} "
-              f"({len(recovery.failures)} of {recovery.max_failures})", file=sys.stderr)
+              f"({count_text(len(recovery.failures), recovery.max_failures)})", file=sys.stderr)
         if latest is None:
             print(NO_CHECKPOINT.format(name=result.name), file=sys.stderr)
         if self.stopping():

@@ -20,6 +20,7 @@ from typing import Any
 from jaxnb._core.errors import ProcessFailure
 from jaxnb._core.messages import GROUP_BROKEN, plural
 from jaxnb._core.run_folder import Checkpoint, check_fresh_run
+from jaxnb._core.run_limits import count_text, exhausted
 from jaxnb._core.spelling import example, option
 from jaxnb._train.result import Failure
 
@@ -73,11 +74,11 @@ class Recovery:
 
     @property
     def enabled(self) -> bool:
-        return self.max_failures > 0 and self.restart is not None
+        return self.max_failures != 0 and self.restart is not None
 
     def has_retries(self) -> bool:
         """A death now would be recovered from (if nothing else stops it)."""
-        return self.enabled and len(self.failures) < self.max_failures
+        return self.enabled and not exhausted(len(self.failures) + 1, self.max_failures)
 
     def recoverable(self, monitor: Any) -> bool:
         """A death (not a user's exception, a stop or an interrupt) ended this attempt."""
@@ -92,7 +93,7 @@ class Recovery:
         previous = self.failures[-1] if self.failures else None
         self.failures.append(failure)
         monitor.result.failures.append(failure)
-        if len(self.failures) > self.max_failures:
+        if exhausted(len(self.failures), self.max_failures):
             causes = "; ".join(f"{i}) at step {f.step}: {f.cause}"
                                for i, f in enumerate(self.failures, 1))
             n = self.max_failures
@@ -114,14 +115,7 @@ class Recovery:
 
     def counted(self) -> str:
         """``recovered 1 of 2``."""
-        return f"recovered {len(self.failures)} of {self.max_failures}"
-
-
-def check_max_failures(max_failures: int) -> None:
-    """``max_failures`` is a whole number >= 0 (a one-line ``ValueError`` otherwise)."""
-    if isinstance(max_failures, bool) or not isinstance(max_failures, int) or max_failures < 0:
-        raise ValueError(f"{option('max_failures')} takes a whole number >= 0, got "
-                         f"{max_failures!r}; e.g. {example('max_failures', 2)}")
+        return f"recovered {count_text(len(self.failures), self.max_failures)}"
 
 
 def give_up(monitor: Any, reason: str) -> None:

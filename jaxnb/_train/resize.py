@@ -87,7 +87,7 @@ def check_min_processes(min_processes: int | None, max_failures: int, group: Gro
     if isinstance(min_processes, bool) or not isinstance(min_processes, int) or min_processes < 1:
         raise ValueError(f"{option('min_processes')} takes a whole number >= 1, got "
                          f"{min_processes!r}; e.g. {example('min_processes', 1)}")
-    if max_failures < 1:
+    if max_failures == 0:  # -1: no limit
         raise ValueError(f"{option('min_processes')} goes on after a loss, which needs "
                          f"{option('max_failures')}: add e.g. {example('max_failures', 2)}")
     if min_processes >= group.size:

@@ -8,6 +8,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from jaxnb._core.run_limits import KEEP_CHECKPOINTS, check_limits
 from jaxnb._core.spelling import Code, example, option
 
 MODES = ("min", "max")
@@ -34,6 +35,7 @@ class TuneOptions:
     steps: int | None = None
     datasets: Mapping[str, str] | None = None
     max_failures: int = 0
+    keep_checkpoints: int = KEEP_CHECKPOINTS
     resume: bool = False
     background: bool = False
     seed: int | None = None
@@ -54,9 +56,9 @@ class TuneOptions:
         if not isinstance(self.metric, str) or not self.metric:
             raise ValueError(f"{option('metric')} takes the name of a reported metric, got "
                              f"{self.metric!r}; e.g. {example('metric', 'val_loss')}")
-        from jaxnb._train import dataset_names, recovery, step_count  # each trial's run checks them too
+        from jaxnb._train import dataset_names, step_count  # each trial's run checks them too
 
-        recovery.check_max_failures(self.max_failures)
+        check_limits(self.max_failures, self.keep_checkpoints)
         step_count.expected_steps(None, self.steps)
         dataset_names.check(self.datasets)
         if self.config is not None and not isinstance(self.config, Mapping):

@@ -109,7 +109,7 @@ class _Search:
                               on_stop=on_stop) if opts.show else None)
         # Each trial's run: its datasets, and recovery as for %jax_train --max-failures.
         self.extra: dict[str, Any] = {"datasets": opts.datasets, "max_failures": opts.max_failures,
-                      "restart": restart}
+                      "keep_checkpoints": opts.keep_checkpoints, "restart": restart}
         self._started = time.monotonic()
 
     def request_stop(self) -> None:

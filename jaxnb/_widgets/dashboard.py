@@ -16,6 +16,7 @@ from IPython.display import Image, display
 
 from jaxnb._core.goodput import ProcessSamples
 from jaxnb._core.memory_text import memory_cell
+from jaxnb._core.run_limits import count_text
 
 from ._display import display_widget, in_ipython, png_img, widget_bundle
 from .plots import Curves, MetricsFigure, build_panels
@@ -349,7 +350,7 @@ class Dashboard:
 
     def _recovered_text(self) -> str:
         """``recovered 1 of 2 (resumed from step 10 in 1.42 s, longest: first step 0.61 s)``."""
-        text = f"recovered {len(self.recoveries)} of {self.max_failures}"
+        text = f"recovered {count_text(len(self.recoveries), self.max_failures)}"
         if self.recoveries:
             times = list(self.recovery_times)
             each = []

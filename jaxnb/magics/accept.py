@@ -29,6 +29,22 @@ def whole(flag: str, least: int = 0, example: int = 2) -> Callable[[str], int]:
     return parse
 
 
+def failures(flag: str) -> Callable[[str], int]:
+    """A whole number, or -1 for no limit (``--max-failures -1``, as Ray's ``max_failures=-1``)."""
+    whole_number = whole(flag)
+
+    def parse(text: str) -> int:
+        if text == "-1":
+            return -1
+        try:
+            return whole_number(text)
+        except UsageError:
+            raise UsageError(f"{flag} takes a whole number >= 0, or -1 for no limit, got {text!r}; "
+                             f"e.g. {flag} 2") from None
+
+    return parse
+
+
 def seconds(flag: str) -> Callable[[str], float]:
     """A number of seconds."""
 

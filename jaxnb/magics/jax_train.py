@@ -1,6 +1,6 @@
 """``%jax_train FUNC [--config EXPR] [--name RUN] [--storage DIR] [-o VAR] [--resume] [--break-lock]
-[--background]
-[--steps N] [--datasets NAME=VAR,…] [--profile-steps A:B] [--max-failures N] [--min-processes K]``:
+[--background] [--steps N] [--datasets NAME=VAR,…] [--profile-steps A:B] [--max-failures N]
+[--keep-checkpoints N] [--min-processes K]``:
 parse the line,
 resolve FUNC and the config in the notebook, call ``JaxCluster.train`` (each flag is its keyword
 of the same name)."""
@@ -31,16 +31,18 @@ from jaxnb.magics import accept, kit
           "jaxnb.get_dataset_shard(NAME) shards across the processes")
 @argument("--profile-steps", default=None, metavar="A:B",
           help="trace steps A to B on every process (as %%%%jax_profile); the result in VAR.profile")
-@argument("--max-failures", type=accept.whole("--max-failures"), default=None, metavar="N",
+@argument("--max-failures", type=accept.failures("--max-failures"), default=None, metavar="N",
           help="when a process dies or a host is lost: restart, replay the setup, resume from the "
-          "latest checkpoint, up to N times (default 0)")
+          "latest checkpoint, up to N times (default 0; -1: no limit)")
+@argument("--keep-checkpoints", type=accept.whole("--keep-checkpoints", least=1, example=3), default=None,
+          metavar="N", help="the newest checkpoints kept in the run's folder (default 3)")
 @argument("--min-processes", type=accept.whole("--min-processes", least=1, example=2), default=None,
           metavar="K", help="with --max-failures: when a lost process or host is not back within "
           "seconds, go on with the processes left (at least K) and grow back when it answers")
 def jax_train(line: str) -> None:
     """%jax_train FUNC [--config EXPR] [--name RUN] [--storage DIR] [-o VAR] [--resume] [--break-lock]
     [--background] [--steps N] [--datasets NAME=VAR,…] [--profile-steps A:B] [--max-failures N]
-    [--min-processes K]
+    [--keep-checkpoints N] [--min-processes K]
 
     Run FUNC (no argument, or the config) on every JAX process with a live
     dashboard. --config EXPR is evaluated in the notebook (the rest of the

@@ -32,8 +32,11 @@ from jaxnb.magics import accept, kit
 @argument("--steps", type=accept.whole("--steps", least=1, example=1000), default=None, metavar="N",
           help="steps each trial reports (progress)")
 @argument("--datasets", default=None, metavar="NAME=VAR,…", help="engine-side datasets, as for %%jax_train")
-@argument("--max-failures", type=accept.whole("--max-failures"), default=None, metavar="N",
-          help="restarts per trial after a process dies or a host is lost, as for %%jax_train")
+@argument("--max-failures", type=accept.failures("--max-failures"), default=None, metavar="N",
+          help="restarts per trial after a process dies or a host is lost (-1: no limit), as for "
+          "%%jax_train")
+@argument("--keep-checkpoints", type=accept.whole("--keep-checkpoints", least=1, example=3), default=None,
+          metavar="N", help="the newest checkpoints kept per trial (default 3)")
 @argument("--resume", action="store_true", help="continue study STUDY (after a kernel restart)")
 @argument("--break-lock", action="store_true", help="remove the study's lock left by a kernel "
           "that is gone (refused while its host answers)")
@@ -43,7 +46,8 @@ from jaxnb.magics import accept, kit
 def jax_tune(line: str) -> None:
     """%jax_tune FUNC --space EXPR [--trials N] [--metric NAME] [--mode min|max]
     [--pruner median|asha|none] [--config EXPR] [--name STUDY] [--storage DIR] [--steps N]
-    [--datasets NAME=VAR,…] [--max-failures N] [--resume] [--break-lock] [--background] [-o VAR]
+    [--datasets NAME=VAR,…] [--max-failures N] [--keep-checkpoints N] [--resume] [--break-lock]
+    [--background] [-o VAR]
 
     Hyperparameter search with Optuna: each trial runs FUNC on every JAX process
     (as %jax_train) with the base config updated by the sampled values; reports of

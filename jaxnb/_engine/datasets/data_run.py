@@ -3,7 +3,7 @@
 ``%jax_train FUNC --datasets train=train_ds`` names engine-side variables; each
 process looks them up when the run is prepared. A checkpoint that jaxnb saves (a pytree)
 holds every process's positions in the step itself, committed with it
-(:func:`jaxnb._engine.checkpoint.store.saved_positions`). Every report made while a
+(:func:`jaxnb._engine.checkpoint.load.saved_positions`). Every report made while a
 dataset iterator is open also appends the position of each dataset's latest
 iterator to this process's ``RUN/datasets/process_<i>.jsonl`` (a few hundred
 bytes; the file keeps the recent reports; a line that carries a checkpoint is on disk,
@@ -220,7 +220,7 @@ def saved_positions(resume: Checkpoint, run_dir: str, process: int, num_processe
     """The positions this process resumes from with checkpoint ``resume`` (``{}``: none saved):
     from the checkpoint's own step when jaxnb saved it (every process's), else from the logs."""
     if not resume.user_managed:
-        from jaxnb._engine.checkpoint.store import saved_positions as in_step
+        from jaxnb._engine.checkpoint.load import saved_positions as in_step
 
         saved = in_step(resume.path)
         if saved is not None:

@@ -14,10 +14,12 @@ or ``--resume`` elsewhere) takes exactly the global batches that are left of the
 repeated or skipped — split over the processes it has; the next epoch is laid out for them.
 
 The global batch stays: ``iter_jax_batches(G)``'s G, or ``iter_batches(b)``'s b times the
-number of processes the run's datasets were first read with. Where the processes do not
-divide it, each takes ``G // Q`` rows (``iter_jax_batches``: a multiple of its devices), said
-in one line, and the global batch is that much smaller while they are Q; rows at the very end
-of an epoch that do not split over the processes are left out, named (only after such a change).
+number of processes the run's datasets were first read with; a loop that asks for
+``global_batch // world_size`` rows per process continues exactly (:mod:`.batch_choice`).
+Where the processes do not divide it, each takes ``G // Q`` rows (``iter_jax_batches``: a
+multiple of its devices), said in one line, and the global batch is that much smaller while
+they are Q; rows at the very end of an epoch that do not split over the processes are left out,
+named (only after such a change).
 
 The pipeline is Grain's: ``MapDataset.range`` over the batches → ``map`` (the batch's rows,
 then one read of those rows, records collated there) → ``to_iter_dataset`` (the next batches
@@ -39,6 +41,7 @@ import numpy as np
 
 from jaxnb._core.messages import plural
 from jaxnb._core.spelling import example
+from jaxnb._engine.datasets import batch_choice
 from jaxnb._engine.datasets.source import DatasetError, Source
 from jaxnb._engine.run import timing
 
@@ -246,6 +249,12 @@ class DatasetShard:
         n = self.num_processes
         total = asked * self.reference if what == "batch_size" else asked
         each = total // n // unit * unit
+        chosen = batch_choice.per_process(self.name, asked, n, self._resume) if what == "batch_size" \
+            else None
+        if chosen is not None:  # the processes changed: the loop's batch, or the global batch kept
+            (each, line), total = chosen, batch_choice.saved_global(cast(dict, self._resume))
+            if line:
+                self._note(line)
         if each > self.rows or each == 0:
             shown = f"batch_size={asked}" if what == "batch_size" else \
                 f"global_batch_size={asked} ({each} per process)"
@@ -309,7 +318,10 @@ class DatasetShard:
                 f"dataset {self.name!r} was saved with {saved.get('rows')} rows and now has "
                 f"{self.source.length}: its position cannot be carried over exactly; resume with "
                 f"the same dataset, or start a new run ({example('name', 'new')})")
-        asked = [(k, saved[k], settings[k]) for k in ("batch_size", "drop_last")
+        resized = saved["what"] == settings["what"] == "batch_size" and \
+            int(saved.get("num_processes", self.num_processes)) != self.num_processes
+        keys = ("drop_last",) if resized else ("batch_size", "drop_last")  # see batch_choice
+        asked = [(k, saved[k], settings[k]) for k in keys
                  if saved[k] != settings[k] or saved["what"] != settings["what"]]
         if asked:
             key, was, now = asked[0]

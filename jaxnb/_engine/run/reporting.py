@@ -69,6 +69,7 @@ class _Run:
     last_step: int | None = None
     #: The run was ended on request (at ``stop.end``; ``should_stop()`` may have said so).
     stopped: bool = False
+    keep: int = KEEP_CHECKPOINTS  # the newest checkpoints Orbax keeps (--keep-checkpoints)
 
 
 _run: _Run | None = None
@@ -233,6 +234,7 @@ def _prepare(spec: dict[str, Any]) -> dict[str, Any]:
         base_step=resume.step if resume is not None else 0,
         as_flags=bool(spec.get("as_flags")),
         resize=resizing.Agreement(str(spec["run_id"]), process, n) if elastic else None,
+        keep=int(spec.get("keep_checkpoints") or KEEP_CHECKPOINTS),
     )
     meshes = resizing.meshes(user_namespace()) if elastic and process == 0 else {}
     return {"error": None, "process": process, "meshes": meshes}
@@ -301,5 +303,5 @@ def _save(run: _Run, step: int, checkpoint: Any, positions: dict[str, Any] | Non
     if isinstance(checkpoint, (str, os.PathLike)):  # copied into the run folder, as Ray does
         return Checkpoint.from_directory(reported_dirs.kept(run.run_dir, step, checkpoint), step)
     if run.store is None:
-        run.store = CheckpointStore(run.run_dir, keep=KEEP_CHECKPOINTS, exchange_id=run.run_id)
+        run.store = CheckpointStore(run.run_dir, keep=run.keep, exchange_id=run.run_id)
     return run.store.save(step, checkpoint, positions)  # the positions commit with the step
