@@ -66,8 +66,8 @@ def run(
     ``resume`` continues it; ``steps``, ``datasets``, ``max_failures``, ``keep_checkpoints``: each
     trial's, as for ``JaxCluster.train``; ``background``: return the live TuneResult at once;
     ``seed``: the sampler's; ``show``: the live view; ``break_lock``: remove the study's lock left
-    by a kernel that is gone (refused while its host answers); ``on_result`` gets the TuneResult, also before an
-    error is raised. The same as ``cluster.tune(fn, space, …)`` and ``%jax_tune``.
+    by a kernel that is gone (refused while its host answers); ``on_result`` gets the
+    TuneResult, also before an error is raised. The same as ``cluster.tune(fn, space, …)`` and ``%jax_tune``.
 
     Raises:
         ValueError: a wrong argument or search space (one line naming it).
