@@ -87,7 +87,7 @@ def build_cluster(options: ClusterOptions, where: Site, folder: str) -> ipp.Clus
             f"--HeartMonitor.period={HEARTBEAT_MS}",
             f"--HeartMonitor.max_heartmonitor_misses={HEARTBEAT_MISSES}",
         ],
-        log=_quiet_logger(),
+        log=quiet_logger(),
         config=config,
         load_profile=False,
         controller_ip=where.controller_ip(options),
@@ -95,7 +95,7 @@ def build_cluster(options: ClusterOptions, where: Site, folder: str) -> ipp.Clus
     )
 
 
-def _quiet_logger() -> logging.Logger:
+def quiet_logger() -> logging.Logger:
     """ipyparallel's own logger would be the kernel app's (printing engine logs into cells)."""
     log = logging.getLogger("jaxnb.ipyparallel")
     log.setLevel(logging.ERROR)
