@@ -26,7 +26,8 @@ def clusters() -> list[dict[str, Any]]:
             "hosts": list(doc.get("hosts") or []),
             "runs": list(doc.get("runs") or []),
             "attached": attached,
-            "idle_since": None if attached is not None else own.get("idle_since"),
+            "idle_since": None if attached is not None else (own.get("idle_since")
+                                                             or doc.get("detached_at")),
             "idle_timeout": own.get("idle_timeout"),
         })
     return found
