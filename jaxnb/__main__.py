@@ -15,7 +15,8 @@ def main(argv: list[str] | None = None) -> int:
     stop = commands.add_parser("stop", help="stop the named cluster NAME (nothing is left running)")
     stop.add_argument("name", metavar="NAME")
     args = parser.parse_args(argv)
-    from jaxnb._attach import attachment, listing, names
+    from jaxnb._attach import attachment, listing
+    from jaxnb._core import cluster_names as names
 
     if args.command == "list":
         print(listing.table(listing.clusters()))

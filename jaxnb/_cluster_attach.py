@@ -10,9 +10,10 @@ import os
 import threading
 from typing import Any, TypeVar
 
-from jaxnb._attach import attachment, names, record
-from jaxnb._attach.names import DEFAULT_NAME
+from jaxnb._attach import attachment, record
+from jaxnb._core import cluster_names as names
 from jaxnb._core import ipp_internals
+from jaxnb._core.cluster_names import DEFAULT_NAME
 from jaxnb._core.errors import ClusterStateError
 from jaxnb._core.options import ClusterOptions
 from jaxnb._core.state import Group, ProcessInfo

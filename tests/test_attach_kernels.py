@@ -33,7 +33,8 @@ def clusters_dir(tmp_path_factory):
         try:
             yield folder
         finally:  # a test that failed half-way leaves no cluster running
-            from jaxnb._attach import attachment, names
+            from jaxnb._attach import attachment
+            from jaxnb._core import cluster_names as names
 
             for name in names.recorded_names():
                 attachment.stop(name)

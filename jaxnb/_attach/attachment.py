@@ -14,7 +14,8 @@ import threading
 import time
 from typing import Any
 
-from jaxnb._attach import names, record
+from jaxnb._attach import record
+from jaxnb._core import cluster_names as names
 from jaxnb._core.errors import ClusterStateError
 
 #: How long a stop waits for the supervisor to end everything.

@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from jaxnb._attach import names, record
+from jaxnb._attach import record
+from jaxnb._core import cluster_names as names
 
 
 def clusters() -> list[dict[str, Any]]:

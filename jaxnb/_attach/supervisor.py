@@ -18,7 +18,8 @@ import sys
 import time
 from typing import Any
 
-from jaxnb._attach import names, record
+from jaxnb._attach import record
+from jaxnb._core import cluster_names as names
 
 #: How often it looks at its record and at the engines.
 POLL_SECONDS = 0.5

@@ -201,7 +201,7 @@ class ClusterOptions:
     def _check_name(self) -> None:
         """A name becomes a file name; only named clusters outlive the kernel (and idle)."""
         if self.name is not None:
-            from jaxnb._attach.names import check
+            from jaxnb._core.cluster_names import check
 
             try:
                 check(self.name)

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from IPython.core.error import UsageError
 
 from jaxnb._attach import listing
-from jaxnb._attach.names import DEFAULT_NAME
 from jaxnb._cluster import JaxCluster
+from jaxnb._core.cluster_names import DEFAULT_NAME
 from jaxnb.magics import kit
 
 
