@@ -13,16 +13,14 @@ from typing import TYPE_CHECKING, Any
 from jaxnb._core.state import Group
 from jaxnb._failures import repair
 from jaxnb._hosts import site
-from jaxnb._profile import session, training
-from jaxnb._train import driver
-from jaxnb._train.resize import Sizes
-from jaxnb._train.result import Result
 from jaxnb._tune.options import DEFAULT_METRIC, DEFAULT_TRIALS, TuneOptions
 
-if TYPE_CHECKING:
-    import os
+if TYPE_CHECKING:  # loaded on first use: a run's modules (matplotlib, widgets) are not needed
+    import os  # to start, attach or run cells
 
     from jaxnb._profile.result import ProfileResult
+    from jaxnb._train.resize import Sizes
+    from jaxnb._train.result import Result
     from jaxnb._tune.result import TuneResult
 
 
@@ -77,6 +75,9 @@ class ClusterJobs:
             result = cluster.train(train_func, {"steps": 200}, name="mlp", max_failures=2)
             result.metrics, len(result.history), result.checkpoint
         """
+        from jaxnb._profile import training
+        from jaxnb._train import driver
+
         window = None if profile_steps is None else training.window(profile_steps, background)
         self.group.require_running()
         if min_processes is not None:
@@ -145,5 +146,7 @@ class ClusterJobs:
         """
         self.group.require_idle()
         repair.ensure_ready(self.group)
+        from jaxnb._profile import session
+
         return session.profile(self.group, code, name=name, storage=storage,
                                timeout=self.group.options.timeout, on_result=on_result)
