@@ -29,7 +29,7 @@ class Attaching:
     @classmethod
     def attach(cls: type[Self], name: str = DEFAULT_NAME) -> Self:
         """Take over the named cluster ``name`` running on this machine (started by
-        ``start(name=...)`` in any kernel): its engines with their Python state, and its runs.
+        ``start(name=...)`` in any kernel): its engines with their Python state.
         A kernel that held it is told so, in one line, at its next use.
 
         Raises:

@@ -66,7 +66,7 @@ def jax_cluster(line: str) -> None:
     stack); ``scale N`` (grow or shrink the group to N processes: restarted at that size with
     the setup replayed, or, during a run with --min-processes, from its next checkpoint);
     ``attach [NAME]`` (take over the cluster started with ``--name NAME`` in any kernel on this
-    machine, with its engines' Python state and its runs); ``detach`` (leave this named cluster
+    machine, with its engines' Python state); ``detach`` (leave this named cluster
     running without the kernel); ``list`` (the named clusters on this machine: processes,
     hosts, runs, attached or idle since). Only ``start`` takes start flags (``--name NAME``: the
     cluster outlives the kernel; ``--idle-timeout S``: then it stops after S seconds with no
