@@ -32,6 +32,7 @@ from jaxnb._mesh import show_sharding as show_sharding
 
 if TYPE_CHECKING:
     from jaxnb import tune as tune
+    from jaxnb._attach.listing import clusters as clusters
     from jaxnb._cluster import JaxCluster as JaxCluster
     from jaxnb._core.replay import ReplayError as ReplayError
     from jaxnb._profile.result import ProfileResult as ProfileResult
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "tune": "jaxnb.tune",
     "JaxCluster": "jaxnb._cluster:JaxCluster",
+    "clusters": "jaxnb._attach.listing:clusters",
     "Result": "jaxnb._train.result:Result",
     "ProfileResult": "jaxnb._profile.result:ProfileResult",
     "ReplayError": "jaxnb._core.replay:ReplayError",
@@ -52,7 +54,7 @@ _LAZY = {
 __all__ = [
     "Checkpoint", "ClusterStateError", "JaxCluster", "JaxnbError", "ProcessFailure", "ProcessInfo",
     "ProfileResult", "RemoteError", "ReplayError", "Result", "StartError", "TuneResult",
-    "breakpoint", "current_cluster", "get_checkpoint", "get_context", "get_dataset_shard",
+    "breakpoint", "clusters", "current_cluster", "get_checkpoint", "get_context", "get_dataset_shard",
     "load_ipython_extension", "report", "should_stop", "show_mesh", "show_sharding", "tune",
     "unload_ipython_extension",
 ]

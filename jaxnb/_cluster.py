@@ -16,10 +16,13 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from jaxnb._attach import attachment
 from jaxnb._cells import memory_query, pull, spmd
+from jaxnb._cluster_attach import Attaching
 from jaxnb._cluster_jobs import ClusterJobs
 from jaxnb._cluster_options import resolve
-from jaxnb._core import group_size, spelling
+from jaxnb._cluster_restarts import Restarting
+from jaxnb._core import group_size
 from jaxnb._core.errors import ClusterStateError, StartError
 from jaxnb._core.memory_text import MemoryReport
 from jaxnb._core.messages import ALREADY_RUNNING, plural
@@ -29,14 +32,12 @@ from jaxnb._core.options import (
     ClusterOptions,
     Platform,
 )
-from jaxnb._core.phases import JOIN, REPLAY, START, STOP, Stopwatch
+from jaxnb._core.phases import JOIN, START, Stopwatch
 from jaxnb._core.spelling import example, option
 from jaxnb._core.state import Group, ProcessInfo
 from jaxnb._debug import compare, postmortem
 from jaxnb._failures import detect, repair, stacks
-from jaxnb._hosts import site
-from jaxnb._lifecycle import compile_cache, lost_hosts, shutdown, spares, startup
-from jaxnb._train.resize import Sizes
+from jaxnb._lifecycle import compile_cache, shutdown, spares, startup
 
 #: How long ``status`` lets the controller's queue counts catch up with a request just answered.
 QUEUE_SETTLE_SECONDS = 2.0
@@ -46,17 +47,13 @@ CPU_MULTI_DEVICE_NOTE = (
     "flight, so jaxnb.report() keeps one step in flight; in loops without report(), fetch a value "
     "(e.g. float(loss)) every few steps. See README, 'CPU collectives'."
 )
-NOT_ELASTIC = (
-    "run {name!r} holds the engines and was started without {option}: scale once it ends (or "
-    "stop it), or start the run with {example}"
-)
 #: Seconds a pull or push may take unless the cluster has a cell timeout.
 DEFAULT_OPERATION_TIMEOUT = 300.0
 
 __all__ = ["JaxCluster", "MemoryReport", "ProcessInfo"]
 
 
-class JaxCluster(ClusterJobs):
+class JaxCluster(Attaching, Restarting, ClusterJobs):
     """A set of ipyparallel engines, one per JAX process, with ``jax.distributed`` initialised.
 
     What the magics use, for scripts and papermill runs. Each keyword is the flag of
@@ -97,6 +94,8 @@ class JaxCluster(ClusterJobs):
         compile_cache: str | None = None,
         collective_timeout: int = DEFAULT_COLLECTIVE_TIMEOUT,
         env: Mapping[str, str] | None = None,
+        name: str | None = None,
+        idle_timeout: float | None = None,
     ) -> None:
         """Each keyword is the :class:`~jaxnb._core.options.ClusterOptions` field of its name (the
         one declaration of the options, their checks and ``%jax_cluster start``'s flags)."""
@@ -134,13 +133,16 @@ class JaxCluster(ClusterJobs):
     def _start(self, at_least: int | None = None, phases: Stopwatch | None = None) -> JaxCluster:
         phases = Stopwatch() if phases is None else phases
         try:
+            self._supervise()  # a named cluster: its supervisor, which the engines watch
             with phases.timed(START):
                 startup.start_engines(self.group, at_least)
             # After ipyparallel registered its own exit hook (when its controller started):
             # hooks run last-registered first, so this fast stop runs before its slow one.
-            atexit.register(self.stop)
+            if self.group.attachment is None:  # a named cluster outlives the kernel
+                atexit.register(self.stop)
             with phases.timed(JOIN):
                 startup.join_group(self.group)
+            self._record()
             spares.top_up_later(self.group)  # warm spares, once the start is done with the CPU
         except BaseException as exc:
             self.stop()
@@ -158,6 +160,18 @@ class JaxCluster(ClusterJobs):
         """
         with contextlib.suppress(Exception):
             atexit.unregister(self.stop)
+        hold = self.group.attachment
+        if hold is not None and hold.taken_over() is not None:
+            self.group.let_go()  # another kernel holds it: not this one's to stop
+            return
+        self._halt()
+        if hold is not None:  # and its supervisor, which removes what is left
+            self.group.attachment = None
+            attachment.stop(hold.name, hold.supervisor)
+
+    def _halt(self) -> None:
+        """Stop the engines and the controller (a named cluster's supervisor stays)."""
+        self._loaded()  # attached here: ipyparallel's launchers, read after the attach
         with spares.held():  # no spares launched behind the stop's back
             shutdown.stop_all(self.group)
 
@@ -175,22 +189,13 @@ class JaxCluster(ClusterJobs):
             jaxnb.ReplayError: a recorded setup step failed on the new engines.
         """
         if not self._swap_spares():
-            self.stop()
+            self._halt()
             self._start()
         if replay:
             self._replay()
         else:
             self.group.setup.clear()  # the new engines start empty
         return self
-
-    def _swap_spares(self, phases: Stopwatch | None = None) -> bool:
-        """Restart on the warm spares (only a join); False when none are ready."""
-        if not self.running:
-            return False
-        try:
-            return spares.swap(self.group, phases)
-        except Exception:  # a spare failed to join: restart the slow way
-            return False
 
     def _replay(self) -> float:
         """Run the recorded setup on the (new) engines; the seconds it took."""
@@ -201,85 +206,6 @@ class JaxCluster(ClusterJobs):
                            show=spmd.ShowMode(quiet=True))
 
         return group.setup.run(cell, lambda values: pull.push(group, values))
-
-    def _recover(self) -> dict[str, float]:
-        """Restart with the same options and replay the setup (a training run's recovery);
-        the seconds of each phase (:mod:`jaxnb._core.phases`)."""
-        phases = Stopwatch()
-        with phases.timed(STOP):
-            lost_hosts.wait(self.group)  # hosts found unreachable answer again (or fail)
-        return self._restart_same(phases=phases)
-
-    def _restart_same(self, at_least: int | None = None, replay: bool = True,
-                      phases: Stopwatch | None = None) -> dict[str, float]:
-        """Restart (on the warm spares when ready) and replay the setup; the seconds of each
-        phase. ``at_least``: engines that exit during the start are left out down to that many."""
-        phases = Stopwatch() if phases is None else phases
-        if not self._swap_spares(phases):
-            with phases.timed(STOP):
-                self.stop()
-            self._start(at_least, phases)
-        if replay:
-            with phases.timed(REPLAY):
-                self._replay()
-        return dict(phases)
-
-    def _restart_at(self, options: ClusterOptions, lost: Sequence[str] = ()) -> dict[str, float]:
-        """Stop, start with ``options`` (the same cluster at another size; ``lost`` names the
-        places left out) and replay the setup; the seconds of each phase."""
-        phases = Stopwatch()
-        group = self.group
-        whole = group_size.full(group)
-        with phases.timed(STOP):
-            self.stop()
-        group.options, group.full_options = options, (None if options == whole else whole)
-        group.lost = list(lost)
-        self._start(phases=phases)
-        with phases.timed(REPLAY):
-            self._replay()
-        return dict(phases)
-    def _sizes(self) -> Sizes:
-        """What this cluster does for a training run that changes size (``min_processes``)."""
-        group = self.group
-
-        def still_lost(seconds: float) -> list[str]:
-            return site.of(group).wait_answering(group, seconds)
-
-        def not_answering(hosts: list[str], seconds: float) -> list[str]:
-            return site.of(group).not_answering(group, hosts, seconds)
-
-        def wait_for(hosts: list[str]) -> None:
-            timeout = group_size.full(group).init_timeout
-            lost_hosts.check_back(not_answering(hosts, timeout), timeout)
-
-        return Sizes(recover=self._recover, restart_same=self._restart_same, replay=self._replay,
-                     restart_at=self._restart_at, lost_hosts=still_lost, not_answering=not_answering,
-                     wait_for=wait_for)
-
-    def scale(self, n: int) -> JaxCluster:
-        """Grow or shrink the group to ``n`` processes (on ``--hosts``: their first ``n`` places).
-
-        With the engines idle: stop, start at that size and replay the setup (as
-        ``restart(replay=True)``). During a ``min_processes`` training run: the run goes on at
-        that size from its next checkpoint.
-        """
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"scale takes a number of processes >= 1, got {n!r}; e.g. "
-                             f"{spelling.command('scale', 2)}")
-        group = self.group
-        group.require_running()
-        site.check_resizes(group)
-        options = group_size.at_size(group, n)
-        if group.busy_with:
-            if group.resize is None:
-                raise ClusterStateError(NOT_ELASTIC.format(
-                    name=group.busy_with, option=option("min_processes"),
-                    example=example("min_processes", 1)))
-            group.resize.request(n, f"{spelling.command('scale', n)} was asked")
-            return self
-        if options != group.options or n != self.num_processes:
-            self._restart_at(options)
-        return self
 
     @property
     def lost(self) -> list[str]:
@@ -294,7 +220,7 @@ class JaxCluster(ClusterJobs):
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
-            if self.group.ipp is not None:
+            if self.group.ipp is not None and self.group.attachment is None:
                 self.stop()
 
     # ---- access ----------------------------------------------------------------------

@@ -16,15 +16,13 @@ from jaxnb._core.run_limits import KEEP_CHECKPOINTS
 from jaxnb._core.state import Group
 from jaxnb._failures import repair
 from jaxnb._hosts import site
-from jaxnb._profile import session, training
-from jaxnb._train import driver
-from jaxnb._train.function import run_name
-from jaxnb._train.resize import Sizes
-from jaxnb._train.result import Result
 from jaxnb._tune.options import DEFAULT_METRIC, DEFAULT_TRIALS, TuneOptions
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # loaded on first use: a run's modules (matplotlib, widgets) are not needed
+    # to start, attach or run cells
     from jaxnb._profile.result import ProfileResult
+    from jaxnb._train.resize import Sizes
+    from jaxnb._train.result import Result
     from jaxnb._tune.result import TuneResult
 
 
@@ -83,12 +81,17 @@ class ClusterJobs:
             result = cluster.train(train_func, {"steps": 200}, name="mlp", max_failures=2)
             result.metrics, len(result.history), result.checkpoint
         """
+        from jaxnb._profile import training
+        from jaxnb._train import driver
+
         window = None if profile_steps is None else training.window(profile_steps, background)
         self.group.require_running()
         if min_processes is not None:
             site.check_resizes(self.group)
         repair.ensure_ready(self.group)
         if break_lock:
+            from jaxnb._train.function import run_name
+
             folder = os.path.join(os.fspath(storage or driver.DEFAULT_STORAGE), run_name(fn, name))
             run_folder.break_lock(folder)
 
@@ -157,5 +160,7 @@ class ClusterJobs:
         """
         self.group.require_idle()
         repair.ensure_ready(self.group)
+        from jaxnb._profile import session
+
         return session.profile(self.group, code, name=name, storage=storage,
                                timeout=self.group.options.timeout, on_result=on_result)

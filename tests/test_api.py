@@ -217,7 +217,8 @@ DESIGN_NAMES = {
     "jaxnb.tune.uniform", "jaxnb.tune.randint", "jaxnb.tune.choice", "jaxnb.tune.run",
     *(f"jaxnb.JaxCluster.{m}" for m in (
         "start", "run", "train", "tune", "profile", "pull", "push", "status", "memory", "stacks",
-        "reset", "restart", "scale", "stop", "__enter__", "__exit__")),
+        "reset", "restart", "scale", "stop", "__enter__", "__exit__", "attach", "detach")),
+    "jaxnb.clusters",
     *(f"jaxnb.{e}" for e in ("JaxnbError", "StartError", "ClusterStateError", "RemoteError",
                              "ProcessFailure", "ReplayError")),
 }

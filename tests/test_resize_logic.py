@@ -75,7 +75,7 @@ def test_the_magics_refuse_scale_without_a_number_and_a_number_elsewhere():
 
     front = None  # each line is refused before a cluster is asked for
     for line, says in [("scale", "`%jax_cluster scale N` takes the number of processes"),
-                       ("status 3", "`%jax_cluster status` takes no number; only `scale N` does"),
+                       ("status 3", "`%jax_cluster status` takes no number or name; only `scale N`"),
                        ("scale two", "scale takes a positive whole number, got 'two'")]:
         with pytest.raises(UsageError, match=says):
             jax_cluster.line(front, line)  # type: ignore[arg-type]

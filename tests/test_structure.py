@@ -177,6 +177,7 @@ LAYERS: dict[str, set[str]] = {
     "jaxnb._hosts": {"jaxnb._core"},
     "jaxnb._failures": {"jaxnb._core", "jaxnb._hosts"},
     "jaxnb._lifecycle": {"jaxnb._core", "jaxnb._hosts", "jaxnb._failures"},
+    "jaxnb._attach": {"jaxnb._core"},
     "jaxnb._debug": {"jaxnb._core", "jaxnb._failures", "jaxnb._widgets"},
     "jaxnb._cells": {"jaxnb._core", "jaxnb._failures", "jaxnb._debug"},
     "jaxnb._train": {"jaxnb._core", "jaxnb._failures", "jaxnb._cells", "jaxnb._widgets", "jaxnb._debug"},
@@ -186,7 +187,8 @@ LAYERS: dict[str, set[str]] = {
 #: The fronts, modules or packages: the engine API (``jaxnb``, ``_mesh``), the Python API
 #: (``_cluster`` and its ``_cluster_jobs``, ``_cluster_options``, ``tune``), the magics, and
 #: ``show_notebook``.
-TOP = {"jaxnb", "jaxnb._cluster", "jaxnb._cluster_jobs", "jaxnb._cluster_options", "jaxnb._mesh",
+TOP = {"jaxnb", "jaxnb.__main__", "jaxnb._cluster", "jaxnb._cluster_attach", "jaxnb._cluster_jobs",
+       "jaxnb._cluster_options", "jaxnb._cluster_restarts", "jaxnb._mesh",
        "jaxnb.magics", "jaxnb.show_notebook", "jaxnb.tune"}
 
 

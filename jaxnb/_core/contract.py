@@ -25,6 +25,9 @@ ENV_STACKS_DIR = "JAXNB_STACKS_DIR"
 ENV_PLATFORM = "JAXNB_PLATFORM"
 #: The notebook kernel's pid: engines and controller exit when it is gone (watchdog).
 ENV_PARENT_PID = "JAXNB_PARENT_PID"
+#: ``1``: the process named by :data:`ENV_PARENT_PID` is not the launcher but a named cluster's
+#: supervisor (its own session): only its end counts, not the launching kernel's.
+ENV_PARENT_ONLY = "JAXNB_WATCH_PARENT_ONLY"
 #: Files (``os.pathsep``-separated) the watchdog removes when the kernel is gone.
 ENV_CLEANUP_FILES = "JAXNB_CLEANUP_FILES"
 #: The controller's pid, which a local engine's watchdog stops with it.

@@ -112,6 +112,15 @@ class ClusterOptions:
     compile_cache: str | None = _option(None, Flag(
         "JAX's persistent compilation cache: a folder, or off (default: ~/.cache/jaxnb/xla "
         "on each host)", "DIR|off"))
+    #: A named cluster outlives the kernel: another kernel attaches it by this name.
+    name: str | None = _option(None, Flag(
+        "name the cluster so that it outlives this kernel and another kernel can attach it",
+        "NAME"))
+    #: Seconds a named cluster lives with no kernel attached and nothing running (``None``: until
+    #: stopped).
+    idle_timeout: float | None = _option(None, Flag(
+        "with --name: stop it after S seconds with no kernel attached and nothing running",
+        "S", "seconds"))
     collective_timeout: int = _option(DEFAULT_COLLECTIVE_TIMEOUT)
     #: Extra environment variables of the engines (a dict; kept as sorted pairs). Their values
     #: are never shown (they may be keys): not in the ``repr``, status, errors or logs.
@@ -134,6 +143,7 @@ class ClusterOptions:
         except HostError as exc:
             raise OptionError(str(exc)) from None
         self._check_places()
+        self._check_name()
         self._check_slurm_values()
         self._check_numbers()
 
@@ -194,6 +204,23 @@ class ClusterOptions:
                 f"engines use loopback: drop {option('address')}, or pass {option('hosts')}"
             )
 
+    def _check_name(self) -> None:
+        """A name becomes a file name; only named clusters outlive the kernel (and idle)."""
+        if self.name is not None:
+            from jaxnb._core.cluster_names import check
+
+            try:
+                check(self.name)
+            except ValueError as exc:
+                raise OptionError(str(exc)) from None
+            if not self.is_local:
+                raise OptionError(f"{option('name')} works with engines on this machine for now; "
+                                  f"drop {option('name')}, or {option('hosts')} and "
+                                  f"{option('engines')}")
+        elif self.idle_timeout is not None:
+            raise OptionError(f"{option('idle_timeout')} is for a named cluster; add "
+                              f"{example('name', 'exp1')}")
+
     def _check_compile_cache(self) -> None:
         """``compile_cache``: ``None``, ``"off"``, or a folder (made absolute unless it starts
         with ``~``, which each host expands to its own home)."""
@@ -229,7 +256,7 @@ class ClusterOptions:
         if self.spares is not None and (not _whole(self.spares) or self.spares < 0):
             raise OptionError(f"{option('spares')} must be a whole number >= 0, got {self.spares!r}; "
                               f"e.g. {example('spares', 0)} to keep none")
-        for name in ("timeout", "init_timeout"):
+        for name in ("timeout", "init_timeout", "idle_timeout"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                       or value <= 0):

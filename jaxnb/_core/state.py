@@ -8,6 +8,7 @@ answers questions about it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 from typing import Any
@@ -118,6 +119,9 @@ class Group:
     resize: Any = None
     #: Folders this cluster's cells made under the temporary directory (removed at its stop).
     temp_folders: TempFolders = dataclasses.field(default_factory=TempFolders)
+    #: A named cluster's hold (``jaxnb._attach.attachment.Attachment``): its ``taken_over()``
+    #: says, in one line, that another kernel attached since; ``None`` for an unnamed cluster.
+    attachment: Any = None
 
     @property
     def running(self) -> bool:
@@ -143,9 +147,24 @@ class Group:
         return self.client[self.engine_for(process)]
 
     def require_running(self) -> None:
-        """Raise :class:`ClusterStateError` unless the group is running."""
+        """Raise :class:`ClusterStateError` unless the group is running (and still this
+        kernel's: another kernel that attached a named cluster took it over)."""
+        if self.attachment is not None and self.running:
+            lost = self.attachment.taken_over()
+            if lost is not None:
+                self.let_go()
+                raise ClusterStateError(lost)
         if not self.running:
             raise ClusterStateError(NOT_STARTED)
+
+    def let_go(self) -> None:
+        """Forget the group without stopping anything (another kernel holds it now)."""
+        client = self.client
+        self.attachment = None
+        self.clear()
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close()
 
     def require_idle(self) -> None:
         """Raise unless running and not held by a background training run."""

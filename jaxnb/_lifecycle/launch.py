@@ -89,7 +89,7 @@ def build_cluster(options: ClusterOptions, where: Site, folder: str) -> ipp.Clus
             f"--HeartMonitor.max_heartmonitor_misses={HEARTBEAT_MISSES}",
             *encryption.controller_args(where, options),  # CurveZMQ for engines on other hosts
         ],
-        log=_quiet_logger(),
+        log=quiet_logger(),
         config=config,
         load_profile=False,
         controller_ip=where.controller_ip(options),
@@ -97,7 +97,7 @@ def build_cluster(options: ClusterOptions, where: Site, folder: str) -> ipp.Clus
     )
 
 
-def _quiet_logger() -> logging.Logger:
+def quiet_logger() -> logging.Logger:
     """ipyparallel's own logger would be the kernel app's (printing engine logs into cells)."""
     log = logging.getLogger("jaxnb.ipyparallel")
     log.setLevel(logging.ERROR)

@@ -17,7 +17,7 @@ from typing import Any
 import ipyparallel as ipp
 
 from jaxnb._core import group_size, ipp_internals
-from jaxnb._core.contract import ENV_CLEANUP_FILES, ENV_PARENT_PID, EngineCall
+from jaxnb._core.contract import ENV_CLEANUP_FILES, ENV_PARENT_ONLY, ENV_PARENT_PID, EngineCall
 from jaxnb._core.errors import StartError
 from jaxnb._core.join_plan import join_params
 from jaxnb._core.state import Group, ProcessInfo
@@ -43,6 +43,8 @@ def start_engines(group: Group, at_least: int | None = None) -> None:
     ipp_cluster = group.ipp = launch.build_cluster(options, where, group.stacks_dir)
     cleanup = os.pathsep.join([*ipp_internals.key_files(ipp_cluster), group.stacks_dir])
     watchdog = {ENV_PARENT_PID: str(os.getpid()), ENV_CLEANUP_FILES: cleanup}
+    if group.attachment is not None:  # a named cluster: its supervisor, not this kernel
+        watchdog.update({ENV_PARENT_PID: str(group.attachment.supervisor["pid"]), ENV_PARENT_ONLY: "1"})
     env = launch.engine_environment(options, group.stacks_dir, where)
     # --hosts: check the hosts (over ssh: and launch), in the background while the controller starts.
     checked = where.check_hosts(ipp_cluster, options, env)

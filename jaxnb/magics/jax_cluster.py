@@ -22,7 +22,8 @@ from jaxnb._core.messages import ALREADY_RUNNING
 from jaxnb._core.options import Flag, start_flags
 from jaxnb.magics import accept, kit
 
-SUBCOMMANDS = ("start", "status", "stop", "restart", "reset", "stacks", "memory", "scale")
+SUBCOMMANDS = ("start", "status", "stop", "restart", "reset", "stacks", "memory", "scale", "attach",
+               "detach", "list")
 #: ``%jax_cluster start``'s flags: ``JaxCluster`` keyword -> flag.
 START_FLAGS = {keyword: spelling.flag_of(keyword) for keyword in start_flags()}
 
@@ -50,8 +51,9 @@ def _with_start_flags(magic: Callable[..., Any]) -> Callable[..., Any]:
 
 @magic_arguments(name="jax_cluster")
 @argument("command", nargs="?", default=None, help=f"one of: {', '.join(SUBCOMMANDS)}")
-@argument("size", nargs="?", default=None, type=accept.whole("scale", least=1, example=2), metavar="N",
-          help="scale: the number of processes to grow or shrink the group to")
+@argument("size", nargs="?", default=None, metavar="N|NAME",
+          help="scale: the number of processes to grow or shrink the group to; attach: the "
+               "cluster's name (default: default)")
 @_with_start_flags
 @argument("--replay", action="store_true", default=None,
           help="restart: then run again the setup that succeeded since start (cells, pushes)")
@@ -64,8 +66,13 @@ def jax_cluster(line: str) -> None:
     order, the ``%%jax_cluster`` cells and ``%jax_push`` values that succeeded since start);
     ``reset`` (repair the jax.distributed group in place); ``stacks`` (every process's Python
     stack); ``scale N`` (grow or shrink the group to N processes: restarted at that size with
-    the setup replayed, or, during a run with --min-processes, from its next checkpoint). Only
-    ``start`` takes start flags.
+    the setup replayed, or, during a run with --min-processes, from its next checkpoint);
+    ``attach [NAME]`` (take over the cluster started with ``--name NAME`` in any kernel on this
+    machine, with its engines' Python state); ``detach`` (leave this named cluster
+    running without the kernel); ``list`` (the named clusters on this machine: processes,
+    hosts, runs, attached or idle since). Only ``start`` takes start flags (``--name NAME``: the
+    cluster outlives the kernel; ``--idle-timeout S``: then it stops after S seconds with no
+    kernel attached and nothing running).
     """
 
 
@@ -91,10 +98,14 @@ def line(front: kit.Front, text: str) -> None:
         raise UsageError(f"unknown subcommand {args.command!r}; use one of: {', '.join(SUBCOMMANDS)}")
     if args.replay and args.command != "restart":
         raise UsageError(f"--replay goes with `%jax_cluster restart`, not `{args.command}`")
-    if (args.size is None) != (args.command != "scale"):
+    if args.command == "scale" and args.size is not None:
+        args.size = accept.whole("scale", least=1, example=2)(args.size)
+    elif args.size is not None and args.command != "attach":
+        raise UsageError(f"`%jax_cluster {args.command}` takes no number or name; only `scale N` "
+                         "and `attach NAME` do")
+    if args.size is None and args.command == "scale":
         raise UsageError("`%jax_cluster scale N` takes the number of processes, e.g. "
-                         "`%jax_cluster scale 2`" if args.command == "scale" else
-                         f"`%jax_cluster {args.command}` takes no number; only `scale N` does")
+                         "`%jax_cluster scale 2`")
     options = kit.given(args, "command", "replay", "size")
     if args.command != "start" and options:
         raise UsageError(f"`%jax_cluster {args.command}` takes no flags (got "
@@ -108,6 +119,10 @@ def line(front: kit.Front, text: str) -> None:
         _stop(front)
     elif args.command == "scale":
         _scale(front, args.size)
+    elif args.command in ("attach", "detach", "list"):
+        from jaxnb.magics import jax_cluster_attach
+
+        jax_cluster_attach.run(front, args.command, args.size, show_status)
     else:
         cluster = front.require()
         with kit.api_call():

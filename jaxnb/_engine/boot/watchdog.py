@@ -1,4 +1,5 @@
-"""Make every process jaxnb launched exit when the notebook kernel that launched it is gone.
+"""Make every process jaxnb launched exit when the notebook kernel that launched it is gone
+(for a named cluster: when its supervisor is, :mod:`jaxnb._attach.supervisor`).
 
 Runs on its own thread, so it fires even while an engine's main thread is busy
 computing or blocked in a collective. When the kernel disappears (even after
@@ -20,7 +21,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from jaxnb._core.contract import ENV_CLEANUP_FILES, ENV_CONTROLLER_PID, ENV_PARENT_PID
+from jaxnb._core.contract import (
+    ENV_CLEANUP_FILES,
+    ENV_CONTROLLER_PID,
+    ENV_PARENT_ONLY,
+    ENV_PARENT_PID,
+)
 
 POLL_SECONDS = 1.0
 #: Exit status of an engine that stopped because its kernel is gone.
@@ -49,8 +55,8 @@ def _zombie(pid: int) -> bool:
     return stat[stat.rfind(b")") + 2:][:1] == b"Z"  # the state follows "(name) "
 
 
-def _orphaned(parent_pid: int, original_ppid: int) -> bool:
-    return not _alive(parent_pid) or os.getppid() != original_ppid
+def _orphaned(parent_pid: int, original_ppid: int | None) -> bool:
+    return not _alive(parent_pid) or (original_ppid is not None and os.getppid() != original_ppid)
 
 
 def remove_paths(paths: list[str]) -> None:
@@ -89,7 +95,7 @@ def _controller_exit(paths: list[str]) -> None:
     os._exit(ORPHAN_EXIT_STATUS)
 
 
-def _watch(parent_pid: int, original_ppid: int, on_orphan: Callable[..., None], *args: Any) -> None:
+def _watch(parent_pid: int, original_ppid: int | None, on_orphan: Callable[..., None], *args: Any) -> None:
     while not _orphaned(parent_pid, original_ppid):
         time.sleep(POLL_SECONDS)
     on_orphan(*args)
@@ -106,7 +112,9 @@ def _settings() -> tuple[int, list[str]] | None:
 def _start(parent_pid: int, on_orphan: Callable[..., None], *args: Any) -> None:
     thread = threading.Thread(
         target=_watch,
-        args=(parent_pid, os.getppid(), on_orphan, *args),
+        # A named cluster's supervisor is watched alone: the kernel that launched this may go.
+        args=(parent_pid, None if os.environ.get(ENV_PARENT_ONLY) else os.getppid(), on_orphan,
+              *args),
         name="jaxnb-watchdog",
         daemon=True,
     )

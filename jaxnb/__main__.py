@@ -1,0 +1,37 @@
+"""``python -m jaxnb list`` and ``python -m jaxnb stop NAME``: the named clusters of this machine,
+from a terminal (as ``%jax_cluster list`` and ``%jax_cluster stop`` in a notebook)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command; the exit status (1: no cluster of that name, 2: a wrong command line)."""
+    parser = argparse.ArgumentParser(prog="python -m jaxnb", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("list", help="the named clusters running on this machine")
+    stop = commands.add_parser("stop", help="stop the named cluster NAME (nothing is left running)")
+    stop.add_argument("name", metavar="NAME")
+    args = parser.parse_args(argv)
+    from jaxnb._attach import attachment, listing
+    from jaxnb._core import cluster_names as names
+
+    if args.command == "list":
+        print(listing.table(listing.clusters()))
+        return 0
+    try:
+        names.check(args.name)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if not attachment.stop(args.name):
+        print(f"jaxnb: no cluster named {args.name!r} runs on this machine; "
+              "`python -m jaxnb list` shows those that do", file=sys.stderr)
+        return 1
+    print(f"jaxnb: cluster {args.name!r} stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

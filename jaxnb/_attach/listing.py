@@ -1,0 +1,52 @@
+"""What named clusters run on this machine (``%jax_cluster list``, ``python -m jaxnb list``)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from jaxnb._attach import record
+from jaxnb._core import cluster_names as names
+
+
+def clusters() -> list[dict[str, Any]]:
+    """One dict per running named cluster (see :func:`jaxnb.clusters`); records of supervisors
+    that are gone are removed."""
+    found = []
+    for name in names.recorded_names():
+        own = record.read(names.supervisor_path(name)) or {}
+        if not record.alive(own.get("supervisor")):
+            record.remove(names.supervisor_path(name))
+            continue
+        doc = record.read(names.record_path(name)) or {}
+        kernel = doc.get("kernel") or {}
+        attached = kernel.get("pid") if record.alive(kernel) else None
+        found.append({
+            "name": name,
+            "processes": len(doc.get("processes") or []),
+            "hosts": list(doc.get("hosts") or []),
+            "runs": list(doc.get("runs") or []),
+            "attached": attached,
+            "idle_since": None if attached is not None or own.get("busy") else (
+                own.get("idle_since") or doc.get("detached_at") or time.time()),
+            "idle_timeout": own.get("idle_timeout"),
+        })
+    return found
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """The clusters as a plain text table (one line each), or a line saying there are none."""
+    if not rows:
+        return "jaxnb: no named cluster runs on this machine"
+    lines = [f"{'NAME':<16} {'PROCESSES':>9}  {'HOSTS':<20} {'RUNS':<16} STATE"]
+    for row in rows:
+        if row["attached"] is not None:
+            state = f"attached (kernel pid {row['attached']})"
+        elif row["idle_since"]:
+            since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["idle_since"]))
+            state = f"idle since {since}"
+        else:
+            state = "no kernel attached; busy"
+        lines.append(f"{row['name']:<16} {row['processes']:>9}  {','.join(row['hosts']):<20} "
+                     f"{','.join(row['runs']) or '-':<16} {state}")
+    return "\n".join(lines)

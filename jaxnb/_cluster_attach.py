@@ -1,0 +1,166 @@
+"""``JaxCluster``'s life beyond the kernel: a named cluster (``name=``) has a supervisor that
+outlives the kernel; ``attach`` takes it over from another kernel, ``detach`` leaves it running,
+:func:`clusters` lists those of this machine (:mod:`jaxnb._attach`)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import threading
+from typing import Any, TypeVar
+
+from jaxnb._attach import attachment, record
+from jaxnb._core import cluster_names as names
+from jaxnb._core import ipp_internals
+from jaxnb._core.cluster_names import DEFAULT_NAME
+from jaxnb._core.errors import ClusterStateError
+from jaxnb._core.options import ClusterOptions
+from jaxnb._core.state import Group, ProcessInfo
+
+Self = TypeVar("Self", bound="Attaching")
+
+
+class Attaching:
+    """The attach and detach of :class:`jaxnb.JaxCluster` (a base class)."""
+
+    group: Group
+
+    @classmethod
+    def attach(cls: type[Self], name: str = DEFAULT_NAME) -> Self:
+        """Take over the named cluster ``name`` running on this machine (started by
+        ``start(name=...)`` in any kernel): its engines with their Python state.
+        A kernel that held it is told so, in one line, at its next use.
+
+        Raises:
+            jaxnb.ClusterStateError: no cluster of that name runs here.
+            ValueError: ``name`` cannot name a cluster.
+        """
+        hold, doc = attachment.take_over(name)
+        options = _options(doc["options"])
+        cluster = cls.__new__(cls)
+        cluster.group = group = Group(options)
+        group.attachment = hold
+        try:
+            _connect(group, doc)
+        except BaseException:
+            group.let_go()
+            raise
+        return cluster
+
+    def detach(self) -> None:
+        """Leave this named cluster running with no kernel attached (``--idle-timeout`` counts
+        from now); any kernel can ``attach`` it again. An unnamed cluster cannot be detached.
+
+        Raises:
+            jaxnb.ClusterStateError: the cluster is not running, or not named.
+        """
+        group = self.group
+        group.require_running()
+        if group.attachment is None:
+            raise ClusterStateError("only a named cluster outlives its kernel; start it with "
+                                    "`%jax_cluster start --name NAME` to detach it later")
+        attachment.detach(group.attachment)
+        group.let_go()
+
+    def _supervise(self) -> None:
+        """Before a start: the supervisor of a named cluster (a new one unless it runs)."""
+        group = self.group
+        name = group.options.name
+        if name is None:
+            return
+        hold = group.attachment
+        if hold is None or attachment.supervisor_of(name) != hold.supervisor:
+            group.attachment = attachment.launch(name, group.options.idle_timeout)
+
+    def _loaded(self) -> None:
+        """Once attached: wait for ipyparallel's cluster file to be read; if it could not be,
+        end the processes the record names here (a stop or restart leaves none behind)."""
+        group, hold = self.group, self.group.attachment
+        if hold is None or hold.loading is None:
+            return
+        hold.loaded()
+        doc = record.read(names.record_path(hold.name))
+        if group.ipp is None and group.running and doc is not None:
+            record.end_listed(doc)
+
+    def _record(self) -> None:
+        """After a start or a swap: what another kernel needs to attach, written down."""
+        group = self.group
+        if group.attachment is None or group.ipp is None:
+            return
+        group.ipp.shutdown_atexit = False  # the kernel's exit leaves it running
+        attachment.save(group.attachment, describe(group))
+
+
+def describe(group: Group) -> dict[str, Any]:
+    """The JSON record of a running named cluster (no code, no pickle)."""
+    ipp = group.ipp
+    files = ipp_internals.key_files(ipp)
+    controller = ipp_internals.controller_process(ipp)
+    pids = [p.pid for p in group.processes] + sorted(group.spare_pids)
+    pids += [proc.pid for proc in (ipp_internals.launcher_process(lch)
+                                   for lch in ipp_internals.engine_launchers(ipp))
+             if proc is not None]
+    if controller is not None:
+        pids.append(controller.pid)
+    full = group.full_options
+    return {
+        "cluster_file": ipp.cluster_file, "connection": files[1],
+        "options": dataclasses.asdict(group.options),
+        "full_options": None if full is None else dataclasses.asdict(full),
+        "processes": [dataclasses.asdict(p) for p in group.processes],
+        "coordinator": group.coordinator, "stacks_dir": group.stacks_dir,
+        "engine_env": group.engine_env, "lost": list(group.lost),
+        "pids": [record.process_entry(pid) for pid in sorted(set(pids))],
+        "files": [*files, *([group.stacks_dir] if group.stacks_dir else [])],
+        "hosts": sorted({p.host for p in group.processes}),
+        "runs": [group.busy_with] if group.busy_with else [],
+    }
+
+
+def _connect(group: Group, doc: dict[str, Any]) -> None:
+    """Fill ``group`` from a record: ipyparallel's cluster (from its cluster file), a client
+    through the controller's connection file, the processes in their order."""
+    import ipyparallel as ipp
+
+    if not os.path.exists(doc["cluster_file"]):
+        raise ClusterStateError(
+            f"cluster {group.attachment.name!r} has lost its controller's files; stop it with "
+            f"`python -m jaxnb stop {group.attachment.name}` and start it again")
+    group.client = client = ipp.Client(doc["connection"], timeout=10)
+    group.processes = [ProcessInfo(**p) for p in doc["processes"]]
+    group.view = client[[p.engine_id for p in group.processes]]
+    group.view.block = False
+    group.coordinator, group.stacks_dir = doc.get("coordinator"), doc.get("stacks_dir")
+    group.engine_env = doc.get("engine_env")
+    group.lost = list(doc.get("lost") or [])
+    group.attachment.loading = threading.Thread(target=_load_cluster, args=(group, doc["cluster_file"]),
+                                                name="jaxnb-attach", daemon=True)
+    group.attachment.loading.start()
+    if doc.get("full_options"):
+        group.full_options = _options(doc["full_options"])
+
+
+def _load_cluster(group: Group, cluster_file: str) -> None:
+    """``group.ipp``: ipyparallel's cluster read from its file (its controller's and engines'
+    launchers, for stop and restart), once read (about a second: not on the attach's path)."""
+    import ipyparallel as ipp
+
+    from jaxnb._lifecycle.launch import quiet_logger
+
+    client = group.client
+    with contextlib.suppress(Exception):  # gone meanwhile: the supervisor ends what is left
+        ipp_cluster = ipp.Cluster.from_file(cluster_file, log=quiet_logger())
+        ipp_cluster.shutdown_atexit = False
+        if group.client is client and client is not None:
+            group.ipp = ipp_cluster
+            group.launchers = ipp_internals.launched_engines(ipp_cluster)
+
+
+def _options(fields: dict[str, Any]) -> ClusterOptions:
+    """Options read back from JSON (its lists as the tuples they were)."""
+    given: dict[str, Any] = {k: (tuple(tuple(x) if isinstance(x, list) else x for x in v)
+                                 if isinstance(v, list) else v) for k, v in fields.items()}
+    return ClusterOptions(**given)
+

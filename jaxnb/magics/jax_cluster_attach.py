@@ -1,0 +1,41 @@
+"""``%jax_cluster attach [NAME]``, ``detach`` and ``list``: a named cluster outlives the kernel."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from IPython.core.error import UsageError
+
+from jaxnb._attach import listing
+from jaxnb._cluster import JaxCluster
+from jaxnb._core.cluster_names import DEFAULT_NAME
+from jaxnb.magics import kit
+
+
+def run(front: kit.Front, command: str, name: str | None,
+        show_status: Callable[[JaxCluster], None]) -> None:
+    """Do ``command`` (``attach``, ``detach`` or ``list``) for the magics' session."""
+    if command == "list":
+        print(listing.table(listing.clusters()))
+    elif command == "detach":
+        cluster = front.require()
+        with kit.api_call():
+            cluster.detach()
+        front.cluster = None
+        print(f"jaxnb: cluster {cluster.options.name!r} left running with no kernel attached; "
+              f"`%jax_cluster attach {cluster.options.name}` takes it back")
+    else:
+        show_status(_attach(front, name or DEFAULT_NAME))
+
+
+def _attach(front: kit.Front, name: str) -> JaxCluster:
+    held = front.cluster
+    if held is not None and held.running and held.options.name != name:
+        raise UsageError("a cluster is running in this kernel; `%jax_cluster detach` (a named "
+                         "one) or `%jax_cluster stop` it first")
+    with kit.api_call():
+        cluster = JaxCluster.attach(name)
+    if held is not None and held is not cluster:
+        held.group.let_go()  # the same cluster, held again: only the new hold counts
+    front.cluster = cluster
+    return cluster

@@ -1,0 +1,128 @@
+"""A named cluster outlives its kernel, in real Jupyter kernels (``jupyter_client``).
+
+Kernel A starts ``%jax_cluster start --name NAME`` and defines variables on the engines; A is
+SIGKILLed (an out-of-memory kill) or restarted from the menu (``restart_kernel(now=False)``);
+kernel B attaches and finds the engines with their state; a third kernel takes it over and B
+is told so in one line; ``python -m jaxnb list`` / ``stop`` work from a terminal; a detached
+cluster with ``--idle-timeout`` stops itself and leaves no process.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import psutil
+import pytest
+from support.clusters import wait_until
+from support.factories import environment
+from support.kernel_harness import Kernel
+
+#: Starts kernels and engines: not in `bash dev test fast`.
+pytestmark = pytest.mark.engines
+
+STATE = "%%jax_cluster\nimport jax\nx = 40 + jax.process_index()"
+
+
+@pytest.fixture(scope="module")
+def clusters_dir(tmp_path_factory):
+    """Where this module's named clusters are recorded (the kernels inherit it)."""
+    folder = tmp_path_factory.mktemp("clusters")
+    with environment(JAXNB_CLUSTERS_DIR=str(folder)):
+        try:
+            yield folder
+        finally:  # a test that failed half-way leaves no cluster running
+            from jaxnb._attach import attachment
+            from jaxnb._core import cluster_names as names
+
+            for name in names.recorded_names():
+                attachment.stop(name)
+
+
+def kernel() -> Kernel:
+    k = Kernel()
+    k.ok("%load_ext jaxnb\nimport jaxnb")
+    return k
+
+
+def family(folder, name: str) -> list[psutil.Process]:
+    """The supervisor of ``name`` and every process whose watchdog watches it (engines, spares,
+    controller), found from the supervisor's own file and the processes' environment."""
+    with open(folder / f"{name}.supervisor.json") as f:
+        supervisor = psutil.Process(json.load(f)["supervisor"]["pid"])
+    found = [supervisor]
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("JAXNB_PARENT_PID") == str(supervisor.pid):
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def gone(processes: list[psutil.Process]) -> bool:
+    return not [p for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def jaxnb_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "jaxnb", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_a_killed_kernels_cluster_is_attached_with_its_state_taken_over_listed_and_stopped(
+        clusters_dir):
+    a = kernel()
+    try:
+        a.ok("%jax_cluster start -n 2 --name killed --spares 0")
+        a.ok(STATE)
+        processes = family(clusters_dir, "killed")
+        assert len(processes) >= 4, processes  # the supervisor, the controller, two engines
+        a.kill()  # SIGKILL, as the out-of-memory killer does
+    finally:  # not Kernel.shutdown: it ends what the kernel started, the cluster included
+        a.client.stop_channels()
+        a.manager.shutdown_kernel(now=True)
+        a.manager.cleanup_resources()
+    assert not gone(processes), "the cluster died with the kernel"
+    listed = jaxnb_cli("list")
+    assert listed.returncode == 0 and "killed" in listed.stdout and "idle since" in listed.stdout, listed
+
+    with kernel() as b, kernel() as c:
+        assert b.ok("%jax_cluster attach killed").displays  # the devices widget
+        assert b.ok("%%jax_cluster\nprint(x)").stdout.split() == ["[p0]", "40", "[p1]", "41"]
+        assert b.value("jaxnb.current_cluster().options.name") == "killed"
+        b.ok("y = 2\n%jax_push y")
+        assert b.value("jaxnb.clusters()[0]['attached']") == b.pid
+
+        c.ok("import jaxnb; cluster = jaxnb.JaxCluster.attach('killed')")
+        assert c.value("cluster.pull('y')") == 2
+        taken = b.run("%%jax_cluster\nprint(x)")
+        said = taken.error["evalue"] if taken.error else taken.shown
+        assert "taken over by another kernel" in said and "%jax_cluster attach killed" in said, said
+        assert len(said.strip().splitlines()) == 1, said
+        assert f"kernel pid {c.pid}" in jaxnb_cli("list").stdout
+
+        stopped = jaxnb_cli("stop", "killed")
+        assert stopped.returncode == 0, stopped
+        wait_until(lambda: gone(processes), timeout=20, what="every process of the cluster ending")
+        assert jaxnb_cli("list").stdout.strip() == "jaxnb: no named cluster runs on this machine"
+        assert jaxnb_cli("stop", "killed").returncode == 1
+        assert not list(clusters_dir.glob("killed*")), list(clusters_dir.iterdir())
+
+
+def test_a_restarted_kernel_attaches_then_detaches_and_the_idle_cluster_stops_itself(clusters_dir):
+    with kernel() as k:
+        k.ok("%jax_cluster start -n 2 --name restarted --idle-timeout 40")  # with warm spares
+        k.ok(STATE)
+        k.manager.restart_kernel(now=False)  # Restart Kernel in JupyterLab
+        k.client.wait_for_ready(timeout=60)
+        k.ok("%load_ext jaxnb\nimport jaxnb")
+        k.ok("%jax_cluster attach restarted")
+        assert k.ok("%%jax_cluster\nprint(x)").stdout.split() == ["[p0]", "40", "[p1]", "41"]
+        processes = family(clusters_dir, "restarted")
+        out = k.ok("%jax_cluster detach")
+        assert "left running" in out.stdout
+        assert "idle since" in k.ok("%jax_cluster list").stdout
+        wait_until(lambda: gone(processes), timeout=80, what="the idle cluster stopping itself")
+        assert not list(clusters_dir.glob("restarted*")), list(clusters_dir.iterdir())
+        assert "no jaxnb cluster is running" in k.run("%%jax_cluster\nprint(x)").shown

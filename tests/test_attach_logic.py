@@ -1,0 +1,111 @@
+"""The pure parts of named clusters: which names are allowed (a name becomes a file name), the
+JSON records (0600, replaced whole, never through a link, never code), and the options."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from jaxnb import JaxCluster
+from jaxnb._attach import listing, record
+from jaxnb._core import cluster_names as names
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    monkeypatch.setenv(names.ENV_FOLDER, str(tmp_path / "clusters"))
+    return tmp_path / "clusters"
+
+
+@pytest.mark.parametrize("name", ["default", "exp1", "a.b-c_d", "X" * 64])
+def test_a_plain_file_name_names_a_cluster(name):
+    assert names.check(name) == name
+
+
+@pytest.mark.parametrize("name", ["", ".hidden", "../up", "a/b", "-flag", "a b", "é", "X" * 65,
+                                  "a\nb", None, 3])
+def test_anything_else_is_one_line_that_says_what_a_name_is(name):
+    with pytest.raises(ValueError, match=r"^a cluster name is 1-64 letters.*got .*; e\.g\. --name exp1$"):
+        names.check(name)
+
+
+def test_the_folder_is_made_private(folder):
+    assert names.record_path("x") == str(folder / "x.json")
+    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+
+
+def test_a_record_is_private_json_replaced_whole(folder):
+    path = names.record_path("x")
+    record.write(path, {"a": [1, 2]})
+    record.write(path, {"a": [3]})
+    assert record.read(path) == {"a": [3]}
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert sorted(os.listdir(folder)) == ["x.json"]  # no temporary file left
+
+
+def test_a_record_is_never_read_or_written_through_a_link_nor_read_as_code(folder, tmp_path):
+    target = tmp_path / "elsewhere.json"
+    target.write_text('{"a": 1}')
+    path = names.record_path("linked")
+    os.symlink(target, path)
+    assert record.read(path) is None
+    record.write(path, {"b": 2})  # replaces the link itself
+    assert target.read_text() == '{"a": 1}' and not os.path.islink(path)
+    (folder / "pickle.json").write_bytes(b"\x80\x04K\x01.")  # a pickle is not read
+    assert record.read(str(folder / "pickle.json")) is None
+
+
+def test_a_process_entry_names_this_process_and_not_a_later_one_with_its_pid():
+    me = record.me()
+    assert record.alive(me)
+    assert not record.alive(dict(me, created=me["created"] - 100))
+    assert not record.alive({"pid": "1"}) and not record.alive(None)
+
+
+def test_no_cluster_listed_when_none_runs(folder):
+    record.write(names.supervisor_path("gone"), {"supervisor": {"pid": 2**22 + 1, "created": 1.0}})
+    assert listing.clusters() == []
+    assert not os.path.exists(names.supervisor_path("gone"))  # a dead supervisor's file goes
+    assert listing.table([]) == "jaxnb: no named cluster runs on this machine"
+
+
+def test_the_options_of_a_named_cluster_are_checked_before_anything_starts():
+    with pytest.raises(ValueError, match=r"^a cluster name is"):
+        JaxCluster(name="../x")
+    with pytest.raises(ValueError, match=r"^idle_timeout= is for a named cluster; add name='exp1'$"):
+        JaxCluster(idle_timeout=10)
+    with pytest.raises(ValueError, match=r"^idle_timeout= must be a positive number"):
+        JaxCluster(name="x", idle_timeout=0)
+    with pytest.raises(ValueError, match=r"^name= works with engines on this machine for now"):
+        JaxCluster(name="x", hosts=["h1"])
+    assert JaxCluster(name="x", idle_timeout=5).options.idle_timeout == 5
+
+
+def test_detach_of_an_unnamed_or_stopped_cluster_says_what_to_do():
+    from jaxnb import ClusterStateError
+
+    with pytest.raises(ClusterStateError, match="no jaxnb cluster is running"):
+        JaxCluster().detach()
+
+
+def test_attach_of_a_name_nothing_runs_under_says_so(folder):
+    from jaxnb import ClusterStateError
+
+    with pytest.raises(ClusterStateError, match=r"^no cluster named 'nothing' runs on this machine; "):
+        JaxCluster.attach("nothing")
+
+
+def test_the_terminal_commands(folder):
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "jaxnb", *args], capture_output=True, text=True,
+                              timeout=60, env=dict(os.environ))
+
+    assert cli("list").stdout.strip() == "jaxnb: no named cluster runs on this machine"
+    missing = cli("stop", "nothing")
+    assert missing.returncode == 1 and "no cluster named 'nothing'" in missing.stderr
+    bad = cli("stop", "../x")
+    assert bad.returncode == 2 and "a cluster name is" in bad.stderr
