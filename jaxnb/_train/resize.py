@@ -42,8 +42,9 @@ from jaxnb._failures import free
 from jaxnb._train.result import Failure
 
 #: With ``min_processes``, how long a recovery waits for hosts found unreachable before it
-#: leaves them out (at most ``--init-timeout``): a link that blinks is back by then.
-GRACE_SECONDS = 5.0
+#: leaves them out (at most ``--init-timeout``): a link that blinks longer costs a shrink, then
+#: a grow at the checkpoint after it answers again (the run goes on meanwhile).
+GRACE_SECONDS = 2.0
 #: How often hosts left out are probed (a fresh ssh connection) while the run goes on without them.
 PROBE_SECONDS = 2.0
 #: Mesh axes that carry the data (they absorb a change of the device count); the others are
