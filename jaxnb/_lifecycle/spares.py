@@ -181,22 +181,32 @@ def _swap(group: Group, phases: Stopwatch) -> bool:
 def _wait_starting(group: Group, phases: Stopwatch) -> dict[int, int]:
     """Too few spares ready: wait for those still starting, if enough are (their seconds, and
     why none was ready, under a :data:`refill.NO_SPARE` phase); engine id → pid, or none."""
-    launched = len(_alive(group, group.spare_pids)) if group.spare_pids else 0
-    registered = len([eid for eid in group.client.ids
-                      if eid not in {i.engine_id for i in group.processes}]) if group.client else 0
+    launched, registered = _counts(group)
     why = refill.of(group).why_none(min(registered, launched), max(0, launched - registered),
                                     len(group.spare_pids) - launched, group.size, wanted(group))
     start = time.monotonic()
     deadline = start + min(STARTING_WAIT_SECONDS, group.options.init_timeout)
     found: dict[int, int] = {}
-    while launched >= group.size and not found and time.monotonic() < deadline:
+    # while enough are launched and some still register (all registered: _ready said no)
+    while launched >= group.size and registered < launched and time.monotonic() < deadline:
         time.sleep(0.02)
         found = _ready(group)
-        launched = len(_alive(group, group.spare_pids))
+        if found:
+            break
+        launched, registered = _counts(group)
     waited = time.monotonic() - start
     then = f"waited {waited:.2f} s for them" if found else "started new engines"
     phases[f"{refill.NO_SPARE}: {why}; {then}"] = waited if found else 0.0
     return found
+
+
+def _counts(group: Group) -> tuple[int, int]:
+    """(spares launched and still running, engines registered outside the group)."""
+    launched = len(_alive(group, group.spare_pids)) if group.spare_pids else 0
+    if group.client is None:
+        return launched, 0
+    members = {info.engine_id for info in group.processes}
+    return launched, len([eid for eid in group.client.ids if eid not in members])
 
 
 def _target(group: Group, p: int) -> str:
