@@ -74,6 +74,8 @@ def ray_loop(config: dict[str, Any]) -> None:
     local = _mlp.BATCH // n
     deaths, first_step = sorted(glob.glob(os.path.join(config["folder"], "killed-*"))), 0.0
     for step in range(start + 1, config["steps"] + 1):
+        if config.get("kills", 1) > 1 and len(deaths) >= config["kills"] and step > start + 10:
+            break  # back to back: a few steps after the last recovery are enough
         x, y = _mlp.batch(step, local, rank * local)
         params, opt_state, loss = step_fn(params, opt_state, jax.device_put(x, rows),
                                           jax.device_put(y, rows))
