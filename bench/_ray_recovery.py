@@ -36,11 +36,12 @@ LAUNCHED = "Train function launched on workers"
 
 def ray_loop(config: dict[str, Any]) -> None:
     """jaxnb's bench loop in Ray Train: a checkpoint directory every 5 steps, worker 1 SIGKILLs
-    itself once at ``kill_at``; worker 0 writes when it began, built the model, restored, and
-    reported after the restore."""
+    itself at ``kill_at``, then, while fewer than ``kills`` deaths happened, ``gap`` seconds
+    after the previous one; worker 0 writes when it began, built the model, restored, and
+    reported after each restore."""
+    import glob
     import json
     import os
-    import signal
     import tempfile
     import time
 
@@ -52,6 +53,7 @@ def ray_loop(config: dict[str, Any]) -> None:
     from jax.sharding import PartitionSpec as P
 
     from bench import _mlp
+    from bench._recovery_loop import die_if_due
 
     rows, params, opt_state, step_fn = _mlp.on_devices(jax.local_devices())
     same = NamedSharding(rows.mesh, P())
@@ -70,7 +72,10 @@ def ray_loop(config: dict[str, Any]) -> None:
             start = int(saved["step"])
         restored = (t0, time.time())
     local = _mlp.BATCH // n
+    deaths, first_step = sorted(glob.glob(os.path.join(config["folder"], "killed-*"))), 0.0
     for step in range(start + 1, config["steps"] + 1):
+        if config.get("kills", 1) > 1 and len(deaths) >= config["kills"] and step > start + 10:
+            break  # back to back: a few steps after the last recovery are enough
         x, y = _mlp.batch(step, local, rank * local)
         params, opt_state, loss = step_fn(params, opt_state, jax.device_put(x, rows),
                                           jax.device_put(y, rows))
@@ -85,14 +90,14 @@ def ray_loop(config: dict[str, Any]) -> None:
         else:
             train.report(metrics)
         if restored is not None and rank == 0:
-            with open(config["resumed"], "w") as f:
+            with open(os.path.join(config["folder"], f"resumed-{len(deaths)}.json"), "w") as f:
                 json.dump({"began": began, "built": built, "restore": restored,
                            "first_report": time.time()}, f)
             restored = None
-        if rank == 1 and step == config["kill_at"] and not os.path.exists(config["killed"]):
-            with open(config["killed"], "w") as f:
-                f.write(repr(time.time()))
-            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(config.get("pause", 0.0))
+        first_step = first_step or time.time()
+        if rank == 1:
+            die_if_due(config, deaths, step, first_step)
 
 
 def trainer_class() -> tuple[Any, str]:
@@ -146,11 +151,12 @@ def phases_from_log(lines: list[tuple[float, str]], killed: float, resumed: dict
     return {k: round(v, 3) for k, v in phases.items()}
 
 
-def measure(repeats: int, steps: int, kill_at: int, devices: int) -> dict[str, Any]:
-    """Per repeat: kill → first report after the restore, and its phases."""
+def measure(repeats: int, steps: int, kill_at: int, devices: int, kills: int = 1,
+            gap: float = 10.0) -> dict[str, Any]:
+    """Per repeat: kill → first report after the restore, and its phases; then, with ``kills``
+    above 1, one run that loses worker 1 that many times, ``gap`` seconds apart."""
     try:
         import ray
-        from ray.train import FailureConfig, RunConfig, ScalingConfig
 
         trainer, name = trainer_class()
     except ImportError as exc:
@@ -166,27 +172,46 @@ def measure(repeats: int, steps: int, kill_at: int, devices: int) -> dict[str, A
     except Exception as exc:  # e.g. its raylet does not come up on a loaded machine
         return {"not_measured": f"Ray did not start here ({str(exc).splitlines()[0]})"}
     session = context.address_info.get("session_dir") or "/tmp/ray/session_latest"
-    runs = []
+    runs, b2b = [], []
     try:
         for i in range(repeats):
-            with tempfile.TemporaryDirectory() as folder:
-                config = {"steps": steps, "kill_at": kill_at, "killed": os.path.join(folder, "killed"),
-                          "resumed": os.path.join(folder, "resumed.json")}
-                trainer(ray_loop, train_loop_config=config,
-                        scaling_config=ScalingConfig(num_workers=2),
-                        run_config=RunConfig(name=f"r{i}", storage_path=folder,
-                                             failure_config=FailureConfig(max_failures=1))).fit()
-                with open(config["killed"]) as f:
-                    killed = float(f.read())
-                with open(config["resumed"]) as f:
-                    resumed = json.load(f)
-            time.sleep(1.0)  # the controller's last lines reach its log
-            runs.append(phases_from_log(controller_lines(session), killed, resumed))
+            runs.extend(_run(trainer, session, f"r{i}", 1, steps, kill_at, gap))
+        if kills > 1:
+            b2b = _run(trainer, session, "b2b", kills, steps, kill_at, gap)
     finally:
         ray.shutdown()
     medians = {k: round(statistics.median(r[k] for r in runs), 3) for k in runs[0]}
-    return {"version": ray.__version__, "trainer": name, "runs": runs, "medians": medians,
-            "totals": [r["total"] for r in runs]}
+    figures = {"version": ray.__version__, "trainer": name, "runs": runs, "medians": medians,
+               "totals": [r["total"] for r in runs]}
+    if b2b:
+        figures["back to back"] = {"kills": kills, "gap_s": gap, "runs": b2b,
+                                   "totals": [r["total"] for r in b2b]}
+    return figures
+
+
+def _run(trainer: Any, session: str, name: str, kills: int, steps: int, kill_at: int,
+         gap: float) -> list[dict[str, float]]:
+    """One run of the loop that loses worker 1 ``kills`` times; each recovery's phases."""
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
+
+    with tempfile.TemporaryDirectory() as folder:
+        config = {"steps": steps, "kill_at": kill_at, "folder": folder, "kills": kills,
+                  "gap": gap, "pause": 0.0 if kills == 1 else 0.05}
+        if kills > 1:  # steps take >= the pause: the deaths' span, then a few more
+            config["steps"] = kill_at + int((kills - 1) * gap / 0.05) + 100
+        trainer(ray_loop, train_loop_config=config, scaling_config=ScalingConfig(num_workers=2),
+                run_config=RunConfig(name=name, storage_path=folder,
+                                     failure_config=FailureConfig(max_failures=kills))).fit()
+        found = []
+        time.sleep(1.0)  # the controller's last lines reach its log
+        lines = controller_lines(session)
+        for death in range(1, kills + 1):
+            with open(os.path.join(folder, f"killed-{death}")) as f:
+                killed = float(f.read())
+            with open(os.path.join(folder, f"resumed-{death}.json")) as f:
+                resumed = json.load(f)
+            found.append(phases_from_log(lines, killed, resumed))
+    return found
 
 
 def main() -> None:
@@ -195,9 +220,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--kill-at", type=int, default=12)
     parser.add_argument("--devices", type=int, default=2)
+    parser.add_argument("--kills", type=int, default=1, help="back to back: deaths in one run")
+    parser.add_argument("--gap", type=float, default=10.0, help="back to back: seconds between")
     parser.add_argument("--json", default=None, help="write the figures here (else print them)")
     args = parser.parse_args()
-    figures = measure(args.repeats, args.steps, args.kill_at, args.devices)
+    figures = measure(args.repeats, args.steps, args.kill_at, args.devices, args.kills, args.gap)
     text = json.dumps(figures, indent=1)
     if args.json:
         with open(args.json, "w") as f:

@@ -14,7 +14,10 @@ Sections (``SECTIONS``; each prints its own lines, ``--only`` picks some):
 
 each with warm spares and without (``spares=0``), the compilation cache on (the default),
 in one loop per repeat: a ``restart()``, then a recovery split into jaxnb's own phases
-(``Result.failures[0].phases``);
+(``Result.failures[0].phases``); then, with spares, **back to back**: one run that loses
+process 1 ``KILLS`` (4) times, ``GAP_SECONDS`` (10 s) apart: each recovery after the first
+finds only the spares refilled since the previous one (a ``no spare ready: …`` phase says
+when they were not, and the seconds waited for them);
 
 - ``ray``: Ray Train 2.60 (``JaxTrainer``, ``FailureConfig(max_failures=1)``, stock settings)
   on the same loop, run by the interpreter of a separate venv (Ray is never a dependency of
@@ -25,7 +28,8 @@ in one loop per repeat: a ``restart()``, then a recovery split into jaxnb's own 
       ~/venvs/ray/bin/pip install "ray[train]==2.60.0" flax optax   # the same JAX as jaxnb's
 
   Its phases come from Ray Train's own controller log (``bench/_ray_recovery.py``), side by
-  side with jaxnb's; then jaxnb (local, spares) ÷ Ray (goal ≤ 0.2, and ≤ 1.75 s);
+  side with jaxnb's; then jaxnb (local, spares) ÷ Ray (goal ≤ 0.2, and ≤ 1.75 s); and the
+  same back-to-back run under Ray (``FailureConfig(max_failures=KILLS)``);
 
 and the resident memory (RSS) of each warm spare and of each group engine after it joined,
 before the first restart.
@@ -48,10 +52,9 @@ import time
 from collections.abc import Callable
 
 from bench._mlp_cell import DEVICES, ROOT, SETUP_CELL
+from bench._recovery_loop import GAP_SECONDS, KILL_AT, KILLS, STEPS, jaxnb_loop, read_times, run_config
 from bench._results import Results
 
-KILL_AT = 12
-STEPS = 20
 #: Row names of the side-by-side table: jaxnb's phase, and Ray's counterpart.
 ROWS = [
     ("detect", "kill -> death seen (bench clock)", "kill -> FailurePolicy RETRY logged"),
@@ -62,55 +65,6 @@ ROWS = [
     ("restore", "restore", "restore (in the loop)"),
     ("first step", "first step (compile included)", "first step (in the loop)"),
 ]
-
-
-def jaxnb_loop(config):
-    """The loop under jaxnb: data-parallel over every process's devices (a collective per
-    step), a checkpoint every 5 steps, process 1 SIGKILLs itself once at ``kill_at``."""
-    import json
-    import os
-    import signal
-    import time
-
-    import jax
-
-    import jaxnb
-    from bench import _mlp
-
-    began = time.time()
-    rank, n = jaxnb.get_context().get_world_rank(), jaxnb.get_context().get_world_size()
-    rows, params, opt_state, step_fn = _mlp.on_devices(jax.devices())
-    start, restored = 0, None
-    checkpoint = jaxnb.get_checkpoint()
-    if checkpoint is not None:
-        t0 = time.time()
-        state = checkpoint.restore()
-        params, opt_state, start = state["params"], state["opt"], int(state["step"])
-        restored = (t0, time.time())
-    for step in range(start + 1, config["steps"] + 1):
-        params, opt_state, loss = step_fn(params, opt_state, *_mlp.global_batch(step, rank, n, rows))
-        saved = {"params": params, "opt": opt_state, "step": step} if step % 5 == 0 else None
-        jaxnb.report({"step": step, "loss": loss}, checkpoint=saved)
-        if restored is not None and rank == 0:
-            with open(config["resumed"], "w") as f:
-                json.dump({"began": began, "restore": restored, "first_report": time.time()}, f)
-            restored = None
-        if rank == 1 and step == config["kill_at"] and not os.path.exists(config["killed"]):
-            with open(config["killed"], "w") as f:
-                f.write(repr(time.time()))
-            os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _config(folder: str) -> dict:
-    return {"steps": STEPS, "kill_at": KILL_AT, "killed": os.path.join(folder, "killed"),
-            "resumed": os.path.join(folder, "resumed.json")}
-
-
-def _read(config: dict) -> tuple[float, dict]:
-    with open(config["killed"]) as f:
-        killed = float(f.read())
-    with open(config["resumed"]) as f:
-        return killed, json.load(f)
 
 
 def _spares_ready(cluster, seconds: float = 120.0) -> None:
@@ -166,18 +120,64 @@ def measure(repeats: int, **cluster_options
 
 def _recovery(cluster, name: str) -> dict[str, float]:
     """Kill → first report after the resume, and jaxnb's phases, for one run of the loop."""
+    return _recoveries(cluster, name, 1)[0]
+
+
+def _recoveries(cluster, name: str, kills: int) -> list[dict[str, float]]:
+    """One run of the loop that loses process 1 ``kills`` times, :data:`GAP_SECONDS` apart
+    (after the first, at step 12); per recovery: kill → first report after it, and its phases."""
     with tempfile.TemporaryDirectory() as folder:
-        config = _config(folder)
-        result = cluster.train(jaxnb_loop, config, name=name, storage=folder, max_failures=1)
-        assert result.error is None and len(result.failures) == 1, result
-        killed, resumed = _read(config)
-    failure = result.failures[0]
-    (r0, r1), began = resumed["restore"], resumed["began"]
-    setup, step = r0 - began, resumed["first_report"] - r1
-    return {**failure.phases, "detect": failure.time - killed,
-            "  of which launching": failure.phases["first step"] - setup - step,
-            "  of which model set-up": setup, "  of which the step": step,
-            "total": resumed["first_report"] - killed}
+        config = run_config(folder, kills)  # back to back: stopped after its last recovery
+        result = cluster.train(jaxnb_loop, config, name=name, storage=folder, max_failures=kills,
+                               background=kills > 1)
+        if kills > 1:
+            _wait_deaths(result, folder, kills)
+        assert result.error is None and len(result.failures) == kills, result
+        rows = []
+        for death, failure in enumerate(result.failures, 1):
+            killed, resumed = read_times(config, death)
+            (r0, r1), began = resumed["restore"], resumed["began"]
+            setup, step = r0 - began, resumed["first_report"] - r1
+            rows.append({**failure.phases, "detect": failure.time - killed,
+                         "  of which launching": failure.phases["first step"] - setup - step,
+                         "  of which model set-up": setup, "  of which the step": step,
+                         "total": resumed["first_report"] - killed})
+    return rows
+
+
+def _wait_deaths(result, folder: str, kills: int) -> None:
+    """Stop the back-to-back run once its last recovery reported (or it ended)."""
+    last = os.path.join(folder, f"resumed-{kills}.json")
+    deadline = time.monotonic() + kills * 120
+    while result.running and not os.path.exists(last) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(0.5)
+    result.stop()
+    result.wait(120)
+
+
+def back_to_back(where: str, found: dict, **cluster_options) -> None:
+    """One run that loses a process :data:`KILLS` times, :data:`GAP_SECONDS` apart, with warm
+    spares: every recovery, not only the first, should swap (spares refilled meanwhile)."""
+    quiet = contextlib.ExitStack()
+    quiet.enter_context(contextlib.redirect_stdout(io.StringIO()))
+    quiet.enter_context(contextlib.redirect_stderr(io.StringIO()))
+    from jaxnb import JaxCluster
+
+    with quiet, JaxCluster(**cluster_options) as cluster:
+        cluster.run(SETUP_CELL)
+        _spares_ready(cluster)
+        rows = _recoveries(cluster, "b2b", KILLS)
+    totals = [round(r["total"], 3) for r in rows]
+    waited = [round(sum(v for k, v in r.items() if k.startswith("no spare ready")), 3) for r in rows]
+    found.setdefault(where, {})["back to back"] = {
+        "kills": KILLS, "gap_s": GAP_SECONDS, "totals": totals, "max": max(totals),
+        "no_spare_notes": [[k for k in r if k.startswith("no spare ready")] for r in rows],
+        "phases": [{k: round(v, 3) for k, v in r.items()} for r in rows]}
+    print(f"jaxnb back to back, {where}: {KILLS} deaths {GAP_SECONDS:g} s apart in one run, kill "
+          f"-> first report after each: {', '.join(f'{t:.2f}' for t in totals)} s (max "
+          f"{max(totals):.2f}; seconds waited for spares still starting: "
+          f"{', '.join(f'{w:.2f}' for w in waited)})")
 
 
 def compare(where: str, repeats: int, found: dict, **cluster_options) -> None:
@@ -217,8 +217,9 @@ def _medians(rows: list[dict[str, float]]) -> dict[str, float]:
 
 
 def local_section(args: argparse.Namespace, found: dict) -> None:
-    """2 processes × 2 CPU devices on this machine."""
+    """2 processes × 2 CPU devices on this machine: fresh recoveries, then back to back."""
     compare("2 local processes", args.repeats, found, n=2, devices_per_process=DEVICES)
+    back_to_back("2 local processes", found, n=2, devices_per_process=DEVICES)
 
 
 def lab_section(args: argparse.Namespace, found: dict) -> None:
@@ -232,6 +233,7 @@ def lab_section(args: argparse.Namespace, found: dict) -> None:
     with Lab(2).running() as lab:
         compare("2 lab ssh hosts", args.repeats, found, hosts=lab.addresses,
                 devices_per_process=DEVICES)
+        back_to_back("2 lab ssh hosts", found, hosts=lab.addresses, devices_per_process=DEVICES)
 
 
 def ray_python(given: str | None) -> str | None:
@@ -256,7 +258,8 @@ def ray_section(args: argparse.Namespace, found: dict) -> None:
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         run = subprocess.run([python, "-m", "bench._ray_recovery", "--repeats", str(args.repeats),
                               "--steps", str(STEPS), "--kill-at", str(KILL_AT), "--devices",
-                              str(DEVICES), "--json", out.name], cwd=ROOT, capture_output=True,
+                              str(DEVICES), "--kills", str(KILLS), "--gap", str(GAP_SECONDS),
+                              "--json", out.name], cwd=ROOT, capture_output=True,
                              text=True, timeout=3600)
         if run.returncode != 0:
             tail = (run.stderr.strip().splitlines() or ["no output"])[-1]
@@ -280,6 +283,14 @@ def ray_section(args: argparse.Namespace, found: dict) -> None:
     print(f"  {'(between the phases)':<32} {'':>7}   {'':<42} {ray['medians']['other']:6.2f}s")
     ours = f"{mine['spares']['total']:6.2f}s" if mine else "      -"
     print(f"  {'total':<32} {ours}   {'total':<42} {ray['medians']['total']:6.2f}s")
+    theirs, ours_b2b = ray.get("back to back"), (mine or {}).get("back to back")
+    if theirs:
+        print(f"Ray Train back to back: {KILLS} deaths {GAP_SECONDS:g} s apart in one run: "
+              f"{', '.join(f'{t:.2f}' for t in theirs['totals'])} s")
+    if theirs and ours_b2b:
+        found["ratio back to back"] = round(ours_b2b["max"] / max(theirs["totals"]), 3)
+        print(f"jaxnb back to back, worst / Ray's worst = {found['ratio back to back']:.2f}; jaxnb's "
+              f"worst {ours_b2b['max']:.2f} s (goal <= 1.75 s)")
     if mine:
         ratio = mine["spares"]["total"] / ray["medians"]["total"]
         found["ratio"] = round(ratio, 3)

@@ -112,3 +112,22 @@ def test_the_names_a_cell_reads_are_asked_about_first():
     assert names_read("y = f(mesh, g)\nprint(y.sum())") == ["f", "mesh", "g", "print", "y"]
     assert names_read("%time x = 1\nz = g") == ["get_ipython", "g"]
     assert names_read("def (") == []
+
+
+def test_the_reason_of_an_abort_is_quoted_wherever_it_fell_in_the_log():
+    """Under load C++'s last words land far before faulthandler's line, or inside a dump line
+    (stderr is shared by threads): they are quoted all the same (the flake of issue 44)."""
+    what = ("  what():  [enforce fail at pair.cc:459] op.preamble.length <= op.nbytes. 10 vs 4. "
+            "Received data size doesn't match expected size.")
+    early = ("Handling execute_request: 1\nterminate called after throwing an instance of 'gloo'\n"
+             + what + "\n" + "".join(f"other line {i}\n" for i in range(20))
+             + "Fatal Python error: Aborted\n\nThread 0x7f (most recent call first):\n"
+             "  File \"x.py\", line 3 in f\n")
+    tail = log_tail(early)
+    assert tail[:2] == ["terminate called after throwing an instance of 'gloo'", what], tail
+    assert tail[-1] == "Fatal Python error: Aborted" and "other line 7" not in tail, tail
+    inside = ("Fatal Python error: Aborted\nThread 0x7f (most recent call first):\n"
+              "  File \"threading.py\", line 1002 in _bootstrap" + what + "\n"
+              "  File \"x.py\", line 3 in f\nExtension modules: numpy (total: 1)\n")
+    assert log_tail(inside) == ["Fatal Python error: Aborted", what]
+    assert log_tail("a\nb\n") == ["a", "b"]

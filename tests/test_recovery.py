@@ -94,6 +94,11 @@ def raises_at(config):
             raise ValueError("a bug in the loop")
 
 
+#: The phase a recovery of a cluster without spares (``make_cluster``'s default) names.
+NO_SPARE_KEPT = ("no spare ready: this cluster keeps no spares (--spares 0, or a batch "
+                 "launcher's nodes); started new engines")
+
+
 def _kills(tmp_path, *points):
     return [(p, s, str(tmp_path / f"killed-{p}-{s}")) for p, s in points]
 
@@ -125,7 +130,9 @@ def test_killed_twice_ends_bit_identical_to_an_uninterrupted_run(cluster, tmp_pa
     assert killed.failures[0].step >= 12 and killed.failures[1].step >= 23
     for failure in killed.failures:  # each phase timed, in order; their sum is the total
         assert list(failure.phases) == ["detect", "stop the old group", "start or swap",
-                                        "join jax.distributed", "replay", "restore", "first step"]
+                                        "join jax.distributed", "replay", "restore", "first step",
+                                        NO_SPARE_KEPT]  # this cluster keeps no spares: it says so
+        assert failure.phases[NO_SPARE_KEPT] == 0.0  # nothing waited for
         assert all(s >= 0 for s in failure.phases.values()) and failure.phases["restore"] > 0
         assert failure.seconds == pytest.approx(sum(failure.phases.values()), abs=0.01)
     assert _steps(killed) == list(range(1, 31))  # the redone steps replaced the lost ones

@@ -1,4 +1,5 @@
-"""Warm spares: a restart joins engines that were started, with JAX imported, beforehand."""
+"""Warm spares: a restart joins engines that were started, with JAX imported, beforehand;
+they are refilled after each swap, so that a second death in a run swaps too."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 from support.clusters import exited, wait_until
 
 from jaxnb import JaxCluster
+from jaxnb._lifecycle import refill, spares
 
 #: Starts engines (or a kernel): not in `bash dev test fast`.
 pytestmark = pytest.mark.engines
@@ -28,8 +30,56 @@ def _total(cluster: JaxCluster) -> float:
     return cluster.pull("total")
 
 
-@pytest.mark.timeout(240)
-def test_a_restart_joins_the_warm_spares_then_starts_new_ones():
+def killed_twice(config):
+    """A collective and a report per step, a checkpoint every 2; process 1 SIGKILLs itself
+    at step 3, then at step 7 once every process saw ``config["go"]`` (the test makes it when
+    the spares taken by the first recovery were replaced)."""
+    import os
+    import signal
+    import time
+
+    import jax.numpy as jnp
+    from jax.experimental import multihost_utils
+
+    import jaxnb
+
+    rank = jaxnb.get_context().get_world_rank()
+    checkpoint = jaxnb.get_checkpoint()
+    start = int(checkpoint.restore()["step"]) if checkpoint is not None else 0
+    for step in range(start + 1, 9):
+        multihost_utils.process_allgather(jnp.ones(1))
+        jaxnb.report({"step": step}, checkpoint={"step": step} if step % 2 == 0 else None)
+        mark = os.path.join(config["marks"], f"killed-{step}")
+        if step in (3, 7) and not os.path.exists(mark):
+            while step == 7 and not os.path.exists(config["go"]):
+                time.sleep(0.05)
+            if rank == 1:
+                open(mark, "w").close()
+                os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _back_to_back(cluster: JaxCluster, tmp_path) -> None:
+    """Two deaths in one run: each recovery swaps to spares (the second to the ones started
+    after the first), and neither says that no spare was ready."""
+    go = tmp_path / "go"
+    run = cluster.train(killed_twice, {"go": str(go), "marks": str(tmp_path)}, name="twice",
+                        storage=tmp_path, max_failures=2, background=True)
+    wait_until(lambda: len(run.failures) == 1 or not run.running, 120, "the first recovery")
+    first_group = {p.pid for p in cluster.processes}
+    wait_until(lambda: len(spares.ready(cluster.group)) == 2 or not run.running, 120,
+               "the spares refilled after the first recovery")
+    refilled = set(cluster.group.spare_pids)
+    go.touch()
+    run.wait(120)
+    assert run.error is None, run.error
+    assert [f.resumed_from for f in run.failures] == [2, 6] and len(refilled) == 2
+    for failure in run.failures:
+        assert not [k for k in failure.phases if k.startswith(refill.NO_SPARE)], failure.phases
+    assert {p.pid for p in cluster.processes} == refilled and not refilled & first_group
+
+
+@pytest.mark.timeout(360)
+def test_a_restart_joins_the_warm_spares_then_starts_new_ones(tmp_path):
     others = {p.pid for p in psutil.Process().children(recursive=True)}  # e.g. the shared cluster
     with JaxCluster(n=2) as cluster:
         deadline = time.monotonic() + 60  # spares start a few seconds after the cluster
@@ -52,6 +102,7 @@ def test_a_restart_joins_the_warm_spares_then_starts_new_ones():
         assert _total(cluster) == 2.0
         with pytest.raises(Exception, match="name 'x' is not defined"):
             cluster.run("x")  # new processes: an empty namespace, as after any restart
+        _back_to_back(cluster, tmp_path)  # then a run that loses a process twice
         family = [p for p in psutil.Process().children(recursive=True) if p.pid not in others]
     wait_until(lambda: not [p for p in family if p.is_running() and not exited(p.pid)], 10,
                "every process of the stopped cluster ending")

@@ -98,6 +98,8 @@ class Group:
     setup: Replay = dataclasses.field(default_factory=Replay)
     #: pids of the warm spare engines (started, registered, not in the group): see ``_spares``.
     spare_pids: set[int] = dataclasses.field(default_factory=set)
+    #: When the spares were last taken and refilled (``jaxnb._lifecycle.refill.Refill``).
+    refill: Any = None
     #: The environment the engines were started with (spares get the same).
     engine_env: dict[str, str] | None = None
     #: When the group was last repaired in place (``"cell 7"``, or the time outside a notebook):

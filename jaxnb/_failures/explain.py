@@ -14,6 +14,8 @@ STDERR_TAIL_LINES = 12
 NOTHING_WRITTEN = "it wrote nothing to its stderr during this cell"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _FATAL = "Fatal Python error:"
+#: What a process writes as C++ aborts it (``std::terminate``'s line, gloo's check, an XLA check).
+_LAST_WORDS = re.compile(r"terminate called after|  what\(\): |Received data size|Check failed: ")
 #: The lines of faulthandler's dump after its first line.
 _DUMP = re.compile(r"^(?:Thread 0x|Current thread 0x|  File |  <no Python frame>|Extension modules: )")
 
@@ -52,15 +54,25 @@ def stderr_tail(group: Group, p: int, lines: int = STDERR_TAIL_LINES) -> list[st
 
 
 def log_tail(log: str, lines: int = STDERR_TAIL_LINES) -> list[str]:
-    """The last non-empty lines of an engine log, or the lines that led to a crash."""
+    """The last non-empty lines of an engine log, or the lines that led to a crash; the process's
+    last words (:data:`_LAST_WORDS`: why C++ aborted it) always, wherever they fell."""
     kept = [ln.rstrip() for ln in log.splitlines()]
     kept = [ln for ln in kept if ln.strip() and not ln.startswith("[Gloo]")]
     # (another thread's last words may run into faulthandler's line: "...?Fatal Python error")
     fatal = next((i for i in range(len(kept) - 1, -1, -1) if _FATAL in kept[i]), None)
     if fatal is not None:  # a crash: what led to it, and what arrived after faulthandler's dump
-        after = [ln for ln in kept[fatal + 1 :] if not _DUMP.match(ln)]
-        return kept[max(0, fatal - lines) : fatal + 1] + after[-lines:]
-    return kept[-lines:]
+        after = [i for i in range(fatal + 1, len(kept)) if not _DUMP.match(kept[i])]
+        chosen = {*range(max(0, fatal - lines), fatal + 1), *after[-lines:]}
+    else:
+        chosen = set(range(max(0, len(kept) - lines), len(kept)))
+    # stderr is shared by threads and by C++: the abort's reason can land far before the dump,
+    # or inside one of its lines (then quoted from where it starts)
+    words = [i for i, ln in enumerate(kept) if _LAST_WORDS.search(ln)][-lines:]
+    for i in words:
+        found = _LAST_WORDS.search(kept[i])
+        if found and _DUMP.match(kept[i]):
+            kept[i] = kept[i][found.start():]
+    return [kept[i] for i in sorted(chosen.union(words))]
 
 
 def indented_tail(log: str) -> str:

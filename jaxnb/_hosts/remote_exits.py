@@ -1,16 +1,18 @@
 """How engines on other hosts ended, and what they last wrote: read on their hosts (the shell
 around each engine writes its exit status to its log, see :func:`jaxnb._hosts.ssh.reporting_exit`),
-or, when a host does not answer a fresh ssh connection, that it is lost."""
+or, when its engine stopped beating while its ssh session still runs, that it is lost."""
 
 from __future__ import annotations
 
-import concurrent.futures
 from typing import Any
 
 import ipyparallel as ipp
 
 from jaxnb._core.state import Group
-from jaxnb._hosts import oom_killer, reachability, remote_launchers, ssh, ssh_connections
+from jaxnb._hosts import oom_killer, reachability, remote_launchers, ssh
+
+#: What an engine that stopped beating while its ssh session still runs may be.
+STOPPED_BEATING = "its host unreachable, or the engine hung"
 
 
 def exited_engines(ipp_cluster: ipp.Cluster | None) -> list[tuple[str, int, str]]:
@@ -35,33 +37,23 @@ def exited_how(launcher: Any) -> str:
 
 
 def explain_lost(group: Group, processes: list[int]) -> dict[int, str]:
-    """How each unregistered remote process ended: its engine exited (it says so), or its host
-    cannot be reached over a fresh ssh connection (all hosts checked at once)."""
-    directory = remote_launchers.control_dir(group.ipp)
+    """How each unregistered remote process ended: its engine exited (it says so, through the
+    ssh session its launcher waits on: seen within tenths of a second), or else it stopped
+    beating: the controller dropped it while that session still runs, so its host is lost (a
+    cut link, a dead host) or the engine hangs. That host is taken as unreachable at once, with
+    no ssh connection waited for (a cut link would cost ssh's connect timeout here); a restart
+    asks it again over a fresh connection before leaving it out (:mod:`.reachability`)."""
     found: dict[int, str] = {}
-    probe: dict[int, Any] = {}  # process → its launcher, whose host is asked
     for p in processes:
         launcher = remote_launchers.launcher_of(group, p)
         if not isinstance(launcher, ssh.FastSSHEngineLauncher):
             continue  # this machine's engine: jaxnb._hosts.processes sees how it ended
         if launcher.exited:
             found[p] = exited_how(launcher)
-        else:
-            probe[p] = launcher
-    if probe:
-        with concurrent.futures.ThreadPoolExecutor(len(probe)) as pool:
-            answers = dict(zip(probe, pool.map(
-                lambda lch: ssh_connections.probe(lch.location, lch.pid, directory), probe.values()
-            ), strict=True))
-        for p, (why, alive) in answers.items():
-            host = probe[p].location
-            if why:
-                reachability.mark_unreachable(host)
-                found[p] = f"is lost: its host {host} is unreachable ({why})"
-            elif not alive:
-                found[p] = exited_how(probe[p])
-            else:
-                found[p] = f"unregistered from the controller (its process still runs on {host})"
+            continue
+        host = launcher.location
+        reachability.mark_unreachable(host)
+        found[p] = f"is lost: its engine on {host} stopped beating ({STOPPED_BEATING})"
     return found
 
 

@@ -148,7 +148,10 @@ def wait_answering(targets: list[str], control_dir: str, timeout: float) -> list
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            if _fresh(target, "true", control_dir, min(3.0, max(1.0, left)))[0] is None:
+            # connecting gets at most 3 s (one begun during a cut would wait out its SYN
+            # retries after the link is back); the handshake may take the rest (seconds on
+            # a loaded machine)
+            if _fresh(target, "true", control_dir, min(3.0, max(1.0, left)), max(1.0, left))[0] is None:
                 return True
             time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
 
@@ -159,16 +162,19 @@ def wait_answering(targets: list[str], control_dir: str, timeout: float) -> list
     return [t for t, ok in zip(targets, answered, strict=True) if not ok]
 
 
-def _fresh(target: str, command: str, control_dir: str, timeout: float) -> tuple[str | None, str]:
-    """Run ``command`` on ``target`` over a new connection: (why it failed or None, its stdout)."""
+def _fresh(target: str, command: str, control_dir: str, timeout: float,
+           whole: float | None = None) -> tuple[str | None, str]:
+    """Run ``command`` on ``target`` over a new connection (connecting within ``timeout`` s,
+    all of it within ``whole``, default one more): (why it failed or None, its stdout)."""
     args = ssh_options(control_dir, shared=False, connect_timeout=max(1, int(timeout)))
+    whole = timeout + 1 if whole is None else max(whole, timeout)
     try:
         out = subprocess.run(
             ["ssh", *args, "--", target, command],
-            capture_output=True, text=True, timeout=timeout + 1, stdin=subprocess.DEVNULL,
+            capture_output=True, text=True, timeout=whole, stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:
-        return f"no answer within {timeout:g} s", ""
+        return f"no answer within {whole:g} s", ""
     if out.returncode == 0:
         return None, out.stdout
     why = out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"ssh status {out.returncode}"

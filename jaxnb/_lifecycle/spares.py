@@ -7,9 +7,12 @@ the group has there. A restart that finds a spare registered for every process
 SIGKILLs the group's old engines (through the site: by pid here, over ssh on their
 hosts), joins the spares into a new ``jax.distributed`` group (new processes, empty
 namespaces: the same as a full restart for the user) and starts new spares in the
-background; the controller stays. Without enough spares ready, the restart stops and
-starts everything as before. New spares start a few seconds after a swap (importing
-JAX would slow the new group's first steps). Batch launchers (mpi, slurm) get no spares.
+background; the controller stays. Spares launched and still starting are waited for (they
+are what a full restart would start anyway); without enough spares, the restart stops and
+starts everything as before, and says why in its phases (:mod:`.refill`). New spares start
+once the new group reported its first step (importing JAX would slow its compilation), so a
+second failure seconds later swaps as fast as the first. Batch launchers (mpi, slurm) get
+no spares.
 
 A spare is known by the pid its launcher started: the engine itself here, the shell
 around the engine on an ssh host (the engine's parent).
@@ -25,6 +28,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,14 +37,14 @@ from jaxnb._core.contract import ENV_WARM_MODULES, EngineCall
 from jaxnb._core.phases import JOIN, START, STOP, Stopwatch
 from jaxnb._core.state import Group
 from jaxnb._hosts import processes, site, ssh
-from jaxnb._lifecycle import startup
+from jaxnb._lifecycle import refill, startup
 
 _PIDS = EngineCall("jaxnb._engine.group.process:pids")
 _WARM = EngineCall("jaxnb._engine.boot.warm:import_modules")
 
-#: After a swap, new spares start this much later: importing JAX takes CPU that the
-#: restarted group's first steps (compilation, restore) need more.
-TOP_UP_DELAY_SECONDS = 5.0
+#: How long a restart waits for spares that are still starting (they register within
+#: seconds; a full restart would start the same engines from scratch).
+STARTING_WAIT_SECONDS = 20.0
 _lock = threading.Lock()  # one top-up or swap at a time
 
 
@@ -67,17 +71,18 @@ def top_up(group: Group) -> None:
         _top_up(group, group.ipp)
 
 
-def top_up_later(group: Group, delay: float = TOP_UP_DELAY_SECONDS) -> None:
-    """:func:`top_up` in ``delay`` seconds, unless the cluster was stopped meanwhile."""
+def top_up_later(group: Group, delay: float = refill.SETTLE_SECONDS) -> None:
+    """:func:`top_up` once the group reported its first step (or in ``delay`` seconds), in the
+    background, unless the cluster was stopped meanwhile."""
     ipp_cluster = group.ipp
+    record = refill.of(group)
 
     def run() -> None:
+        record.wait_settled(delay)
         with _lock, contextlib.suppress(Exception):  # no spares: restarts take the slow way
             _top_up(group, ipp_cluster)
 
-    timer = threading.Timer(delay, run)
-    timer.daemon = True
-    timer.start()
+    threading.Thread(target=run, name="jaxnb-spares", daemon=True).start()
 
 
 def _top_up(group: Group, ipp_cluster: Any) -> None:
@@ -86,6 +91,7 @@ def _top_up(group: Group, ipp_cluster: Any) -> None:
         return
     before = set(_launchers(ipp_cluster))
     env = {**group.engine_env, ENV_WARM_MODULES: ",".join(group.warm_modules)}
+    refill.of(group).launched()
     ipp_cluster.start_engines_sync(n=missing, environment=env)
     group.spare_pids.update(set(_launchers(ipp_cluster)) - before)
     group.launchers.update(ipp_internals.launched_engines(ipp_cluster))
@@ -139,11 +145,13 @@ def _ready(group: Group) -> dict[int, int]:
 
 def swap(group: Group, phases: Stopwatch | None = None) -> bool:
     """Replace the group's engines by spares and join them; False when too few are ready.
-    ``phases``: where the seconds of finding them, stopping the old engines and joining go."""
+    ``phases``: where the seconds of finding them, stopping the old engines and joining go,
+    and, when none was ready, why (:data:`refill.NO_SPARE`)."""
     phases = Stopwatch() if phases is None else phases
     with _lock:
         swapped = _swap(group, phases)
     if swapped:
+        refill.of(group).taken()
         top_up_later(group)
     return swapped
 
@@ -151,6 +159,8 @@ def swap(group: Group, phases: Stopwatch | None = None) -> bool:
 def _swap(group: Group, phases: Stopwatch) -> bool:
     with phases.timed(START):
         spares = _ready(group)
+    if not spares:
+        spares = _wait_starting(group, phases)
     if not spares:
         return False
     with phases.timed(STOP):
@@ -166,6 +176,37 @@ def _swap(group: Group, phases: Stopwatch) -> bool:
     with phases.timed(JOIN):
         startup.join_group(group)
     return True
+
+
+def _wait_starting(group: Group, phases: Stopwatch) -> dict[int, int]:
+    """Too few spares ready: wait for those still starting, if enough are (their seconds, and
+    why none was ready, under a :data:`refill.NO_SPARE` phase); engine id → pid, or none."""
+    launched, registered = _counts(group)
+    why = refill.of(group).why_none(min(registered, launched), max(0, launched - registered),
+                                    len(group.spare_pids) - launched, group.size, wanted(group))
+    start = time.monotonic()
+    deadline = start + min(STARTING_WAIT_SECONDS, group.options.init_timeout)
+    found: dict[int, int] = {}
+    # while enough are launched and some still register (all registered: _ready said no)
+    while launched >= group.size and registered < launched and time.monotonic() < deadline:
+        time.sleep(0.02)
+        found = _ready(group)
+        if found:
+            break
+        launched, registered = _counts(group)
+    waited = time.monotonic() - start
+    then = f"waited {waited:.2f} s for them" if found else "started new engines"
+    phases[f"{refill.NO_SPARE}: {why}; {then}"] = waited if found else 0.0
+    return found
+
+
+def _counts(group: Group) -> tuple[int, int]:
+    """(spares launched and still running, engines registered outside the group)."""
+    launched = len(_alive(group, group.spare_pids)) if group.spare_pids else 0
+    if group.client is None:
+        return launched, 0
+    members = {info.engine_id for info in group.processes}
+    return launched, len([eid for eid in group.client.ids if eid not in members])
 
 
 def _target(group: Group, p: int) -> str:

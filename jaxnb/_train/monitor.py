@@ -133,6 +133,8 @@ class Monitor:
                 if self.first_report_at is None:
                     self.first_report_at = now
                     self.first_restore = float(records[0].get("restore_seconds") or 0.0)
+                    if self.group.refill is not None:  # new spares may start now
+                        self.group.refill.settle()
                 top = max(int(r["step"]) for r in records)
                 self.last_step = top if self.last_step is None else max(self.last_step, top)
                 if p == self.processes[0]:

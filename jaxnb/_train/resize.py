@@ -42,10 +42,14 @@ from jaxnb._failures import free
 from jaxnb._train.result import Failure
 
 #: With ``min_processes``, how long a recovery waits for hosts found unreachable before it
-#: leaves them out (at most ``--init-timeout``): a link that blinks is back by then.
-GRACE_SECONDS = 5.0
+#: leaves them out (at most ``--init-timeout``): a link that blinks longer costs a shrink, then
+#: a grow at the checkpoint after it answers again (the run goes on meanwhile).
+GRACE_SECONDS = 2.0
 #: How often hosts left out are probed (a fresh ssh connection) while the run goes on without them.
 PROBE_SECONDS = 2.0
+#: How long one probe may take (a fresh ssh connection takes seconds on a loaded machine; it
+#: ends as soon as the host answered).
+PROBE_ANSWER_SECONDS = 10.0
 #: Mesh axes that carry the data (they absorb a change of the device count); the others are
 #: model-parallel and keep their size. A mesh with no such name has its first axis as data.
 DATA_AXES = ("data", "batch", "dp", "fsdp", "replica", "replicas")
@@ -258,7 +262,7 @@ class Resize:
     def _probe(self, hosts: list[str]) -> None:
         try:
             while not self.ended:
-                back = [h for h in hosts if h not in self.sizes.not_answering([h], PROBE_SECONDS)]
+                back = [h for h in hosts if h not in self.sizes.not_answering([h], PROBE_ANSWER_SECONDS)]
                 if back and not self.ended:
                     self.request(self.full, f"{', '.join(back)} answers again")
                     return
