@@ -11,7 +11,6 @@ ipyparallel release moves one of them, this is the module to change.
 from __future__ import annotations
 
 import os
-import time
 from typing import Any
 
 import psutil
@@ -21,37 +20,30 @@ WRITTEN_FOR = "9.2"
 
 
 class Reply:
-    """One engine's part of a multi-engine ``AsyncResult``, read through ipyparallel's public
-    API: ``Client.metadata`` (stdout, stderr, outputs, data, error: filled in as the engine's
-    messages arrive), ``Client.outstanding`` and ``Client.results`` (until the whole result is
-    in; then ``AsyncResult.get(return_exceptions=True)``)."""
+    """One engine's part of a multi-engine ``AsyncResult``, through ipyparallel's public API:
+    ``Client.get_result(msg_id, block=False, owner=False)``, an ``AsyncResult`` of that one
+    request whose ``metadata`` (stdout, stderr, outputs, data, error) fills in as the engine's
+    messages arrive. (``Client.results`` will not do: a view's result takes its parts' values
+    out of it as they come.)"""
 
     def __init__(self, client: Any, ar: Any, index: int) -> None:
-        self.client, self.ar, self.index = client, ar, index
         self.msg_id = ar.msg_ids[index]
-        self.metadata: dict[str, Any] = client.metadata[self.msg_id]
+        self.part = client.get_result(self.msg_id, block=False, owner=False)
+        self.metadata: dict[str, Any] = self.part.metadata
 
     def done(self) -> bool:
-        """Whether the engine's reply has arrived and been read (or ipyparallel gave up on it)."""
-        if self.msg_id in self.client.outstanding:
-            return False
-        return self.msg_id in self.client.results or self.ar.ready()
+        """Whether the engine's reply has arrived."""
+        return bool(self.part.ready())
 
     def result(self, timeout: float | None = None) -> Any:
         """The reply's value; a remote error is the value (as ipyparallel's own futures give
         it). Raises ``TimeoutError`` when it has not come within ``timeout`` seconds."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not self.done():
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"no reply to {self.msg_id} within {timeout:g} s")
-            time.sleep(0.005)
-        value = self.client.results.get(self.msg_id, _GONE)
-        if value is _GONE:  # the whole result is in: its owner took the values from results
-            return self.ar.get(return_exceptions=True)[self.index]  # a view's: one per engine
-        return value
-
-
-_GONE = object()
+        if not self.part.wait(timeout):
+            raise TimeoutError(f"no reply to {self.msg_id} within {timeout:g} s")
+        try:
+            return self.part.get(0)
+        except Exception as exc:  # ipyparallel raises a remote error: here it is the value
+            return exc
 
 
 def futures(ar: Any, client: Any) -> list[Reply]:
