@@ -11,14 +11,13 @@ from collections.abc import Callable
 from typing import Any
 
 import ipywidgets as w
-import numpy as np
 from IPython.display import Image, display
 
 from jaxnb._core.goodput import ProcessSamples
 from jaxnb._core.memory_text import memory_cell
-from jaxnb._core.run_limits import count_text
 
 from ._display import display_widget, in_ipython, png_img, widget_bundle
+from .dashboard_recovery import RecoveryTrack
 from .plots import Curves, MetricsFigure, build_panels
 from .run_hardware import UNITS, hardware_items
 from .run_stats import ProcessReports, process_stats
@@ -53,7 +52,7 @@ def history_text(lead: ProcessReports) -> str:
     return f"plotted: {lead.count} reports, steps {lead.first[1]}–{lead.step}"
 
 
-class Dashboard:
+class Dashboard(RecoveryTrack):
     """Live view of one training run: ``add`` report batches, ``refresh`` to redraw."""
 
     def __init__(
@@ -175,37 +174,6 @@ class Dashboard:
         if status in TERMINAL:  # the run is over: nothing left to stop
             self._stop.button_style, self._stop.description = "", status.capitalize()
         self._bar.bar_style = _STYLE.get(status, ("", ""))[1]
-        self._update()
-
-    def set_recoveries(self, max_failures: int) -> None:
-        """The run recovers up to ``max_failures`` times: show the count."""
-        self.max_failures = max_failures
-        self._update()
-
-    def rewind(self, step: int | None, note: str = "") -> None:
-        """A recovery resumed from ``step``: drop later points, mark the step on the curves."""
-        with self._lock:
-            for proc in self._procs.values():
-                proc.rewind(step)
-            self.recoveries.append(step or 0)
-            self._dirty = True
-        self._update()
-
-    def resized(self, step: int, old: int, new: int) -> None:
-        """The group went on with ``new`` processes (from ``old``) at ``step``; the first call
-        starts the process-count track."""
-        with self._lock:
-            self.sizes.append((step, new))
-            if old != new:
-                self.resizes.append((step, old, new))
-            self.num_processes = new
-            self._dirty = True
-        self._update()
-
-    def recovery_took(self, seconds: float, longest: tuple[str, float] | None) -> None:
-        """The last recovery took ``seconds`` in all, most of it in ``longest`` (phase, seconds)."""
-        with self._lock:
-            self.recovery_times.append((seconds, longest))
         self._update()
 
     def set_checkpoint(self, path: str | None) -> None:
@@ -347,44 +315,6 @@ class Dashboard:
         panels = build_panels(main, others, set(NOT_PLOTTED), self._smoothing.value, self._log(),
                               max_points=SVG_POINTS)
         return render_svg(panels, message, markers=tuple(self.recoveries), resizes=tuple(self.resizes))
-
-    def _recovered_text(self) -> str:
-        """``recovered 1 of 2 (resumed from step 10 in 1.42 s, longest: first step 0.61 s)``."""
-        text = f"recovered {count_text(len(self.recoveries), self.max_failures)}"
-        if self.recoveries:
-            times = list(self.recovery_times)
-            each = []
-            for i, step in enumerate(self.recoveries):
-                took = ""
-                if i < len(times):
-                    seconds, longest = times[i]
-                    took = f" in {seconds:.2f} s" + (
-                        f", longest: {longest[0]} {longest[1]:.2f} s" if longest else "")
-                each.append(f"{step}{took}")
-            text += " (resumed from step " + "; ".join(each) + ")"
-        return text
-
-    def _size_track(self, last: int) -> tuple[np.ndarray, np.ndarray]:
-        """The process count over the steps, as a step line up to ``last``."""
-        xs: list[float] = []
-        ys: list[float] = []
-        for step, n in self.sizes:
-            if ys:
-                xs.append(step)
-                ys.append(ys[-1])
-            xs.append(step)
-            ys.append(n)
-        xs.append(max(last, xs[-1]))
-        ys.append(ys[-1])
-        return np.array(xs, float), np.array(ys, float)
-
-    def _sizes_text(self) -> str:
-        """``2 of 3 (3→2 at step 10, 2→3 at step 20)``."""
-        full = max(n for _, n in self.sizes)
-        text = f"{self.num_processes} of {full}"
-        if self.resizes:
-            text += " (" + ", ".join(f"{a}→{b} at step {s}" for s, a, b in self.resizes) + ")"
-        return text
 
     def _steps_text(self, lead: ProcessReports | None) -> str:
         return steps_text(lead.step if lead else 0, self.total_steps)
