@@ -187,7 +187,8 @@ LAYERS: dict[str, set[str]] = {
 #: The fronts, modules or packages: the engine API (``jaxnb``, ``_mesh``), the Python API
 #: (``_cluster`` and its ``_cluster_jobs``, ``_cluster_options``, ``tune``), the magics, and
 #: ``show_notebook``.
-TOP = {"jaxnb", "jaxnb.__main__", "jaxnb._cluster", "jaxnb._cluster_attach", "jaxnb._cluster_jobs",
+TOP = {"jaxnb", "jaxnb.__main__", "jaxnb._cluster", "jaxnb._cluster_attach", "jaxnb._cluster_inspect",
+       "jaxnb._cluster_jobs",
        "jaxnb._cluster_options", "jaxnb._cluster_restarts", "jaxnb._mesh",
        "jaxnb.magics", "jaxnb.show_notebook", "jaxnb.tune"}
 
