@@ -70,7 +70,8 @@ def run(front: kit.Front, line: str, local_ns: dict | None) -> Any:
     if args.func is None:
         raise UsageError("%jax_train needs FUNC, the function to run (or --attach --name RUN to "
                          "follow a run going on); see %jax_train?")
-    options = {**kit.given(args, "func", "output", "config"), "datasets": kit.datasets(args.datasets)}
+    options = {**kit.given(args, "func", "output", "config", "attach"),
+               "datasets": kit.datasets(args.datasets)}
     cluster = front.require()
     fn = kit.find_function(args.func, "%jax_train", kit.namespace(front.shell, local_ns))
     config = kit.evaluate("--config", exprs.get("--config"), front.shell, local_ns)
