@@ -51,7 +51,9 @@ def jax_train(line: str) -> None:
 
     Run FUNC (no argument, or the config) on every JAX process with a live
     dashboard. --config EXPR is evaluated in the notebook (the rest of the
-    line up to the next flag).
+    line up to the next flag). %jax_train --attach --name RUN (no FUNC) shows
+    again the live dashboard of run RUN going on on an attached named cluster,
+    with every report since it began, and stores its Result in VAR at its end.
     """
 
 

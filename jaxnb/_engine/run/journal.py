@@ -8,7 +8,8 @@ import sys
 import time
 from typing import Any
 
-from jaxnb._core import run_reports, safe_files
+from jaxnb._core.run_reports import line, path
+from jaxnb._core.safe_files import open_text
 
 
 class Journal:
@@ -16,7 +17,7 @@ class Journal:
     links); the file is flushed after each batch, synced at the end."""
 
     def __init__(self, run_dir: str, run_id: str, resume: int | None) -> None:
-        self._file = safe_files.open_text(run_reports.path(run_dir), "a", within=run_dir)
+        self._file = open_text(path(run_dir), "a", within=run_dir)
         self._write([{"kind": "start", "run_id": run_id, "resume": resume, "time": time.time()}])
 
     def reports(self, batch: list[dict[str, Any]]) -> None:
@@ -36,7 +37,7 @@ class Journal:
             self._file.close()
 
     def _write(self, events: list[dict[str, Any]]) -> None:
-        self._file.write("".join(run_reports.line(e) for e in events))
+        self._file.write("".join(line(e) for e in events))
         self._file.flush()
 
 
@@ -46,6 +47,6 @@ def opened(run_dir: str, run_id: str, resume: int | None) -> Journal | None:
     try:
         return Journal(run_dir, run_id, resume)
     except OSError as exc:
-        print(f"jaxnb: could not write {run_reports.path(run_dir)} ({exc}); a kernel that "
+        print(f"jaxnb: could not write {path(run_dir)} ({exc}); a kernel that "
               "attaches later will not see this run's reports", file=sys.stderr)
         return None
