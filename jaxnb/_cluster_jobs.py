@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from jaxnb._core import run_folder
+from jaxnb._core.errors import ClusterStateError
 from jaxnb._core.run_limits import KEEP_CHECKPOINTS
 from jaxnb._core.state import Group
 from jaxnb._failures import repair
@@ -24,6 +25,9 @@ if TYPE_CHECKING:  # loaded on first use: a run's modules (matplotlib, widgets) 
     from jaxnb._train.resize import Sizes
     from jaxnb._train.result import Result
     from jaxnb._tune.result import TuneResult
+
+NOT_NAMED = ("this cluster has no name, so run {run!r} cannot outlive its kernel: use the Result "
+             "its train() returned; start clusters with {attach} to attach their runs later")
 
 
 class ClusterJobs:
@@ -106,6 +110,34 @@ class ClusterJobs:
         if window is None:
             return run(on_result)
         return training.traced(self.group, fn, name, storage, window, run, on_result)
+
+    def result(self, run: str, *, storage: str | os.PathLike[str] | None = None,
+               show: bool = False) -> Result:
+        """The live ``Result`` of run ``run``, going on on this named cluster (started in a kernel
+        that is gone, say): read from its folder ``storage/run`` (default ``./jaxnb_runs``), with
+        every report since it began; ``wait()`` returns at its end. ``show``: its live dashboard.
+
+        Raises:
+            jaxnb.ClusterStateError: the cluster is not running here, or not a named cluster.
+            FileNotFoundError: no run of that name in ``storage``.
+            ValueError: ``run`` is not a plain folder name.
+        """
+        from jaxnb._core import spelling
+        from jaxnb._train import driver, followed
+        from jaxnb._train.function import run_name
+
+        group = self.group
+        group.require_running()
+        run = run_name(None, run)
+        if group.attachment is None:
+            raise ClusterStateError(NOT_NAMED.format(run=run, attach=spelling.example("name", "NAME")))
+        run_dir = os.path.abspath(os.path.join(os.fspath(storage or driver.DEFAULT_STORAGE), run))
+        dashboard = None
+        if show:
+            from jaxnb._widgets.dashboard import Dashboard
+
+            dashboard = Dashboard(run, group.size)
+        return followed.follow(group, run_dir, run, dashboard)
 
     def tune(
         self,

@@ -4,7 +4,9 @@ Kernel A starts ``%jax_cluster start --name NAME`` and defines variables on the 
 SIGKILLed (an out-of-memory kill) or restarted from the menu (``restart_kernel(now=False)``);
 kernel B attaches and finds the engines with their state; a third kernel takes it over and B
 is told so in one line; ``python -m jaxnb list`` / ``stop`` work from a terminal; a detached
-cluster with ``--idle-timeout`` stops itself and leaves no process.
+cluster with ``--idle-timeout`` stops itself and leaves no process; a ``--background`` run goes on
+after its kernel was SIGKILLed, and a kernel that attaches later gets every report from the run
+folder.
 """
 
 from __future__ import annotations
@@ -126,3 +128,41 @@ def test_a_restarted_kernel_attaches_then_detaches_and_the_idle_cluster_stops_it
         wait_until(lambda: gone(processes), timeout=80, what="the idle cluster stopping itself")
         assert not list(clusters_dir.glob("restarted*")), list(clusters_dir.iterdir())
         assert "no jaxnb cluster is running" in k.run("%%jax_cluster\nprint(x)").shown
+
+
+FORTY = '''import time, jaxnb
+def forty():
+    for step in range(1, 41):
+        time.sleep(0.05)
+        jaxnb.report({"step": step, "loss": 1.0 / step})'''
+
+
+def test_a_background_run_keeps_every_report_while_no_kernel_listens_and_a_new_kernel_follows_it(
+        clusters_dir, tmp_path):
+    a = kernel()
+    try:
+        a.ok("%jax_cluster start -n 2 --name runs --spares 0")
+        a.ok(FORTY)
+        a.ok(f"%jax_train forty --name forty --storage {tmp_path} --background -o live")
+        wait_until(lambda: a.value("len(live.history)") >= 1, timeout=60, what="a first report")
+        processes = family(clusters_dir, "runs")
+        heard = a.value("len(live.history)")
+        a.kill()  # SIGKILL while the run goes on
+    finally:
+        a.client.stop_channels()
+        a.manager.shutdown_kernel(now=True)
+        a.manager.cleanup_resources()
+    assert heard < 40, "the run ended before its kernel was killed: make it longer"
+    with kernel() as b:
+        b.ok("%jax_cluster attach runs")
+        b.ok(f"r = jaxnb.current_cluster().result('forty', storage={str(tmp_path)!r}).wait(60)")
+        assert b.value("r.steps") == list(range(1, 41))
+        assert b.value("[m['step'] for m in r.history]") == list(range(1, 41))
+        assert b.value("[r.error is None, r.stopped, r.running]") == [True, False, False]
+        shown = b.ok(f"%jax_train --attach --name forty --storage {tmp_path} -o again")
+        assert shown.displays and b.value("again.steps") == list(range(1, 41))
+        missing = b.run(f"%jax_train --attach --name nope --storage {tmp_path}")
+        said = missing.error["evalue"] if missing.error else missing.shown
+        assert "no run 'nope'" in said and len(said.strip().splitlines()) == 1, said
+        b.ok("%jax_cluster stop")
+        wait_until(lambda: gone(processes), timeout=20, what="every process of the cluster ending")

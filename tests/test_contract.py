@@ -101,3 +101,18 @@ def test_a_run_folder_holding_only_its_lock_goes_when_the_run_ends(tmp_path):
     release(lock, made)
     assert sorted(os.listdir(run_dir)) == ["metrics.json", "run.lock"]
     assert not lock.held
+
+
+def test_a_run_that_left_only_its_reports_goes_too_but_its_reports_stay_beside_a_checkpoint(tmp_path):
+    run_dir = str(tmp_path / "runs" / "fit")
+    made = make(run_dir)
+    lock = hold(run_dir)
+    (tmp_path / "runs" / "fit" / "reports.jsonl").write_text("{}\n")
+    release(lock, made)  # the kernel that releases it followed it to its end
+    assert os.listdir(tmp_path) == []
+    made = make(run_dir)
+    lock = hold(run_dir)
+    (tmp_path / "runs" / "fit" / "reports.jsonl").write_text("{}\n")
+    (tmp_path / "runs" / "fit" / "checkpoints").mkdir()
+    release(lock, made)
+    assert sorted(os.listdir(run_dir)) == ["checkpoints", "reports.jsonl", "run.lock"]

@@ -204,10 +204,11 @@ def test_a_divergence_in_jax_train_shows_the_users_frames_and_its_run_leaves_no_
     assert "status  failed — processes diverged: [p1] raised ValueError: bad \"quoted\" 'shard'" in (
         text), text
     assert "&quot;" not in text and "&#x27;" not in text, text
-    # A failed run, a refused run and a run without checkpoints leave no folder; a checkpoint stays.
+    # A failed run, a refused run and a run without checkpoints leave no folder; a checkpoint stays,
+    # with the run's reports and its lock.
     refused = kernel.run(f"%jax_train no_such_function --storage {tmp_path}/refused")
     assert refused.error is not None or "UsageError" in refused.stderr, refused.shown
     kernel.ok(f"%jax_train plain --storage {tmp_path}")
     kernel.ok(f"%jax_train saves --storage {tmp_path}")
     assert sorted(os.listdir(tmp_path)) == ["saved.ipynb", "saves"], os.listdir(tmp_path)
-    assert sorted(os.listdir(tmp_path / "saves")) == ["checkpoints", "run.lock"]  # the lock stays
+    assert sorted(os.listdir(tmp_path / "saves")) == ["checkpoints", "reports.jsonl", "run.lock"]

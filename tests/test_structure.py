@@ -17,7 +17,8 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "jaxnb"
 SHARED = {"jaxnb._core.contract", "jaxnb._core.run_folder", "jaxnb._core.host_entries",
           "jaxnb._core.messages", "jaxnb._core.sent_functions", "jaxnb._core.spelling",
           "jaxnb._core.tracebacks", "jaxnb._core.cxx_log", "jaxnb._core.safe_files",
-          "jaxnb._core.optional", "jaxnb._core.ipykernel_internals"}
+          "jaxnb._core.optional", "jaxnb._core.ipykernel_internals",
+          "jaxnb._core.run_reports"}
 #: Engine-side public API (``jaxnb.report``, ``jaxnb.show_mesh``): called inside cells.
 ENGINE_API = {"jaxnb", "jaxnb._mesh"}
 

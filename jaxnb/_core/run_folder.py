@@ -16,6 +16,7 @@ from typing import Any
 from jaxnb._core import lock_break, safe_files
 from jaxnb._core.contract import EngineCall
 from jaxnb._core.file_lock import FileLock
+from jaxnb._core.run_reports import REPORTS_FILE
 from jaxnb._core.spelling import example
 
 _USER_RECORD = "user_checkpoint.json"  # the last directory checkpoint the user reported
@@ -91,8 +92,12 @@ def make(run_dir: str) -> list[str]:
 
 def release(lock: FileLock, made: list[str]) -> None:
     """End a run's hold on its folder (:func:`hold`): the folders :func:`make` made go when the
-    run left nothing in them but the lock file (a refused run, a run without checkpoints)."""
-    if made and lock.held and _entries(made[0]) == [LOCK_FILE]:
+    run left nothing in them but the lock file and its reports (a refused run, a run without
+    checkpoints: the kernel that releases it followed it to its end)."""
+    left = set(_entries(made[0])) if made else set()
+    if made and lock.held and LOCK_FILE in left and left <= {LOCK_FILE, REPORTS_FILE}:
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(made[0], REPORTS_FILE))
         with contextlib.suppress(OSError):
             os.unlink(lock.path)  # still held: no other run can have started in the folder
     lock.release()

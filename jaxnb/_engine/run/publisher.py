@@ -57,8 +57,12 @@ class BatchPublisher:
     ``monitor``, also what it says every ``monitor_every`` seconds and at the end."""
 
     def __init__(self, send: Send, interval: float = FLUSH_SECONDS,
-                 monitor: Callable[[], dict[str, Any]] | None = None, monitor_every: float = 1.0) -> None:
+                 monitor: Callable[[], dict[str, Any]] | None = None, monitor_every: float = 1.0,
+                 journal: Callable[[list[dict[str, Any]]], None] | None = None) -> None:
+        """``journal``: also given each batch, on this thread, once on the host (process 0's
+        run-folder record, :mod:`jaxnb._engine.run.journal`)."""
         self._send = send
+        self._journal = journal
         self._interval = interval
         self._monitor, self._monitor_every = monitor, monitor_every
         self._monitored = time.monotonic()
@@ -93,6 +97,11 @@ class BatchPublisher:
                     self._send(data)
                 return
             _to_host(batch)
+            if self._journal is not None:
+                try:
+                    self._journal(batch)
+                except Exception as exc:  # the notebook still gets them
+                    print(f"jaxnb: could not write reports to the run folder: {exc}", file=sys.stderr)
             data[f"{KEY}{self.batches}"] = batch
             try:
                 self._send(data)

@@ -24,6 +24,7 @@ from jaxnb._engine.datasets import data_run
 from jaxnb._engine.memory import oom_note
 from jaxnb._engine.profile import recording
 from jaxnb._engine.run import (
+    journal,
     monitoring,
     reported_dirs,
     resizing,
@@ -247,11 +248,14 @@ def execute() -> dict[str, Any]:
     if run is None:
         raise RuntimeError("no jaxnb training run was prepared on this process")
     sampler = monitoring.start(run.fn)
+    record = None if run.process != 0 else journal.opened(
+        run.run_dir, run.run_id, None if run.resume is None else run.resume.step)
     run.publisher = BatchPublisher(datapub_sender(), monitor=sampler,
-                                   monitor_every=monitoring.SAMPLE_SECONDS)
+                                   monitor_every=monitoring.SAMPLE_SECONDS,
+                                   journal=None if record is None else record.reports)
     run.stop.start()
     restore_clock.reset()
-    ok, resized_at = False, None
+    ok, resized_at, error = False, None, None
     try:
         with spelled(run.as_flags):
             run.fn(*run.args)
@@ -263,6 +267,7 @@ def execute() -> dict[str, Any]:
     except BaseException as exc:
         from jaxnb._engine.debug import kept
 
+        error = (f"{type(exc).__name__}: {exc}".splitlines() or [""])[0]
         kept.keep(exc)  # for %jax_debug, until the next cell or run here
         oom_note.note_if_out_of_memory(exc, user_namespace())
         raise
@@ -271,9 +276,14 @@ def execute() -> dict[str, Any]:
         _run = None
         run.stop.finish()
         data_run.end()
-        run.publisher.close()
-        if run.store is not None and ok:
-            run.store.close()
+        try:
+            run.publisher.close()
+            if run.store is not None and ok:
+                run.store.close()
+        finally:
+            if record is not None:  # after the last reports and checkpoint: the end comes last
+                record.end({"error": error, "stopped": run.stopped, "resized_at": resized_at,
+                            "stopped_at": run.last_step if run.stopped else None})
     return {"reports": run.count, "batches": run.publisher.batches, "stopped": run.stopped,
             "stopped_at": run.last_step if run.stopped else None, "resized_at": resized_at}
 

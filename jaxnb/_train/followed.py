@@ -1,0 +1,120 @@
+"""A run followed from its run folder (``cluster.result(RUN)``, ``%jax_train --attach``): a live
+:class:`Result` filled from ``RUN/reports.jsonl`` (:mod:`jaxnb._core.run_reports`), by a kernel
+that attached the cluster while the run went on with no kernel listening."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+import threading
+from typing import Any
+
+from jaxnb._core import run_reports
+from jaxnb._core.contract import STOP_SIGNAL
+from jaxnb._core.errors import JaxnbError
+from jaxnb._core.run_folder import Checkpoint
+from jaxnb._core.spelling import example
+from jaxnb._core.state import Group
+from jaxnb._train.result import Result
+
+#: How often the file is read for new reports (seconds).
+POLL_SECONDS = 0.05
+
+NO_SUCH_RUN = ("no run {name!r} in {parent} (no {file} there); give the folder the run was "
+               "started with ({storage}), or list it with `ls {parent}`")
+
+
+class RunFailed(JaxnbError):
+    """The error of a run followed from its folder: the failing process 0's one line."""
+
+
+def follow(group: Group, run_dir: str, name: str, dashboard: Any = None) -> Result:
+    """The live ``Result`` of the run in ``run_dir``: every report since it began, then its end
+    (``dashboard``: shown, fed the reports as they arrive, finished at the end)."""
+    file = run_reports.path(run_dir)
+    if not os.path.isfile(file):
+        parent = os.path.dirname(run_dir)
+        raise FileNotFoundError(NO_SUCH_RUN.format(name=name, parent=parent, file=run_reports.REPORTS_FILE,
+                                                   storage=example("storage", "DIR")))
+    if dashboard is not None:
+        dashboard.show()
+    result = Result(name, run_dir)
+    result.set_stopper(lambda: _stop(group))
+    reader = _Reader(result, run_reports.Tail(file), dashboard)
+    reader.step()  # what is there already, before this returns
+    if result.running:
+        threading.Thread(target=contextvars.copy_context().run, args=(reader.loop,),
+                         name=f"jaxnb-follow-{name}", daemon=True).start()
+    return result
+
+
+class _Reader:
+    def __init__(self, result: Result, tail: run_reports.Tail, dashboard: Any) -> None:
+        self.result, self.tail, self.dashboard = result, tail, dashboard
+        self.end: dict[str, Any] | None = None
+        self.stopping = threading.Event()
+
+    def loop(self) -> None:
+        while not self.stopping.wait(POLL_SECONDS) and self.result.running:
+            self.step()
+
+    def step(self) -> None:
+        """Apply what was appended; conclude at an end that nothing follows."""
+        records: list[dict[str, Any]] = []
+        for event in self.tail.read():
+            kind = event.get("kind")
+            if kind == "start":
+                self.end = None
+                resume = event.get("resume")
+                resume = resume if isinstance(resume, int) else None
+                recovered = bool(self.result.history)  # else the run's first attempt
+                self.result.rewind(resume)
+                if self.dashboard is not None and records:
+                    self.dashboard.add(records)
+                records = []
+                if self.dashboard is not None and recovered:
+                    self.dashboard.rewind(resume)
+            elif kind == "report":
+                records.append(self._book(event))
+            elif kind == "end" and event.get("resized_at") is None:
+                self.end = event
+        if self.dashboard is not None:
+            if records:
+                self.dashboard.add(records)
+            self.dashboard.refresh()
+        if self.end is not None:
+            self._conclude(self.end)
+
+    def _book(self, event: dict[str, Any]) -> dict[str, Any]:
+        result, step = self.result, int(event["step"])
+        found = event.get("metrics")
+        metrics: dict[str, Any] = found if isinstance(found, dict) else {}
+        result.add_report(metrics, step)
+        result.reports[0] = result.reports.get(0, 0) + 1
+        if event.get("checkpoint"):
+            result.checkpoint = Checkpoint(step, str(event["checkpoint"]),
+                                           user_managed=bool(event.get("checkpoint_user")))
+        return {"process": 0, "seq": event.get("seq", 0), "step": step,
+                "time": float(event.get("time") or 0.0), "metrics": metrics,
+                "checkpoint": event.get("checkpoint")}
+
+    def _conclude(self, end: dict[str, Any]) -> None:
+        result = self.result
+        if end.get("error"):
+            result.error = RunFailed(f"run {result.name!r} failed on process 0: {end['error']}")
+            result.error.result = result  # type: ignore[attr-defined]
+        result.stopped = bool(end.get("stopped")) and result.error is None
+        result.stopped_at = end.get("stopped_at") if result.stopped else None
+        if self.dashboard is not None:
+            status = "failed" if result.error else "stopped" if result.stopped else "finished"
+            with contextlib.suppress(Exception):  # a drawing problem must not hold the Result
+                self.dashboard.finish(status, str(end.get("error") or ""))
+        result.set_done()
+
+
+def _stop(group: Group) -> None:
+    """``Result.stop()``: ask every process to end the run at the same report."""
+    from jaxnb._failures import free
+
+    free.signal_processes(group, list(group.indices), STOP_SIGNAL)
