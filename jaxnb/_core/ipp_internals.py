@@ -20,25 +20,44 @@ WRITTEN_FOR = "9.2"
 
 
 class Reply:
-    """One engine's part of a multi-engine ``AsyncResult``, through ipyparallel's public API:
-    ``Client.get_result(msg_id, block=False, owner=False)``, an ``AsyncResult`` of that one
-    request whose ``metadata`` (stdout, stderr, outputs, data, error) fills in as the engine's
-    messages arrive. (``Client.results`` will not do: a view's result takes its parts' values
-    out of it as they come.)"""
+    """One engine's part of a multi-engine ``AsyncResult``, through ipyparallel's public API.
+
+    Its ``metadata`` (stdout, stderr, outputs, data, error: filled in as the engine's messages
+    arrive) is the ``AsyncResult``'s ``metadata[index]``. Whether it is done and its value come
+    from ``Client.get_result(msg_id, block=False, owner=False)``, an ``AsyncResult`` of that one
+    request, taken while the request runs (ipyparallel forgets a request's local caches as soon
+    as its own reply is in, so ``Client.results`` will not do); once the whole result is in,
+    from ``AsyncResult.get(return_exceptions=True)``.
+    """
 
     def __init__(self, client: Any, ar: Any, index: int) -> None:
+        self.ar, self.index = ar, index
         self.msg_id = ar.msg_ids[index]
-        self.part = client.get_result(self.msg_id, block=False, owner=False)
-        self.metadata: dict[str, Any] = self.part.metadata
+        metadata = ar.metadata
+        self.metadata: dict[str, Any] = metadata[index] if isinstance(metadata, list) else metadata
+        # Finished already: the whole result answers. (A request that ends between the two
+        # looks is answered by the controller's records instead, as get_result does then.)
+        self.part = None if ar.ready() else client.get_result(self.msg_id, block=False, owner=False)
 
     def done(self) -> bool:
         """Whether the engine's reply has arrived."""
-        return bool(self.part.ready())
+        if self.part is None or self.ar.ready():
+            return True
+        try:
+            return bool(self.part.ready())
+        except Exception:  # a record the controller answered with an error: done
+            return True
 
     def result(self, timeout: float | None = None) -> Any:
         """The reply's value; a remote error is the value (as ipyparallel's own futures give
         it). Raises ``TimeoutError`` when it has not come within ``timeout`` seconds."""
-        if not self.part.wait(timeout):
+        if self.part is None or self.ar.ready():
+            return self.ar.get(return_exceptions=True)[self.index]
+        try:
+            self.part.wait(timeout)
+        except Exception as exc:  # the controller's record of a failed request raises here
+            return exc
+        if not self.part.ready():
             raise TimeoutError(f"no reply to {self.msg_id} within {timeout:g} s")
         try:
             return self.part.get(0)
@@ -53,7 +72,9 @@ def futures(ar: Any, client: Any) -> list[Reply]:
 
 
 def answers(ar: Any, client: Any) -> list[Any]:
-    """Each engine's value (a remote error as the value) of a finished ``AsyncResult``."""
+    """Each engine's value (a remote error as the value) of an ``AsyncResult`` (waited for)."""
+    if ar.ready():
+        return list(ar.get(return_exceptions=True))
     return [reply.result() for reply in futures(ar, client)]
 
 
