@@ -4,6 +4,7 @@ or, when its engine stopped beating while its ssh session still runs, that it is
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import ipyparallel as ipp
@@ -13,6 +14,9 @@ from jaxnb._hosts import oom_killer, reachability, remote_launchers, ssh
 
 #: What an engine that stopped beating while its ssh session still runs may be.
 STOPPED_BEATING = "its host unreachable, or the engine hung"
+#: How long an unregistered engine's ssh session may take to report that the engine exited
+#: (its wait on the host polls every 0.1 s; the controller may drop a killed engine first).
+EXIT_GRACE_SECONDS = 2.0
 
 
 def exited_engines(ipp_cluster: ipp.Cluster | None) -> list[tuple[str, int, str]]:
@@ -44,10 +48,13 @@ def explain_lost(group: Group, processes: list[int]) -> dict[int, str]:
     no ssh connection waited for (a cut link would cost ssh's connect timeout here); a restart
     asks it again over a fresh connection before leaving it out (:mod:`.reachability`)."""
     found: dict[int, str] = {}
+    deadline = time.monotonic() + EXIT_GRACE_SECONDS
     for p in processes:
         launcher = remote_launchers.launcher_of(group, p)
         if not isinstance(launcher, ssh.FastSSHEngineLauncher):
             continue  # this machine's engine: jaxnb._hosts.processes sees how it ended
+        while not launcher.exited and time.monotonic() < deadline:
+            time.sleep(0.05)  # a killed engine: its session says so within tenths of a second
         if launcher.exited:
             found[p] = exited_how(launcher)
             continue
