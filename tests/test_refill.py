@@ -36,3 +36,13 @@ def test_why_no_spare_was_ready_names_the_cause():
     assert said.startswith("1 spare(s), launched ") and said.endswith(
         "still starting, 1 of 2 registered"), said
     assert refill.why_none(1, 0, 1, 2, 2) == "1 spare(s) exited before use, 1 of 2 registered"
+
+
+def test_the_dashboards_longest_phase_is_named_without_its_reason():
+    from jaxnb._core import phases
+
+    took = {phases.DETECT: 0.1, "no spare ready: 2 spare(s) still starting; waited 1.2 s": 1.2,
+            phases.START: 0.3}
+    assert phases.largest(took) == ("no spare ready", 1.2)
+    assert phases.largest({phases.FIRST_STEP: 0.5}) == (phases.FIRST_STEP, 0.5)
+    assert phases.largest({}) is None

@@ -40,5 +40,9 @@ def in_order(phases: dict[str, float]) -> dict[str, float]:
 
 
 def largest(phases: dict[str, float]) -> tuple[str, float] | None:
-    """The phase that took longest, and its seconds (``None`` when there is none)."""
-    return max(phases.items(), key=lambda kv: kv[1]) if phases else None
+    """The phase that took longest, and its seconds (``None`` when there is none), named
+    without the reason a phase may carry after a colon (``no spare ready: …``)."""
+    if not phases:
+        return None
+    name, seconds = max(phases.items(), key=lambda kv: kv[1])
+    return name.split(":", 1)[0], seconds
