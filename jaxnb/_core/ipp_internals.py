@@ -37,7 +37,7 @@ class Reply:
         self.metadata: dict[str, Any] = metadata[index] if isinstance(metadata, list) else metadata
         # Finished already: the whole result answers. (A request that ends between the two
         # looks is answered by the controller's records instead, as get_result does then.)
-        self.part = None if ar.ready() else client.get_result(self.msg_id, block=False, owner=False)
+        self.part = None if ar.ready() else _part(client, self.msg_id)
 
     def done(self) -> bool:
         """Whether the engine's reply has arrived."""
@@ -63,6 +63,16 @@ class Reply:
             return self.part.get(0)
         except Exception as exc:  # ipyparallel raises a remote error: here it is the value
             return exc
+
+
+def _part(client: Any, msg_id: str) -> Any:
+    """``Client.get_result`` of one request; asked again when the request ended while it was
+    being asked (ipyparallel then raises ``KeyError``: its caches went in between), which
+    answers from the controller's records."""
+    try:
+        return client.get_result(msg_id, block=False, owner=False)
+    except KeyError:
+        return client.get_result(msg_id, block=False, owner=False)
 
 
 def futures(ar: Any, client: Any) -> list[Reply]:
