@@ -76,12 +76,18 @@ def test_a_link_at_the_final_name_is_refused_not_written_through(tmp_path):
     assert victim.read_text() == MINE and os.listdir(run) == ["user_checkpoint.json"]
 
 
-def test_a_linked_datasets_folder_is_refused(tmp_path):
+def _run_with_linked(tmp_path, name):
+    """A run folder whose ``name`` is a link to a folder elsewhere: (run, elsewhere)."""
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     run = tmp_path / "run"
     run.mkdir()
-    (run / "datasets").symlink_to(elsewhere)
+    (run / name).symlink_to(elsewhere)
+    return run, elsewhere
+
+
+def test_a_linked_datasets_folder_is_refused(tmp_path):
+    run, elsewhere = _run_with_linked(tmp_path, "datasets")
     with pytest.raises(safe_files.LinkRefusedError) as refused:
         DataRun({}, str(run), 0, 1, None)
     assert str(refused.value) == refusal(run / "datasets", elsewhere)
@@ -115,11 +121,7 @@ def test_whole_writes_leave_no_temporary_behind(tmp_path):
 
 
 def test_a_linked_checkpoints_folder_is_refused_before_orbax_writes_through_it(tmp_path):
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / "checkpoints").symlink_to(elsewhere)
+    run, elsewhere = _run_with_linked(tmp_path, "checkpoints")
     with pytest.raises(safe_files.LinkRefusedError) as refused:
         run_folder.checkpoint_dir(str(run), made=True)
     assert str(refused.value) == refusal(run / "checkpoints", elsewhere)
