@@ -43,13 +43,20 @@ def test_the_built_wheel_installs_into_a_fresh_venv_and_runs_a_cluster(tmp_path)
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
     assert "include-system-site-packages = false" in (venv / "pyvenv.cfg").read_text()
-    # The new venv's own pip, as a user installs (pip --python from this venv saw this venv's
-    # editable jaxnb as already installed once, and left the new one without it); --no-compile
-    # skips writing .pyc files for thousands of modules, the slowest part of an install.
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-compile", str(wheel)],
-                   check=True, timeout=900)
+    # A clean environment, as a user's shell has: a PYTHONPATH that names the checkout (CI's
+    # runner had one) let the new venv's pip see the checkout's jaxnb.egg-info and answer "jaxnb
+    # is already installed", leaving the venv without it. --no-compile skips writing .pyc files
+    # for thousands of modules, the slowest part of an install.
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PIP_TARGET", "PIP_PREFIX", "PIP_USER")}
+    pip = subprocess.run([str(python), "-m", "pip", "install", "--no-compile", str(wheel)], cwd=tmp_path,
+                         env=env, capture_output=True, text=True, timeout=900)
+    pip_said = "\n".join(line for line in (pip.stdout + pip.stderr).splitlines() if "is ignored" not in line)
+    assert pip.returncode == 0, pip_said[-3000:]
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          env=env, capture_output=True, text=True, check=True).stdout.strip()
+    assert (pathlib.Path(site) / "jaxnb" / "__init__.py").exists(), pip_said[-3000:]
     installed = time.monotonic()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     ran = subprocess.run([str(python), "-c", SCRIPT], cwd=tmp_path, env=env, capture_output=True,
                          text=True, timeout=300)
     assert ran.returncode == 0, ran.stderr[-3000:]
