@@ -79,9 +79,9 @@ def die_if_due(config: dict, deaths: list[str], step: int, first_step: float) ->
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def run_config(folder: str, kills: int = 1) -> dict:
+def run_config(folder: str, kills: int = 1, gap: float = GAP_SECONDS) -> dict:
     return {"steps": STEPS if kills == 1 else 100_000, "kill_at": KILL_AT, "folder": folder,
-            "kills": kills, "gap": GAP_SECONDS, "pause": 0.0 if kills == 1 else 0.05}
+            "kills": kills, "gap": gap, "pause": 0.0 if kills == 1 else 0.05}
 
 
 def read_times(config: dict, death: int = 1) -> tuple[float, dict]:

@@ -123,11 +123,11 @@ def _recovery(cluster, name: str) -> dict[str, float]:
     return _recoveries(cluster, name, 1)[0]
 
 
-def _recoveries(cluster, name: str, kills: int) -> list[dict[str, float]]:
-    """One run of the loop that loses process 1 ``kills`` times, :data:`GAP_SECONDS` apart
+def _recoveries(cluster, name: str, kills: int, gap: float = GAP_SECONDS) -> list[dict[str, float]]:
+    """One run of the loop that loses process 1 ``kills`` times, ``gap`` seconds apart
     (after the first, at step 12); per recovery: kill → first report after it, and its phases."""
     with tempfile.TemporaryDirectory() as folder:
-        config = run_config(folder, kills)  # back to back: stopped after its last recovery
+        config = run_config(folder, kills, gap)  # back to back: stopped after its last recovery
         result = cluster.train(jaxnb_loop, config, name=name, storage=folder, max_failures=kills,
                                background=kills > 1)
         if kills > 1:
@@ -156,9 +156,10 @@ def _wait_deaths(result, folder: str, kills: int) -> None:
     result.wait(120)
 
 
-def back_to_back(where: str, found: dict, **cluster_options) -> None:
-    """One run that loses a process :data:`KILLS` times, :data:`GAP_SECONDS` apart, with warm
-    spares: every recovery, not only the first, should swap (spares refilled meanwhile)."""
+def back_to_back(where: str, found: dict, kills: int = KILLS, gap: float = GAP_SECONDS,
+                 **cluster_options) -> None:
+    """One run that loses a process ``kills`` times, ``gap`` seconds apart, with warm spares:
+    every recovery, not only the first, should swap (spares refilled meanwhile)."""
     quiet = contextlib.ExitStack()
     quiet.enter_context(contextlib.redirect_stdout(io.StringIO()))
     quiet.enter_context(contextlib.redirect_stderr(io.StringIO()))
@@ -167,14 +168,14 @@ def back_to_back(where: str, found: dict, **cluster_options) -> None:
     with quiet, JaxCluster(**cluster_options) as cluster:
         cluster.run(SETUP_CELL)
         _spares_ready(cluster)
-        rows = _recoveries(cluster, "b2b", KILLS)
+        rows = _recoveries(cluster, "b2b", kills, gap)
     totals = [round(r["total"], 3) for r in rows]
     waited = [round(sum(v for k, v in r.items() if k.startswith("no spare ready")), 3) for r in rows]
     found.setdefault(where, {})["back to back"] = {
-        "kills": KILLS, "gap_s": GAP_SECONDS, "totals": totals, "max": max(totals),
+        "kills": kills, "gap_s": gap, "totals": totals, "max": max(totals),
         "no_spare_notes": [[k for k in r if k.startswith("no spare ready")] for r in rows],
         "phases": [{k: round(v, 3) for k, v in r.items()} for r in rows]}
-    print(f"jaxnb back to back, {where}: {KILLS} deaths {GAP_SECONDS:g} s apart in one run, kill "
+    print(f"jaxnb back to back, {where}: {kills} deaths {gap:g} s apart in one run, kill "
           f"-> first report after each: {', '.join(f'{t:.2f}' for t in totals)} s (max "
           f"{max(totals):.2f}; seconds waited for spares still starting: "
           f"{', '.join(f'{w:.2f}' for w in waited)})")
@@ -219,7 +220,7 @@ def _medians(rows: list[dict[str, float]]) -> dict[str, float]:
 def local_section(args: argparse.Namespace, found: dict) -> None:
     """2 processes × 2 CPU devices on this machine: fresh recoveries, then back to back."""
     compare("2 local processes", args.repeats, found, n=2, devices_per_process=DEVICES)
-    back_to_back("2 local processes", found, n=2, devices_per_process=DEVICES)
+    back_to_back("2 local processes", found, args.kills, args.gap, n=2, devices_per_process=DEVICES)
 
 
 def lab_section(args: argparse.Namespace, found: dict) -> None:
@@ -233,7 +234,8 @@ def lab_section(args: argparse.Namespace, found: dict) -> None:
     with Lab(2).running() as lab:
         compare("2 lab ssh hosts", args.repeats, found, hosts=lab.addresses,
                 devices_per_process=DEVICES)
-        back_to_back("2 lab ssh hosts", found, hosts=lab.addresses, devices_per_process=DEVICES)
+        back_to_back("2 lab ssh hosts", found, args.kills, args.gap, hosts=lab.addresses,
+                     devices_per_process=DEVICES)
 
 
 def ray_python(given: str | None) -> str | None:
@@ -258,7 +260,7 @@ def ray_section(args: argparse.Namespace, found: dict) -> None:
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         run = subprocess.run([python, "-m", "bench._ray_recovery", "--repeats", str(args.repeats),
                               "--steps", str(STEPS), "--kill-at", str(KILL_AT), "--devices",
-                              str(DEVICES), "--kills", str(KILLS), "--gap", str(GAP_SECONDS),
+                              str(DEVICES), "--kills", str(args.kills), "--gap", str(args.gap),
                               "--json", out.name], cwd=ROOT, capture_output=True,
                              text=True, timeout=3600)
         if run.returncode != 0:
@@ -285,7 +287,7 @@ def ray_section(args: argparse.Namespace, found: dict) -> None:
     print(f"  {'total':<32} {ours}   {'total':<42} {ray['medians']['total']:6.2f}s")
     theirs, ours_b2b = ray.get("back to back"), (mine or {}).get("back to back")
     if theirs:
-        print(f"Ray Train back to back: {KILLS} deaths {GAP_SECONDS:g} s apart in one run: "
+        print(f"Ray Train back to back: {args.kills} deaths {args.gap:g} s apart in one run: "
               f"{', '.join(f'{t:.2f}' for t in theirs['totals'])} s")
     if theirs and ours_b2b:
         found["ratio back to back"] = round(ours_b2b["max"] / max(theirs["totals"]), 3)
@@ -313,7 +315,13 @@ def main() -> None:
                         help="the interpreter of a venv with Ray Train (default: JAXNB_RAY_PYTHON, "
                              "else this one if it has Ray)")
     parser.add_argument("--no-ray", action="store_true")
+    parser.add_argument("--kills", type=int, default=KILLS,
+                        help=f"deaths in the back-to-back run (default {KILLS}; at least 2)")
+    parser.add_argument("--gap", type=float, default=GAP_SECONDS,
+                        help=f"seconds between them (default {GAP_SECONDS:g})")
     args = parser.parse_args()
+    if args.kills < 2:
+        sys.exit(f"--kills {args.kills}: a back-to-back run needs at least 2 deaths; give 2 or more")
     chosen = [name.strip() for name in args.only.split(",") if name.strip()]
     unknown = [name for name in chosen if name not in SECTIONS]
     if unknown:
