@@ -144,7 +144,8 @@ class ClusterJobs:
         from jaxnb._tune import attached
 
         if attached.is_study(run_dir):
-            shown = "" if storage is None else os.fspath(storage)
+            parent = os.path.dirname(run_dir)  # named in the resume hint unless the default's
+            shown = "" if parent == os.path.abspath(driver.DEFAULT_STORAGE) else parent
             from jaxnb._attach import queue
 
             engines = [p.engine_id for p in group.processes]

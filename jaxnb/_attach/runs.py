@@ -49,9 +49,11 @@ def state(entry: dict[str, Any]) -> str:
     ``starting``; a search also ``ended`` or ``not driven`` (its kernel is gone: ``--resume``)."""
     folder = str(entry.get("folder") or "")
     if entry.get("kind") == SEARCH:
+        if not os.path.isdir(folder):  # (before reading its lock: that would make the folder)
+            return "starting"
         held = holder(os.path.join(folder, SEARCH_LOCK))
         if not held.pid:
-            return "ended" if os.path.isdir(folder) else "starting"
+            return "ended"
         return "running" if held.alive_here() else "not driven"
     return run_state(run_reports.path(folder))
 

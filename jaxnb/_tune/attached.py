@@ -83,9 +83,9 @@ def follow(folder: str, name: str, show: bool, busy: Any = None, storage: str = 
     trials = asked if isinstance(asked, int) else len(study.trials)
     view = TuneView(name, metric, mode, trials) if show else None
     follower = Follower(result, view, info.get("config"), busy, storage)
-    follower.step()
     if view is not None:
-        view.show()
+        view.show()  # first: what the first look concludes updates it
+    follower.step()
     if result.running:
         threading.Thread(target=contextvars.copy_context().run, args=(follower.loop,),
                          name=f"jaxnb-follow-{name}", daemon=True).start()
