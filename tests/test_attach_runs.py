@@ -71,3 +71,19 @@ def test_list_shows_each_clusters_runs_with_their_state():
     assert lines[1].endswith("attached (kernel pid 123)                mlp (running), "
                              "s (search, not driven)"), lines[1]
     assert "idle since" in lines[2] and lines[2].endswith(" -")
+
+
+def test_an_unnamed_start_hears_of_default_only_while_no_kernel_holds_it(tmp_path, monkeypatch):
+    from jaxnb._attach import record
+    from jaxnb._core import cluster_names as names
+
+    monkeypatch.setenv(names.ENV_FOLDER, str(tmp_path / "clusters"))
+    assert not listing.left_running("default")  # none runs
+    record.write(names.supervisor_path("default"), {"supervisor": record.me()})
+    gone = {"pid": 2**22 + 5, "created": 1.0}
+    record.write(names.record_path("default"), {"kernel": gone})
+    assert listing.left_running("default")  # its kernel died: the hint is due
+    record.write(names.record_path("default"), {"kernel": record.me()})
+    assert not listing.left_running("default")  # a live kernel holds it
+    record.write(names.supervisor_path("default"), {"supervisor": gone})
+    assert not listing.left_running("default")  # its supervisor is gone: nothing runs

@@ -40,6 +40,15 @@ def clusters() -> list[dict[str, Any]]:
     return found
 
 
+def left_running(name: str) -> bool:
+    """Whether named cluster ``name`` runs on this machine with no live kernel attached."""
+    own = record.read(names.supervisor_path(name)) or {}
+    if not record.alive(own.get("supervisor")):
+        return False
+    doc = record.read(names.record_path(name)) or {}
+    return not record.alive(doc.get("kernel"))
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     """The clusters as a plain text table (one line each), or a line saying there are none."""
     if not rows:
