@@ -97,7 +97,7 @@ class Attaching:
         """A run or search starts on this named cluster: its folder, in the record (for
         ``list``, and for a kernel that attaches later to find it)."""
         hold = self.group.attachment
-        if hold is None:
+        if hold is None or self.group.busy_with:  # busy: it will be refused, not started
             return
         doc = record.read(names.record_path(hold.name)) or {}
         attachment.update(hold, runs=runs.added(doc.get("runs"), name, folder, kind))
