@@ -18,7 +18,8 @@ from jaxnb._core import run_reports
 from jaxnb._engine.run.journal import Journal
 from jaxnb._train.result import Result
 from jaxnb._tune import attached, lease, search_info, trial_record
-from jaxnb._tune.past import trial_run_name
+from jaxnb._tune import study as studies
+from jaxnb._tune.past import past_trials, trial_run_name
 from jaxnb._tune.result import TrialResult
 from jaxnb._tune.study import JOURNAL
 
@@ -110,7 +111,7 @@ def test_a_search_whose_kernel_died_ends_in_one_line_once_its_trial_ended_on_the
     assert result.trials == []  # Optuna was never told
     why = result.stopped_because
     assert why.startswith("search 's' has no kernel driving it: the kernel that ran it (pid "), why
-    assert "is gone, and its trial 0 ran on the engines to its end untold" in why
+    assert "is gone, and its trial 0 ran on the engines to its end (acc 0.4): a resume counts it;" in why
     assert why.endswith("continue it with `%jax_tune FUNC --space EXPR --name s --storage /runs "
                         "--resume`") and "\n" not in why
 
@@ -122,7 +123,44 @@ def test_a_trial_whose_end_is_in_its_folder_needs_no_engines_to_answer(tmp_path)
     study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
     reports(folder, 0, range(1, 4), end=True)
     result = attached.follow(str(folder), "s", show=False, busy=lambda: True)
-    assert not result.running and "its trial 0 ran on the engines" in result.stopped_because
+    assert not result.running and "its trial 0 ran on the engines to its end (acc 0.3)" in (
+        result.stopped_because)
+
+
+def test_a_trial_that_did_not_end_is_run_again(tmp_path):
+    folder = tmp_path / "s"
+    study = a_study(folder)
+    driven_by(study, dead_pid(), time.time() + 60)
+    study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
+    reports(folder, 0, range(1, 4), end=False)  # the cluster stopped under it
+    result = attached.follow(str(folder), "s", show=False, busy=lambda: False)
+    assert "its trial 0 did not reach its end (a resume runs it again)" in result.stopped_because
+
+
+def test_resume_counts_a_trial_that_ended_well_on_the_engines_and_runs_a_failed_one_again(tmp_path):
+    folder = tmp_path / "s"
+    study = a_study(folder)
+    distribution = {"x": optuna.distributions.FloatDistribution(0, 1)}
+    ran = study.ask(distribution)
+    reports(folder, 0, range(1, 6), end=True)
+    failed = study.ask(distribution)
+    journal = Journal(str(folder / trial_run_name(1)), "id", None)
+    journal.end({"error": "ValueError: x", "stopped": False})
+    driven_by(study, dead_pid(), time.time() + 60)  # both left RUNNING by a kernel now gone
+
+    opened = studies.open_study(str(folder), "s", "maximize", None, None, True, metric="acc",
+                                base={"steps": 4})
+    try:
+        assert (opened.told, opened.requeued, opened.done) == ([0], [1], 1)
+        trials = opened.study.get_trials(deepcopy=False)
+        assert [(t.number, t.state.name) for t in trials] == [(0, "COMPLETE"), (1, "FAIL"),
+                                                             (2, "WAITING")]
+        assert trials[0].value == 0.5 and trials[2].system_attrs["fixed_params"] == failed.params
+        past = past_trials(opened.study, str(folder), "acc", {"steps": 4})
+        assert past[0][0].steps == [1, 2, 3, 4, 5]  # its whole curve, from its folder
+        assert past[0][0].config == {"steps": 4, **ran.params}
+    finally:
+        opened.hold.release()
 
 
 def test_a_search_that_ended_cleanly_is_read_whole_at_once(tmp_path):

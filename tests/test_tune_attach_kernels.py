@@ -3,7 +3,7 @@ cluster: kernel B attaches while kernel A's background search goes on and follow
 with every trial (``%jax_tune --attach``, the folder found from the cluster's record); B's own
 search loses its kernel (SIGKILL) in the middle of a trial; kernel C attaches, the view shows the
 study and the trial that ran on to its end on the engines, says in one line that no kernel
-drives the search and how to go on, and ``--resume`` finishes it. ``list`` shows the searches."""
+drives the search and how to go on, and ``--resume`` counts that trial and finishes the study. ``list`` shows the searches."""
 
 from __future__ import annotations
 
@@ -75,7 +75,8 @@ def test_a_search_is_followed_from_another_kernel_and_after_its_kernel_died(clus
         said = shown.stderr.strip()
         assert said.startswith("jaxnb: search 'orphan' has no kernel driving it: the kernel that "
                                "ran it (pid "), shown.shown
-        assert "is gone, and its trial 1 ran on the engines to its end untold" in said, said
+        assert "is gone, and its trial 1 ran on the engines to its end (loss " in said, said
+        assert "): a resume counts it; continue it with `%jax_tune FUNC" in said, said
         assert said.endswith(f"--name orphan --storage {tmp_path} --resume`"), said
         assert "\n" not in said
         assert c.value("[(t.number, t.state) for t in seen.trials]") == [[0, "COMPLETE"]]
@@ -85,8 +86,9 @@ def test_a_search_is_followed_from_another_kernel_and_after_its_kernel_died(clus
 
         c.ok(SLOW)
         c.ok(search("orphan", tmp_path, 3, 3, "--resume -o more"), timeout=180)
-        assert c.value("[t.state for t in more.trials]") == ["COMPLETE", "FAIL", "COMPLETE",
-                                                             "COMPLETE"]
+        assert c.value("[t.state for t in more.trials]") == ["COMPLETE"] * 3  # trial 1 counted
+        assert c.value("more.trials[1].steps") == list(range(1, 61))  # as it ran on the engines
+        assert c.value("[len(t.steps) for t in more.trials]") == [60, 60, 3]
         assert "orphan (search, ended)" in jaxnb_cli("list").stdout
         c.ok("%jax_cluster stop")
         wait_until(lambda: gone(processes), timeout=20, what="every process of the cluster ending")

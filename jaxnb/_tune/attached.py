@@ -7,7 +7,8 @@ The study (``STUDY/study.journal``) is the source of truth: its finished trials 
 the search recorded of itself (:mod:`.search_info`) and its lease (:mod:`.lease`: which kernel
 drives it). The Optuna driver of a search lives in the kernel that started it; when that kernel
 is gone, the trial it had started runs to its end on the engines, nothing asks for the next one,
-and the follower ends, saying so in one line and how to go on (``--resume``).
+and the follower ends, saying so in one line and how to go on (``--resume``, which counts
+that trial when it ended well: :mod:`.ended`).
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ NO_SUCH_STUDY = ("no study {name!r} in {parent} (no {file} there); give the fold
                  "started with ({storage}), or list it with `ls {parent}`")
 NOT_DRIVEN = ("search {name!r} has no kernel driving it: {who}{left}; continue it with "
               "`%jax_tune FUNC --space EXPR --name {name}{storage} --resume`")
-LEFT = (", and its trial {n} ran on the engines to its end untold (a resume runs it again)")
+LEFT = {"counted": ", and its trial {n} ran on the engines to its end ({metric} {value:.5g}): a "
+                     "resume counts it",
+        "again": ", and its trial {n} {how} (a resume runs it again)"}
 
 
 def is_study(folder: str) -> bool:
@@ -150,7 +153,7 @@ class Follower:
             trial.read(number, self.result.metric, self.view)  # what came in meanwhile
             if self.view is not None:
                 self.view.trial_ended(number, ENDED, trial.last)
-        left = "".join(LEFT.format(n=n) for n in sorted(self.tails))
+        left = "".join(self.tails[n].left(n, self.result.metric) for n in sorted(self.tails))
         storage = f" --storage {self.storage}" if self.storage else ""
         self._conclude(NOT_DRIVEN.format(name=study.study_name, who=who, left=left,
                                          storage=storage), "stopped")
@@ -205,6 +208,7 @@ class _Trial:
     def __init__(self, tail: run_reports.Tail) -> None:
         self.tail = tail
         self.ended = False
+        self.failed = False  # its end says it raised, or was stopped
         self.last: float | None = None
         self.recoveries = 0
         self.started = False
@@ -230,8 +234,17 @@ class _Trial:
                     self.last = value
             elif kind == "end" and event.get("resized_at") is None:
                 self.ended = True
+                self.failed = bool(event.get("error") or event.get("stopped"))
         if view is not None:
             view.refresh()
+
+    def left(self, number: int, metric: str) -> str:
+        """What became of this trial, whose driver died (as ``--resume`` will take it)."""
+        if self.ended and not self.failed and self.last is not None and self.last == self.last:
+            return LEFT["counted"].format(n=number, metric=metric, value=self.last)
+        how = ("ended without a value to count" if self.ended else
+               "did not reach its end")
+        return LEFT["again"].format(n=number, how=how)
 
 
 def _pid_runs(pid: int) -> bool:

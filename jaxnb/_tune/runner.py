@@ -56,7 +56,8 @@ def tune(group: Group, fn: Any, space: Any, opts: TuneOptions, *, on_result: Any
     if opts.break_lock:
         lease.break_lock(folder)
     opened = studies.open_study(folder, name, opts.direction, make_pruner(opts.pruner),
-                                optuna.samplers.TPESampler(seed=opts.seed), opts.resume)
+                                optuna.samplers.TPESampler(seed=opts.seed), opts.resume,
+                                metric=opts.metric, base=opts.config)
     try:  # the study is this search's until it ends (one live search per study)
         result = TuneResult(opened.study, folder, opts.metric, opts.mode)
         search = _Search(group, fn, sample, opts, result, restart)
