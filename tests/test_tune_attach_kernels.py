@@ -3,7 +3,8 @@ cluster: kernel B attaches while kernel A's background search goes on and follow
 with every trial (``%jax_tune --attach``, the folder found from the cluster's record); B's own
 search loses its kernel (SIGKILL) in the middle of a trial; kernel C attaches, the view shows the
 study and the trial that ran on to its end on the engines, says in one line that no kernel
-drives the search and how to go on, and ``--resume`` counts that trial and finishes the study. ``list`` shows the searches."""
+drives the search and how to go on, and ``--resume`` counts that trial and finishes the study.
+``list`` shows the searches."""
 
 from __future__ import annotations
 
