@@ -150,7 +150,7 @@ class ClusterJobs:
 
             engines = [p.engine_id for p in group.processes]
             return attached.follow(run_dir, run, show, lambda: queue.busy(group.client, engines),
-                                   shown)
+                                   shown, lambda: followed.stop_run(group))
         dashboard = None
         if show:
             from jaxnb._widgets.dashboard import Dashboard

@@ -194,3 +194,26 @@ def test_what_the_search_records_of_itself_is_json(tmp_path):
     assert (info["trials"], info["config"], info["status"], info["message"]) == (5, {"lr": 0.1},
                                                                                 "failed", "why")
     assert run_reports.REPORTS_FILE == "reports.jsonl"
+
+
+def test_stop_of_a_followed_search_names_the_kernel_that_drives_it_or_ends_the_orphan_trial(
+        tmp_path):
+    from jaxnb import ClusterStateError
+
+    folder = tmp_path / "s"
+    study = a_study(folder)
+    driven_by(study, os.getpid(), time.time() + 60)
+    study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
+    reports(folder, 0, range(1, 3), end=False)
+    stopped = []
+    result = attached.follow(str(folder), "s", show=False, busy=lambda: True,
+                             stop_trial=lambda: stopped.append(True))
+    with pytest.raises(ClusterStateError, match=rf"^search 's' is driven by the kernel pid "
+                                                rf"{os.getpid()} on .*; stop it there \(its "):
+        result.stop()
+    assert stopped == [] and result.running
+    driven_by(study, dead_pid(), time.time() + 60)  # its kernel dies: the trial runs on
+    result.stop()
+    assert stopped == [True]  # asked of the engines (they end it at its next report)
+    reports(folder, 0, range(3, 4), end=True)
+    result.wait(5)

@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 from jaxnb._core import run_reports
+from jaxnb._core.errors import ClusterStateError
 from jaxnb._core.spelling import example
 from jaxnb._tune import search_info, trial_record
 from jaxnb._tune.feed import metric_value
@@ -45,6 +46,8 @@ NO_SUCH_STUDY = ("no study {name!r} in {parent} (no {file} there); give the fold
                  "started with ({storage}), or list it with `ls {parent}`")
 NOT_DRIVEN = ("search {name!r} has no kernel driving it: {who}{left}; continue it with "
               "`%jax_tune FUNC --space EXPR --name {name}{storage} --resume`")
+DRIVEN = ("search {name!r} is driven by the kernel {who}, which this kernel only follows; stop "
+          "it there (its TuneResult's stop(), or the view's Stop search button)")
 LEFT = {"counted": ", and its trial {n} ran on the engines to its end ({metric} {value:.5g}): a "
                      "resume counts it",
         "again": ", and its trial {n} {how} (a resume runs it again)"}
@@ -69,10 +72,13 @@ def driver(study: Any) -> tuple[bool, str]:
     return True, who
 
 
-def follow(folder: str, name: str, show: bool, busy: Any = None, storage: str = "") -> TuneResult:
+def follow(folder: str, name: str, show: bool, busy: Any = None, storage: str = "",
+           stop_trial: Any = None) -> TuneResult:
     """The live ``TuneResult`` of the search in ``folder``: every trial since it began, then its
     end. ``show``: the search's live view. ``busy()``: whether the engines still run a request
-    (a trial left by a dead driver ends when they do not). ``storage``: for the resume hint."""
+    (a trial left by a dead driver ends when they do not). ``storage``: for the resume hint.
+    ``stop_trial()``: ends the trial going on (the result's ``stop()`` when no kernel drives the
+    search; a search a live kernel drives is stopped there)."""
     if not is_study(folder):
         parent = os.path.dirname(folder)
         raise FileNotFoundError(NO_SUCH_STUDY.format(name=name, parent=parent, file=JOURNAL,
@@ -86,6 +92,7 @@ def follow(folder: str, name: str, show: bool, busy: Any = None, storage: str = 
     trials = asked if isinstance(asked, int) else len(study.trials)
     view = TuneView(name, metric, mode, trials) if show else None
     follower = Follower(result, view, info.get("config"), busy, storage)
+    result.set_stopper(lambda: follower.stop(stop_trial))
     if view is not None:
         view.show()  # first: what the first look concludes updates it
     follower.step()
@@ -157,6 +164,15 @@ class Follower:
         storage = f" --storage {self.storage}" if self.storage else ""
         self._conclude(NOT_DRIVEN.format(name=study.study_name, who=who, left=left,
                                          storage=storage), "stopped")
+
+    def stop(self, stop_trial: Any) -> None:
+        """``stop()``: a search a live kernel drives is refused in one line (stop it there);
+        else the trial left running on the engines ends at its next report."""
+        live, who = driver(self.result.study)
+        if live:
+            raise ClusterStateError(DRIVEN.format(name=self.result.study.study_name, who=who))
+        if stop_trial is not None and any(not t.ended for t in self.tails.values()):
+            stop_trial()
 
     def _running(self, t: Any) -> None:
         trial = self.tails.get(t.number)
