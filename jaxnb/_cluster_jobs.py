@@ -26,8 +26,9 @@ if TYPE_CHECKING:  # loaded on first use: a run's modules (matplotlib, widgets) 
     from jaxnb._train.result import Result
     from jaxnb._tune.result import TuneResult
 
-NOT_NAMED = ("this cluster has no name, so run {run!r} cannot outlive its kernel: use the Result "
-             "its train() returned; start clusters with {attach} to attach their runs later")
+NOT_NAMED = ("this cluster has no name, so {run!r} cannot outlive its kernel: use the result its "
+             "train() or tune() returned; start clusters with {attach} to attach their runs and "
+             "searches later")
 
 
 class ClusterJobs:
