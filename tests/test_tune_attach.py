@@ -217,3 +217,18 @@ def test_stop_of_a_followed_search_names_the_kernel_that_drives_it_or_ends_the_o
     assert stopped == [True]  # asked of the engines (they end it at its next report)
     reports(folder, 0, range(3, 4), end=True)
     result.wait(5)
+
+
+def test_a_trial_lost_with_its_kernel_long_ago_is_not_waited_for(tmp_path, monkeypatch):
+    """A trial a resume marked FAIL has no ``trial.json``: taken from Optuna's record at once (a
+    trial told moments ago is waited for, its record being on its way)."""
+    monkeypatch.setattr(attached, "RECORD_SECONDS", 0.5)
+    folder = tmp_path / "s"
+    study = a_study(folder)
+    lost = study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
+    study.tell(lost, state=optuna.trial.TrialState.FAIL)
+    driven_by(study, os.getpid(), 0.0)
+    search_info.ended(study, "finished", "")
+    time.sleep(0.6)
+    result = attached.follow(str(folder), "s", show=False)
+    assert not result.running and [(t.number, t.state) for t in result.trials] == [(0, "FAIL")]

@@ -186,8 +186,9 @@ class Follower:
     def _finished(self, t: Any, now: float) -> None:
         if t.number in self.tails:  # the reports that came in before it was told
             self.tails[t.number].read(t.number, self.result.metric, None)
-        if not os.path.exists(os.path.join(run_of(t, self.result.path), trial_record.FILE)):
-            first = self.finished_at.setdefault(t.number, now)  # its record is on its way
+        if not os.path.exists(os.path.join(run_of(t, self.result.path), trial_record.FILE)) and (
+                t.number in self.tails or _just_told(t)):  # its record is on its way
+            first = self.finished_at.setdefault(t.number, now)
             if now - first < RECORD_SECONDS:
                 return
         trial, params = past_trial(t, self.result.path, self.result.metric, self.base)
@@ -261,6 +262,15 @@ class _Trial:
         how = ("ended without a value to count" if self.ended else
                "did not reach its end")
         return LEFT["again"].format(n=number, how=how)
+
+
+def _just_told(t: Any) -> bool:
+    """Whether Optuna was told trial ``t``'s end moments ago (the search writes its record
+    just after; a trial lost with its kernel has none and is not waited for)."""
+    import datetime
+
+    done = t.datetime_complete
+    return done is not None and (datetime.datetime.now() - done).total_seconds() < RECORD_SECONDS
 
 
 def _pid_runs(pid: int) -> bool:
