@@ -10,7 +10,7 @@ import os
 import threading
 from typing import Any, TypeVar
 
-from jaxnb._attach import attachment, record
+from jaxnb._attach import attachment, record, runs
 from jaxnb._core import cluster_names as names
 from jaxnb._core import ipp_internals
 from jaxnb._core.cluster_names import DEFAULT_NAME
@@ -90,7 +90,23 @@ class Attaching:
         if group.attachment is None or group.ipp is None:
             return
         group.ipp.shutdown_atexit = False  # the kernel's exit leaves it running
-        attachment.save(group.attachment, describe(group))
+        kept = record.read(names.record_path(group.attachment.name)) or {}
+        attachment.save(group.attachment, dict(describe(group), runs=kept.get("runs") or []))
+
+    def _note_run(self, name: str, folder: str, kind: str) -> None:
+        """A run or search starts on this named cluster: its folder, in the record (for
+        ``list``, and for a kernel that attaches later to find it)."""
+        hold = self.group.attachment
+        if hold is None or self.group.busy_with:  # busy: it will be refused, not started
+            return
+        doc = record.read(names.record_path(hold.name)) or {}
+        attachment.update(hold, runs=runs.added(doc.get("runs"), name, folder, kind))
+
+    def _run_folder(self, name: str) -> str | None:
+        """The folder of run or search ``name`` as this named cluster's record has it."""
+        hold = self.group.attachment
+        doc = record.read(names.record_path(hold.name)) if hold is not None else None
+        return runs.folder_of((doc or {}).get("runs"), name)
 
 
 def describe(group: Group) -> dict[str, Any]:
@@ -115,7 +131,6 @@ def describe(group: Group) -> dict[str, Any]:
         "pids": [record.process_entry(pid) for pid in sorted(set(pids))],
         "files": [*files, *([group.stacks_dir] if group.stacks_dir else [])],
         "hosts": sorted({p.host for p in group.processes}),
-        "runs": [group.busy_with] if group.busy_with else [],
     }
 
 

@@ -26,8 +26,9 @@ if TYPE_CHECKING:  # loaded on first use: a run's modules (matplotlib, widgets) 
     from jaxnb._train.result import Result
     from jaxnb._tune.result import TuneResult
 
-NOT_NAMED = ("this cluster has no name, so run {run!r} cannot outlive its kernel: use the Result "
-             "its train() returned; start clusters with {attach} to attach their runs later")
+NOT_NAMED = ("this cluster has no name, so {run!r} cannot outlive its kernel: use the result its "
+             "train() or tune() returned; start clusters with {attach} to attach their runs and "
+             "searches later")
 
 
 class ClusterJobs:
@@ -38,6 +39,9 @@ class ClusterJobs:
     _recover: Callable[[], dict[str, float]]
     #: What the cluster does for a run that changes size; ``JaxCluster`` defines it.
     _sizes: Callable[[], Sizes]
+    #: A named cluster's record of its runs and searches (``Attaching`` defines them).
+    _note_run: Callable[[str, str, str], None]
+    _run_folder: Callable[[str], str | None]
 
     def train(
         self,
@@ -93,11 +97,13 @@ class ClusterJobs:
         if min_processes is not None:
             site.check_resizes(self.group)
         repair.ensure_ready(self.group)
-        if break_lock:
-            from jaxnb._train.function import run_name
+        from jaxnb._train.function import run_name
 
-            folder = os.path.join(os.fspath(storage or driver.DEFAULT_STORAGE), run_name(fn, name))
+        folder = os.path.abspath(os.path.join(os.fspath(storage or driver.DEFAULT_STORAGE),
+                                              run_name(fn, name)))
+        if break_lock:
             run_folder.break_lock(folder)
+        self._note_run(os.path.basename(folder), folder, "run")
 
         def run(on_result: Callable[[Result], None] | None) -> Result:
             return driver.train(self.group, fn, config, name=name, storage=storage, resume=resume,
@@ -112,14 +118,17 @@ class ClusterJobs:
         return training.traced(self.group, fn, name, storage, window, run, on_result)
 
     def result(self, run: str, *, storage: str | os.PathLike[str] | None = None,
-               show: bool = False) -> Result:
-        """The live ``Result`` of run ``run``, going on on this named cluster (started in a kernel
-        that is gone, say): read from its folder ``storage/run`` (default ``./jaxnb_runs``), with
-        every report since it began; ``wait()`` returns at its end. ``show``: its live dashboard.
+               show: bool = False) -> Result | TuneResult:
+        """The live result of run or search ``run``, going on on this named cluster (started in a
+        kernel that is gone, say), read from its folder ``storage/run``: a ``Result`` with every
+        report since the run began, or for a search (a folder that holds a study) a
+        ``TuneResult`` with every trial since it began; ``wait()`` returns at its end. Without
+        ``storage``, the folder the cluster's record has for ``run`` (else ``./jaxnb_runs``).
+        ``show``: its live dashboard (a search's view).
 
         Raises:
             jaxnb.ClusterStateError: the cluster is not running here, or not a named cluster.
-            FileNotFoundError: no run of that name in ``storage``.
+            FileNotFoundError: no run or study of that name in ``storage``.
             ValueError: ``run`` is not a plain folder name.
         """
         from jaxnb._core import spelling
@@ -131,7 +140,18 @@ class ClusterJobs:
         run = run_name(None, run)
         if group.attachment is None:
             raise ClusterStateError(NOT_NAMED.format(run=run, attach=spelling.example("name", "NAME")))
-        run_dir = os.path.abspath(os.path.join(os.fspath(storage or driver.DEFAULT_STORAGE), run))
+        run_dir = (self._run_folder(run) if storage is None else None) or os.path.abspath(
+            os.path.join(os.fspath(storage or driver.DEFAULT_STORAGE), run))
+        from jaxnb._tune import attached
+
+        if attached.is_study(run_dir):
+            parent = os.path.dirname(run_dir)  # named in the resume hint unless the default's
+            shown = "" if parent == os.path.abspath(driver.DEFAULT_STORAGE) else parent
+            from jaxnb._attach import queue
+
+            engines = [p.engine_id for p in group.processes]
+            return attached.follow(run_dir, run, show, lambda: queue.busy(group.client, engines),
+                                   shown, lambda: followed.stop_run(group))
         dashboard = None
         if show:
             from jaxnb._widgets.dashboard import Dashboard
@@ -171,6 +191,12 @@ class ClusterJobs:
         options = TuneOptions(**given)
         self.group.require_running()
         repair.ensure_ready(self.group)
+        from jaxnb._train import driver
+        from jaxnb._train.function import run_name
+
+        study = run_name(fn, name)
+        self._note_run(study, os.path.abspath(os.path.join(
+            os.fspath(storage or driver.DEFAULT_STORAGE), study)), "search")
         from jaxnb._tune.runner import tune  # Optuna's side, loaded when a search starts
 
         return tune(self.group, fn, space, options, on_result=on_result, restart=self._recover)

@@ -11,65 +11,14 @@ folder.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
-import psutil
 import pytest
 from support.clusters import wait_until
-from support.factories import environment
-from support.kernel_harness import Kernel
+from support.named_clusters import clusters_dir_fixture, family, gone, jaxnb_cli, kernel  # noqa: F401 - fixtures
 
 #: Starts kernels and engines: not in `bash dev test fast`.
 pytestmark = pytest.mark.engines
 
 STATE = "%%jax_cluster\nimport jax\nx = 40 + jax.process_index()"
-
-
-@pytest.fixture(scope="module")
-def clusters_dir(tmp_path_factory):
-    """Where this module's named clusters are recorded (the kernels inherit it)."""
-    folder = tmp_path_factory.mktemp("clusters")
-    with environment(JAXNB_CLUSTERS_DIR=str(folder)):
-        try:
-            yield folder
-        finally:  # a test that failed half-way leaves no cluster running
-            from jaxnb._attach import attachment
-            from jaxnb._core import cluster_names as names
-
-            for name in names.recorded_names():
-                attachment.stop(name)
-
-
-def kernel() -> Kernel:
-    k = Kernel()
-    k.ok("%load_ext jaxnb\nimport jaxnb")
-    return k
-
-
-def family(folder, name: str) -> list[psutil.Process]:
-    """The supervisor of ``name`` and every process whose watchdog watches it (engines, spares,
-    controller), found from the supervisor's own file and the processes' environment."""
-    with open(folder / f"{name}.supervisor.json") as f:
-        supervisor = psutil.Process(json.load(f)["supervisor"]["pid"])
-    found = [supervisor]
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get("JAXNB_PARENT_PID") == str(supervisor.pid):
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
-
-
-def gone(processes: list[psutil.Process]) -> bool:
-    return not [p for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-
-
-def jaxnb_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "jaxnb", *args], capture_output=True, text=True,
-                          timeout=120)
 
 
 def test_a_killed_kernels_cluster_is_attached_with_its_state_taken_over_listed_and_stopped(
@@ -133,7 +82,7 @@ def test_a_restarted_kernel_attaches_then_detaches_and_the_idle_cluster_stops_it
 FORTY = '''import time, jaxnb
 def forty():
     for step in range(1, 41):
-        time.sleep(0.05)
+        time.sleep(0.1)  # 4 s in all: the kernel is killed before the end, even under load
         jaxnb.report({"step": step, "loss": 1.0 / step})'''
 
 
@@ -159,8 +108,9 @@ def test_a_background_run_keeps_every_report_while_no_kernel_listens_and_a_new_k
         assert b.value("r.steps") == list(range(1, 41))
         assert b.value("[m['step'] for m in r.history]") == list(range(1, 41))
         assert b.value("[r.error is None, r.stopped, r.running]") == [True, False, False]
-        shown = b.ok(f"%jax_train --attach --name forty --storage {tmp_path} -o again")
+        shown = b.ok("%jax_train --attach --name forty -o again")  # its folder from the record
         assert shown.displays and b.value("again.steps") == list(range(1, 41))
+        assert "forty (done)" in b.ok("%jax_cluster list").stdout
         missing = b.run(f"%jax_train --attach --name nope --storage {tmp_path}")
         said = missing.error["evalue"] if missing.error else missing.shown
         assert "no run 'nope'" in said and len(said.strip().splitlines()) == 1, said

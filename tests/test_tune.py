@@ -181,6 +181,14 @@ def test_the_magic_takes_datasets_defined_on_the_engines(shared_magics, cluster,
         ("quadratic --space {'x': tune.uniform(0, 1)} -o 1x", "-o takes a Python name"),
         ("quadratic --space {'x': tune.uniform(0, 1)} --datasets rows", "--datasets takes NAME=VAR"),
         ("quadratic --space {'x': tune.uniform(0, 1)} --steps 0", "--steps takes a positive whole"),
+        ("--space {'x': tune.uniform(0, 1)}", "%jax_tune needs FUNC, the train function (or "
+                                              "--attach --name STUDY"),
+        ("quadratic --attach --name s", "%jax_tune --attach takes no FUNC, only --name STUDY"),
+        ("--attach", "%jax_tune --attach takes no FUNC, only --name STUDY"),
+        ("--attach --name s --trials 3", "--trials starts one; %jax_tune --attach only follows"),
+        ("--attach --name s --space {}", "--space starts one; %jax_tune --attach only follows"),
+        ("--attach --name s", "this cluster has no name, so 's' cannot outlive its kernel: use the "
+                               "result its train() or tune() returned; start clusters with --name"),
     ],
 )
 def test_bad_input_is_one_line_saying_what_to_pass(shared_magics, line, message):

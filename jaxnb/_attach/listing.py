@@ -5,13 +5,17 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from jaxnb._attach import record
+from jaxnb._attach import record, runs
 from jaxnb._core import cluster_names as names
 
 
 def clusters() -> list[dict[str, Any]]:
-    """One dict per running named cluster (see :func:`jaxnb.clusters`); records of supervisors
-    that are gone are removed."""
+    """One dict per named cluster running on this machine: ``name``, ``processes`` (how many),
+    ``hosts``, ``runs`` (its runs and searches, oldest first: each ``name``, ``kind`` "run" or
+    "search", ``state`` as read from its folder, ``folder``), ``attached`` (the pid of the kernel
+    attached, or ``None``), ``idle_since`` (``time.time()`` since when no kernel is attached and
+    nothing runs, or ``None``) and ``idle_timeout``. Records of supervisors that are gone are
+    removed."""
     found = []
     for name in names.recorded_names():
         own = record.read(names.supervisor_path(name)) or {}
@@ -25,7 +29,9 @@ def clusters() -> list[dict[str, Any]]:
             "name": name,
             "processes": len(doc.get("processes") or []),
             "hosts": list(doc.get("hosts") or []),
-            "runs": list(doc.get("runs") or []),
+            "runs": [dict(name=r["name"], kind=r.get("kind", runs.RUN), state=runs.state(r),
+                          folder=r.get("folder")) for r in doc.get("runs") or []
+                     if isinstance(r, dict) and isinstance(r.get("name"), str)],
             "attached": attached,
             "idle_since": None if attached is not None or own.get("busy") else (
                 own.get("idle_since") or doc.get("detached_at") or time.time()),
@@ -34,11 +40,20 @@ def clusters() -> list[dict[str, Any]]:
     return found
 
 
+def left_running(name: str) -> bool:
+    """Whether named cluster ``name`` runs on this machine with no live kernel attached."""
+    own = record.read(names.supervisor_path(name)) or {}
+    if not record.alive(own.get("supervisor")):
+        return False
+    doc = record.read(names.record_path(name)) or {}
+    return not record.alive(doc.get("kernel"))
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     """The clusters as a plain text table (one line each), or a line saying there are none."""
     if not rows:
         return "jaxnb: no named cluster runs on this machine"
-    lines = [f"{'NAME':<16} {'PROCESSES':>9}  {'HOSTS':<20} {'RUNS':<16} STATE"]
+    lines = [f"{'NAME':<16} {'PROCESSES':>9}  {'HOSTS':<20} {'STATE':<40} RUNS"]
     for row in rows:
         if row["attached"] is not None:
             state = f"attached (kernel pid {row['attached']})"
@@ -47,6 +62,8 @@ def table(rows: list[dict[str, Any]]) -> str:
             state = f"idle since {since}"
         else:
             state = "no kernel attached; busy"
+        shown = ", ".join(f"{r['name']} ({'search, ' if r['kind'] == runs.SEARCH else ''}"
+                          f"{r['state']})" for r in row["runs"])
         lines.append(f"{row['name']:<16} {row['processes']:>9}  {','.join(row['hosts']):<20} "
-                     f"{','.join(row['runs']) or '-':<16} {state}")
+                     f"{state:<40} {shown or '-'}")
     return "\n".join(lines)

@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Any
 
-from jaxnb._attach import record
+from jaxnb._attach import queue, record
 from jaxnb._core import cluster_names as names
 
 #: How often it looks at its record and at the engines.
@@ -88,9 +88,7 @@ class _Supervisor:
                     self.client.close()
                 self.client, self.connection = None, doc["connection"]
                 self.client = ipp.Client(doc["connection"], timeout=10)
-            queue = self.client.queue_status()
-            engines = {p["engine_id"] for p in doc.get("processes", [])}
-            return any((queue.get(e) or {}).get("queue", 0) for e in engines)
+            return queue.busy(self.client, {p["engine_id"] for p in doc.get("processes", [])})
         except Exception:  # the controller is gone or slow: nothing can run there
             return False
 

@@ -40,7 +40,7 @@ def follow(group: Group, run_dir: str, name: str, dashboard: Any = None) -> Resu
     if dashboard is not None:
         dashboard.show()
     result = Result(name, run_dir)
-    result.set_stopper(lambda: _stop(group))
+    result.set_stopper(lambda: stop_run(group))
     reader = _Reader(result, run_reports.Tail(file), dashboard)
     reader.step()  # what is there already, before this returns
     if result.running:
@@ -113,8 +113,9 @@ class _Reader:
         result.set_done()
 
 
-def _stop(group: Group) -> None:
-    """``Result.stop()``: ask every process to end the run at the same report."""
+def stop_run(group: Group) -> None:
+    """``Result.stop()`` of a followed run (or a trial whose search's kernel is gone): ask every
+    process to end the run going on at the same report."""
     from jaxnb._failures import free
 
     free.signal_processes(group, list(group.indices), STOP_SIGNAL)

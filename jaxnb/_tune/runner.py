@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import os
 import sys
 import threading
 import time
-from collections.abc import Mapping
 from typing import Any
 
 from jaxnb._core.errors import ClusterStateError, RemoteError
@@ -17,11 +17,12 @@ from jaxnb._failures import detect
 from jaxnb._train import driver, function
 from jaxnb._train.recovery import Restart
 from jaxnb._train.result import Result
-from jaxnb._tune import keys, lease, trial_record
+from jaxnb._tune import keys, lease, search_info, trial_record
 from jaxnb._tune import space as spaces
 from jaxnb._tune import study as studies
-from jaxnb._tune.feed import TrialFeed, metric_value
+from jaxnb._tune.feed import TrialFeed
 from jaxnb._tune.options import TuneOptions, make_pruner
+from jaxnb._tune.past import past_trials, show_past, trial_run_name
 from jaxnb._tune.result import TrialResult, TuneResult
 from jaxnb._tune.view import TuneView
 
@@ -33,11 +34,6 @@ UNREAD = ("jaxnb: the search samples {keys} but {fn} never reads {them} (no such
           "code); check {space} against the config keys {fn} uses")
 CANNOT_GO_ON = "the cluster cannot run more trials: {why}"
 STOPPED = "stopped on request after trial {n}"
-
-
-def trial_run_name(number: int) -> str:
-    """The run folder of trial ``number`` under the study folder."""
-    return f"trial_{number:04d}"
 
 
 def tune(group: Group, fn: Any, space: Any, opts: TuneOptions, *, on_result: Any = None,
@@ -60,7 +56,8 @@ def tune(group: Group, fn: Any, space: Any, opts: TuneOptions, *, on_result: Any
     if opts.break_lock:
         lease.break_lock(folder)
     opened = studies.open_study(folder, name, opts.direction, make_pruner(opts.pruner),
-                                optuna.samplers.TPESampler(seed=opts.seed), opts.resume)
+                                optuna.samplers.TPESampler(seed=opts.seed), opts.resume,
+                                metric=opts.metric, base=opts.config)
     try:  # the study is this search's until it ends (one live search per study)
         result = TuneResult(opened.study, folder, opts.metric, opts.mode)
         search = _Search(group, fn, sample, opts, result, restart)
@@ -119,10 +116,13 @@ class _Search:
             self.view.set_status("stopping", "the search ends after the current trial")
 
     def run(self, opened: studies.Opened) -> None:
-        for past, params in _past_trials(self.study, self.result.path, self.opts.metric,
+        opts = self.opts
+        search_info.started(self.study, opts.metric, opts.mode, opts.trials, opts.config)
+        for past, params in past_trials(self.study, self.result.path, self.opts.metric,
                                          self.opts.config):
             self.result.trials.append(past)
-            self._show_past(past, params)
+            if self.view is not None:
+                show_past(self.view, past, params, opts.metric)
         if self.view is not None:
             self.view.show()
         status, message, first = "finished", "", True
@@ -152,6 +152,8 @@ class _Search:
         self._finish(status, message)
 
     def _finish(self, status: str, message: str) -> None:
+        with contextlib.suppress(Exception):  # the journal could not be written: the lease tells
+            search_info.ended(self.study, status, message)
         if self.view is not None:
             self.view.finish(status, message)
 
@@ -250,48 +252,3 @@ class _Search:
         monitor = self.group.current_run
         if monitor is not None:
             monitor.request_stop()
-
-    def _show_past(self, past: TrialResult, params: dict[str, Any]) -> None:
-        if self.view is None:
-            return
-        self.view.trial_started(past.number, params)
-        for step, metrics in zip(past.steps, past.history, strict=True):
-            value = metric_value(metrics, self.opts.metric)
-            if value is not None:
-                self.view.add(past.number, step, value)
-        if past.steps:
-            self.view.saw_step(past.number, past.steps[-1])
-        self.view.trial_ended(past.number, past.state, past.value, seconds=past.seconds)
-
-
-def _past_trials(study: Any, folder: str, metric: str, base: Mapping[str, Any] | None
-                 ) -> list[tuple[TrialResult, dict[str, Any]]]:
-    """The finished trials of a resumed study, as TrialResults: as the search showed them (their
-    ``trial.json``), else from Optuna's record (a study from an older jaxnb)."""
-    from optuna.trial import TrialState
-
-    past = []
-    for t in study.get_trials(deepcopy=False):
-        if t.state not in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL):
-            continue
-        name = t.user_attrs.get("run", trial_run_name(t.number))
-        run = Result(name, os.path.join(folder, name))
-        run.set_done()
-        past.append(trial_record.read(run, t.number, base)
-                    or _from_optuna(t, run, metric, {**(base or {}), **t.params}))
-    return past
-
-
-def _from_optuna(t: Any, run: Result, metric: str, config: dict[str, Any]
-                 ) -> tuple[TrialResult, dict[str, Any]]:
-    """Trial ``t`` and its parameters from what Optuna kept: the metric at each step it was told."""
-    from optuna.trial import TrialState
-
-    for step, value in sorted(t.intermediate_values.items()):
-        run.add_report({"step": step, metric: value}, step)
-    value = t.value if t.state == TrialState.COMPLETE else (
-        run.history[-1][metric] if run.history else None)
-    trial = TrialResult.of(run, t.number, config, t.state.name, value)
-    if t.datetime_start and t.datetime_complete:
-        trial.seconds = (t.datetime_complete - t.datetime_start).total_seconds()
-    return trial, dict(t.params)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,27 +34,30 @@ class Opened:
     hold: Hold
     done: int = 0
     requeued: list[int] = field(default_factory=list)
+    told: list[int] = field(default_factory=list)  # ended on the engines: told COMPLETE
 
 
 def open_study(folder: str, name: str, direction: str, pruner: Any, sampler: Any,
-               resume: bool) -> Opened:
+               resume: bool, metric: str | None = None,
+               base: Mapping[str, Any] | None = None) -> Opened:
     """Create (or, with ``resume``, load) study ``name`` kept in ``folder/study.journal``.
 
     Holds the study for this search (:mod:`.lease`): refused in one line while another
     search runs it, so creating it if absent and taking trials over are atomic. Resuming
     marks a trial left RUNNING by a search whose kernel died FAIL and queues its parameters
-    again; finished trials are kept.
+    again, unless its run ended well on the engines (with ``metric``: then it is told COMPLETE,
+    :mod:`.ended`); finished trials are kept.
     """
     locked = lease.lock(folder, name)
     try:
-        return _open(folder, name, direction, pruner, sampler, resume, locked)
+        return _open(folder, name, direction, pruner, sampler, resume, locked, metric, base)
     except BaseException:
         locked.release()
         raise
 
 
 def _open(folder: str, name: str, direction: str, pruner: Any, sampler: Any, resume: bool,
-          locked: FileLock) -> Opened:
+          locked: FileLock, metric: str | None, base: Mapping[str, Any] | None) -> Opened:
     import optuna
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
@@ -78,19 +82,24 @@ def _open(folder: str, name: str, direction: str, pruner: Any, sampler: Any, res
     opened = Opened(study, folder, lease.Hold(study, locked, name, folder))
     if resume:
         try:
-            _recover(opened)
+            _recover(opened, metric, base)
         except BaseException:
             opened.hold.release()
             raise
     return opened
 
 
-def _recover(opened: Opened) -> None:
+def _recover(opened: Opened, metric: str | None, base: Mapping[str, Any] | None) -> None:
     from optuna.trial import TrialState
+
+    from jaxnb._tune import ended
 
     study = opened.study
     for trial in study.get_trials(deepcopy=False):
-        if trial.state == TrialState.RUNNING:
+        if trial.state == TrialState.RUNNING and metric is not None and ended.counted(
+                study, trial, opened.folder, metric, base):
+            opened.told.append(trial.number)
+        elif trial.state == TrialState.RUNNING:
             study.set_user_attr(f"{INTERRUPTED}_{trial.number}", True)
             study.tell(trial.number, state=TrialState.FAIL)
             study.enqueue_trial(trial.params, user_attrs={RERUN_OF: trial.number},

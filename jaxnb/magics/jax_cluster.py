@@ -9,6 +9,7 @@ one-line ``UsageError``.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +18,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 
 from jaxnb._cluster import JaxCluster, check_run
 from jaxnb._core import spelling
+from jaxnb._core.cluster_names import DEFAULT_NAME
 from jaxnb._core.errors import StartError, short_interrupt
 from jaxnb._core.messages import ALREADY_RUNNING
 from jaxnb._core.options import Flag, start_flags
@@ -25,6 +27,10 @@ from jaxnb.magics import accept, kit
 SUBCOMMANDS = ("start", "status", "stop", "restart", "reset", "stacks", "memory", "scale", "attach",
                "detach", "list")
 #: ``%jax_cluster start``'s flags: ``JaxCluster`` keyword -> flag.
+#: Said by an unnamed start while cluster ``default`` runs with no kernel attached.
+LEFT_RUNNING = ("jaxnb: cluster {name!r} runs on this machine with no kernel attached (its "
+                "engines' state and runs kept); `%jax_cluster attach` takes it over, "
+                "`python -m jaxnb stop {name}` ends it; this start makes another cluster, unnamed")
 START_FLAGS = {keyword: spelling.flag_of(keyword) for keyword in start_flags()}
 
 
@@ -141,6 +147,11 @@ def _start(front: kit.Front, options: dict[str, Any]) -> None:
         raise UsageError(ALREADY_RUNNING)
     with kit.api_call():
         cluster = JaxCluster(**options)
+    if cluster.options.name is None:
+        from jaxnb._attach import listing
+
+        if listing.left_running(DEFAULT_NAME):  # a kernel restarted, its notebook run again
+            print(LEFT_RUNNING.format(name=DEFAULT_NAME), file=sys.stderr)
     front.cluster = cluster
     try:
         with kit.api_call(StartError):

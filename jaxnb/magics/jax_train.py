@@ -7,13 +7,12 @@ of the same name)."""
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from jaxnb.magics import accept, kit
+from jaxnb.magics import accept, follow, kit
 
 
 @magic_arguments(name="jax_train")
@@ -92,22 +91,5 @@ _STARTING = ("config", "resume", "break_lock", "background", "steps", "datasets"
 
 def _attach(front: kit.Front, args: Any, store: Any, config: bool) -> Any:
     """``--attach --name RUN``: the live dashboard of a run going on, until it ends; its Result."""
-    if args.func is not None or args.name is None:
-        raise UsageError("%jax_train --attach takes no FUNC, only --name RUN (the run to follow): "
-                         "%jax_train --attach --name RUN")
-    extra = ["config"] * config + [n for n in _STARTING if getattr(args, n, None) not in (None, False)]
-    if extra:
-        raise UsageError(f"--{extra[0].replace('_', '-')} starts a run; %jax_train --attach only "
-                         "follows one: drop it")
-    cluster = front.require()
-    with kit.api_call():
-        result = cluster.result(args.name, storage=args.storage, show=True)
-    try:
-        result.wait()
-    except KeyboardInterrupt:  # stop following; the run goes on
-        print(f"jaxnb: stopped following run {args.name!r}; it goes on (follow it again with "
-              f"%jax_train --attach --name {args.name})")
-    store(result)
-    if result.error is not None:
-        print(f"jaxnb: {result.error}", file=sys.stderr)
-    return result
+    starting = ["config"] * config + [n for n in _STARTING if getattr(args, n, None) not in (None, False)]
+    return follow.follow(front, args, store, starting, "jax_train", "RUN")

@@ -10,11 +10,12 @@ from IPython.core.error import UsageError
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from jaxnb._tune.options import DEFAULT_METRIC, DEFAULT_TRIALS
-from jaxnb.magics import accept, kit
+from jaxnb.magics import accept, follow, kit
 
 
 @magic_arguments(name="jax_tune")
-@argument("func", help="the train function: defined in the notebook, or on the engines")
+@argument("func", nargs="?", default=None,
+          help="the train function: defined in the notebook, or on the engines")
 @argument("--space", metavar="EXPR", help="search space, evaluated in the notebook: a dict of "
           "jaxnb.tune.uniform/loguniform/randint/choice or Optuna distributions, or a function "
           "trial -> dict (rest of the line up to the next flag)")
@@ -42,16 +43,22 @@ from jaxnb.magics import accept, kit
           "that is gone (refused while its host answers)")
 @argument("--background", action="store_true", help="return at once; VAR holds the live "
           "TuneResult; the view's Stop search button ends the search after the current trial")
+@argument("--attach", action="store_true", help="with --name STUDY and no FUNC: show the live view "
+          "of search STUDY going on on this attached cluster (every trial since it began) until it "
+          "ends")
 @argument("-o", "--output", default=None, metavar="VAR", help="store the TuneResult in VAR")
 def jax_tune(line: str) -> None:
     """%jax_tune FUNC --space EXPR [--trials N] [--metric NAME] [--mode min|max]
     [--pruner median|asha|none] [--config EXPR] [--name STUDY] [--storage DIR] [--steps N]
     [--datasets NAME=VAR,…] [--max-failures N] [--keep-checkpoints N] [--resume] [--break-lock]
-    [--background] [-o VAR]
+    [--background] [--attach] [-o VAR]
 
     Hyperparameter search with Optuna: each trial runs FUNC on every JAX process
     (as %jax_train) with the base config updated by the sampled values; reports of
     the metric feed the pruner; the study lives in DIR/STUDY, so --resume continues it.
+    %jax_tune --attach --name STUDY (no FUNC) shows again the live view of search STUDY
+    going on on an attached named cluster, with every trial since it began, and stores
+    its TuneResult in VAR at its end.
     """
 
 
@@ -62,15 +69,28 @@ def jax_tune(line: str) -> None:
 EXPRESSIONS = {"--space": "dict(lr=jaxnb.tune.loguniform(1e-4, 1e-1))", "--config": "dict(steps=100)"}
 
 
+#: The flags that only start a search (refused with ``--attach``).
+_STARTING = ("trials", "metric", "mode", "pruner", "steps", "datasets", "max_failures",
+             "keep_checkpoints", "resume", "break_lock", "background")
+
+
 def run(front: kit.Front, line: str, local_ns: dict | None) -> Any:
     """Parse, evaluate in the notebook, and call ``JaxCluster.tune``."""
     rest, exprs = kit.split_expressions(line, jax_tune, EXPRESSIONS)
     args = parse_argstring(jax_tune, rest)
+    if args.attach:
+        starting = [f.lstrip("-") for f in exprs] + [
+            n for n in _STARTING if getattr(args, n, None) not in (None, False)]
+        return follow.follow(front, args, kit.storing(front.shell, args.output), starting,
+                             "jax_tune", "STUDY")
+    if args.func is None:
+        raise UsageError("%jax_tune needs FUNC, the train function (or --attach --name STUDY to "
+                         "follow a search going on); see %jax_tune?")
     if "--space" not in exprs:
         raise UsageError("%jax_tune needs --space; e.g. %jax_tune train --space "
                          "dict(lr=jaxnb.tune.loguniform(1e-4, 1e-1)) --metric loss")
     store = kit.storing(front.shell, args.output)
-    options = {**kit.given(args, "func", "output", "space", "config"),
+    options = {**kit.given(args, "func", "output", "space", "config", "attach"),
                "datasets": kit.datasets(args.datasets)}
     space = kit.evaluate("--space", exprs["--space"], front.shell, local_ns)
     config = kit.evaluate("--config", exprs.get("--config"), front.shell, local_ns)
