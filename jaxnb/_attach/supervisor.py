@@ -2,7 +2,8 @@
 jupyter_client's kill of the kernel's process group does not reach it.
 
 The engines' and the controller's watchdogs watch it instead of the kernel: while it runs,
-they outlive any kernel; when it ends (even by SIGKILL), they end too. It ends when asked
+they outlive any kernel; when it ends (even by SIGKILL), they end too. A run that recovers
+(``--max-failures``) whose kernel is gone, it drives on to its end (:mod:`.driving`). It ends when asked
 (SIGTERM: ``%jax_cluster stop``, ``python -m jaxnb stop NAME``), when its record is gone (a
 stop by the kernel), or after ``--idle-timeout`` seconds with no kernel attached and no
 request running on the engines (asked of the controller through ipyparallel, the only
@@ -18,7 +19,7 @@ import sys
 import time
 from typing import Any
 
-from jaxnb._attach import record
+from jaxnb._attach import driving, record
 from jaxnb._core import cluster_names as names
 
 #: How often it looks at its record and at the engines.
@@ -37,6 +38,7 @@ class _Supervisor:
         self.client: Any = None
         self.connection: str | None = None
         self.started = time.time()
+        self.driver: driving.Driver | None = None  # a run it drives on, its kernel gone
 
     def say(self, **extra: Any) -> None:
         record.write(self.own, {"name": self.name, "supervisor": record.me(),
@@ -55,16 +57,29 @@ class _Supervisor:
                     break  # stopped by a kernel (it removed the record), or never started
             else:
                 seen = True
+                self.drive(doc)
                 if self.idle_for(doc) >= (self.idle_timeout if self.idle_timeout is not None
                                           else float("inf")):
                     break
             time.sleep(POLL_SECONDS)
+        if self.driver is not None:  # the run ends with the cluster
+            self.driver.cancel()
         self.stop(record.read(self.path))
+
+    def drive(self, doc: dict[str, Any]) -> None:
+        """Drive on a run whose kernel is gone (one at a time)."""
+        if self.driver is not None and self.driver.alive():
+            return
+        entry = driving.wanted(doc)
+        if entry is not None:
+            self.driver = driving.Driver(self.name, entry)
+            self.driver.start()
 
     def idle_for(self, doc: dict[str, Any]) -> float:
         """Seconds with no kernel attached and nothing running (0 while either)."""
         attached = record.alive(doc.get("kernel"))
-        running = not attached and self.busy(doc)
+        running = not attached and ((self.driver is not None and self.driver.alive())
+                                    or self.busy(doc))
         if attached or running:
             if self.idle_since is not None or running != self.running:
                 self.idle_since, self.running = None, running

@@ -1,0 +1,251 @@
+"""The supervisor drives a run on when the kernel driving it is gone (``--max-failures``).
+
+A run that recovers on a named cluster is named in the cluster's record with the process that
+drives it (:mod:`jaxnb._train.handing`). When that kernel is gone (SIGKILLed, restarted), the
+supervisor takes the run over, on a thread of its own:
+
+- it holds the cluster as a kernel would (:func:`jaxnb._cluster_attach.adopt`: ipyparallel's
+  connection files, nothing else), and asks a live engine for the run's spec (the function and config as
+  cloudpickle bytes, the setup to replay) on its control channel: ipyparallel's transport,
+  never a file;
+- it follows the attempt under way through the run folder (process 0's events,
+  :mod:`jaxnb._core.run_reports`) and the processes' liveness (:mod:`jaxnb._failures.detect`);
+- on a death it books the failure, restarts the group, replays the setup, resumes the function
+  from the latest checkpoint (:class:`~jaxnb._train.recovery.Recovery`'s rules: the limit, a
+  failure repeated at the same step), and writes each recovery and the run's end to the run
+  folder (:mod:`jaxnb._train.run_events`), where a kernel that attaches later reads them.
+
+What goes wrong is said in the cluster's log and as the run's end (``Result.error``): the run
+never waits on a driver that gave up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+import time
+import traceback
+import types
+from typing import Any
+
+from jaxnb._attach import record
+from jaxnb._core import cluster_names as names
+
+#: How often the run is looked at (its folder, its processes' liveness).
+POLL_SECONDS = 0.1
+#: After process 0 ended its attempt, how long a death elsewhere may still show.
+END_GRACE_SECONDS = 1.0
+#: How long a live engine has to hand over the run's spec.
+SPEC_SECONDS = 15.0
+GAVE_UP = "the cluster's supervisor could not drive the run on without its kernel: {why}"
+NO_SPEC = "no live engine holds the run's function (every process was gone when its kernel went)"
+
+
+def wanted(doc: dict[str, Any]) -> dict[str, Any] | None:
+    """The run a record names whose driver is gone (the supervisor's to drive), or ``None``."""
+    entry = doc.get("driving")
+    if not isinstance(entry, dict) or record.alive(entry.get("driver")):
+        return None
+    if not all(isinstance(entry.get(k), str) for k in ("run", "run_dir", "run_id")):
+        return None
+    return entry if isinstance(entry.get("max_failures"), int) else None
+
+
+class Driver:
+    """Drives one run to its end on a thread (:meth:`start`); :meth:`cancel` when stopping."""
+
+    def __init__(self, name: str, entry: dict[str, Any]) -> None:
+        self.name, self.entry = name, dict(entry, driver=record.me())
+        self.run_dir, self.run = entry["run_dir"], entry["run"]
+        self.cancelled = threading.Event()
+        self.thread = threading.Thread(target=self._main, name=f"jaxnb-drive-{self.run}", daemon=True)
+        self.held: Any = None  # jaxnb._cluster_attach.Adopted, once it holds the cluster
+
+    def start(self) -> None:
+        _update(self.name, driving=self.entry)  # no other supervisor pass takes it again
+        say(f"driving run {self.run!r} on: its kernel is gone")
+        self.thread.start()
+
+    def alive(self) -> bool:
+        return self.thread.is_alive()
+
+    def cancel(self, seconds: float = 5.0) -> None:
+        """The cluster stops: the run ends with it (the engines are stopped by the caller)."""
+        self.cancelled.set()
+        self.thread.join(seconds)
+
+    def _main(self) -> None:
+        from jaxnb._train import run_events
+
+        try:
+            end = self._drive()
+        except BaseException as exc:  # said in the log and as the run's end; never silent
+            why = (f"{type(exc).__name__}: {getattr(exc, 'summary', None) or exc}".splitlines() or [""])[0]
+            say(f"could not drive run {self.run!r} on: {why}\n{traceback.format_exc()}")
+            end = run_events.final_end(GAVE_UP.format(why=why))
+        if end is not None:
+            run_events.append(self.run_dir, end)
+            how = end.get("error") or ("stopped" if end.get("stopped") else "finished")
+            say(f"run {self.run!r} ended: {how}")
+        _update(self.name, driving=None, runs=[])
+        held, self.held = self.held, None
+        if held is not None and held.group.client is not None:
+            with contextlib.suppress(Exception):
+                held.group.client.close()
+
+    def _drive(self) -> dict[str, Any] | None:
+        """Follow the run to its end, recovering from deaths; its final ``end`` (``None`` when
+        the cluster stops meanwhile)."""
+        from jaxnb._cluster import JaxCluster
+        from jaxnb._cluster_attach import adopt
+        from jaxnb._core import run_reports
+        from jaxnb._train import run_events
+        from jaxnb._train.attempts import EXECUTE, prepare
+
+        self.held = held = adopt(JaxCluster, self.name)
+        group = held.group
+        group.driving, group.busy_with = self.entry, self.run
+        spec = self._spec(group)
+        recovery = _recovery(held, spec, self.entry)
+        attempt = _Attempt(run_reports.Tail(run_reports.path(self.run_dir)), None)
+        while not self.cancelled.is_set():
+            death = attempt.follow(group, self.cancelled)
+            if death is None:
+                return None if self.cancelled.is_set() else attempt.final()
+            failure, refuse = recovery.record(death)
+            if refuse is None and spec.get("setup_error"):
+                refuse = spec["setup_error"]
+            if refuse is not None:
+                run_events.append(self.run_dir, run_events.failure_event(failure))
+                return run_events.final_end(_summary(death.gave_up, refuse))
+            latest = recovery.latest()
+            say(f"recovering run {self.run!r}: {recovery.status(failure, latest)}")
+            assert recovery.restart is not None
+            _update(self.name, restarting=time.time())  # an attach waits for the new engines
+            try:
+                failure.phases.update(recovery.restart())
+            finally:
+                _update(self.name, restarting=None)
+            failure.resumed_from = None if latest is None else latest.step
+            run_events.append(self.run_dir, run_events.failure_event(failure))
+            spec.update(resume=latest)
+            prepare(group, spec)
+            group.busy_with = self.run
+            attempt = _Attempt(attempt.tail, group.view.apply_async(EXECUTE))
+            _update(self.name, runs=[self.run])
+        return None
+
+    def _spec(self, group: Any) -> dict[str, Any]:
+        """The run's spec, from the first live engine that holds it (its control channel)."""
+        from jaxnb._core import ipp_internals
+        from jaxnb._core.contract import EngineCall
+        from jaxnb._failures import detect
+
+        dead = detect.dead_processes(group)
+        for info in group.processes:
+            if info.process_index in dead:
+                continue
+            with contextlib.suppress(Exception):
+                future = ipp_internals.control_apply(group.client, info.engine_id,
+                                                     EngineCall("jaxnb._engine.run.held:spec"))
+                spec = ipp_internals.reply_value(future.result(timeout=SPEC_SECONDS))
+                if isinstance(spec, dict) and spec.get("run_id") == self.entry["run_id"]:
+                    return spec
+        raise RuntimeError(NO_SPEC)
+
+
+class _Attempt:
+    """One attempt followed from the run folder (``ar``: its requests, when this driver sent
+    them) and from the processes' liveness."""
+
+    def __init__(self, tail: Any, ar: Any) -> None:
+        self.tail, self.ar = tail, ar
+        self.last_step: int | None = None  # the highest step this attempt reported
+        self.end: dict[str, Any] | None = None
+        self.final_end: dict[str, Any] | None = None
+        self.ended_at: float | None = None
+        self._read()
+
+    def _read(self) -> None:
+        for event in self.tail.read():  # from the file's start: the last attempt is under way
+            kind = event.get("kind")
+            if kind == "start":
+                self.end = self.ended_at = self.last_step = None
+            elif kind == "report" and isinstance(event.get("step"), int):
+                self.last_step = max(self.last_step or event["step"], event["step"])
+            elif kind == "end" and event.get("final"):
+                self.final_end = event
+            elif kind == "end":
+                self.end, self.ended_at = event, time.monotonic()
+
+    def follow(self, group: Any, cancelled: threading.Event) -> Any:
+        """Wait for this attempt's end (``None``) or a death (a monitor-like record of it)."""
+        from jaxnb._failures import detect, watch
+
+        while not cancelled.wait(POLL_SECONDS):
+            self._read()
+            if self.final_end is not None:  # the kernel ended the run before it went
+                return None
+            dead = detect.dead_processes(group)
+            if dead:
+                error = watch.died(group, dead, [])
+                return types.SimpleNamespace(gave_up=error, last_step=self.last_step, deaths=dead,
+                                             result=types.SimpleNamespace(failures=[]))
+            if self.end is not None and (self.ar is None or self.ar.ready()) and (
+                    time.monotonic() - (self.ended_at or 0.0) >= END_GRACE_SECONDS):
+                return None
+        return None
+
+    def final(self) -> dict[str, Any] | None:
+        """The run's end: process 0's (its error, or its stop); ``None`` when the kernel wrote
+        it already."""
+        from jaxnb._train import run_events
+
+        if self.final_end is not None:
+            return None
+        end = self.end or {}
+        return run_events.final_end(end.get("error"), bool(end.get("stopped")), end.get("stopped_at"))
+
+
+def _recovery(held: Any, spec: dict[str, Any], entry: dict[str, Any]) -> Any:
+    """The run's recovery policy, with the recoveries its folder records and a restart that
+    replays the setup the kernel sent (pushes as cloudpickle bytes)."""
+    from jaxnb._core.contract import EngineCall
+    from jaxnb._core.replay import Replay, Step
+    from jaxnb._train import run_events
+    from jaxnb._train.recovery import Recovery
+
+    group = held.group
+    steps = []
+    for step in spec.get("setup") or []:
+        if step.get("kind") == "cell":
+            steps.append(Step("cell", code=str(step["code"]), timeout=step.get("timeout")))
+        else:
+            steps.append(Step("push", values=tuple(dict(step.get("values") or {}).items())))
+    group.setup = Replay(steps)
+
+    def push(values: dict[str, Any]) -> None:
+        group.view.apply_sync(EngineCall("jaxnb._engine.run.held:set_pickled"), values)
+
+    recovery = Recovery(entry["max_failures"], lambda: held.restart(push), entry["run_dir"], entry["run"])
+    recovery.failures = [f for f in run_events.failures_in(entry["run_dir"]) if f.processes]
+    return recovery
+
+
+def _summary(error: Any, reason: str) -> str:
+    first = (str(getattr(error, "summary", None) or error).splitlines() or [""])[0]
+    return f"{first}; {reason}"
+
+
+def _update(name: str, **fields: Any) -> None:
+    """Change fields of the cluster's record, leaving the rest (the attached kernel) as it is."""
+    path = names.record_path(name)
+    doc = record.read(path)
+    if doc is not None:
+        record.write(path, dict(doc, **fields))
+
+
+def say(line: str) -> None:
+    """One line in the cluster's log (the supervisor's stderr)."""
+    print(f"jaxnb supervisor {time.strftime('%H:%M:%S')}: {line}", file=sys.stderr, flush=True)
