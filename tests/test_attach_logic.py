@@ -109,3 +109,35 @@ def test_the_terminal_commands(folder):
     assert missing.returncode == 1 and "no cluster named 'nothing'" in missing.stderr
     bad = cli("stop", "../x")
     assert bad.returncode == 2 and "a cluster name is" in bad.stderr
+
+
+def test_the_supervisor_drives_on_only_a_well_formed_run_whose_driver_is_gone():
+    from jaxnb._attach import driving
+
+    gone = {"pid": os.getpid(), "created": 1.0}  # this pid, but not this process: gone
+    run = {"run": "r", "run_dir": "/runs/r", "run_id": "abc", "max_failures": 1}
+    assert driving.wanted({"driving": dict(run, driver=gone)}) == dict(run, driver=gone)
+    assert driving.wanted({"driving": dict(run, driver=record.me())}) is None  # still driven
+    assert driving.wanted({"driving": None}) is None and driving.wanted({}) is None
+    for odd in ({"run_dir": ["/"]}, {"max_failures": "1"}, {"run": None}):
+        assert driving.wanted({"driving": dict(run, driver=gone, **odd)}) is None
+
+
+def test_a_new_run_waits_for_the_one_the_supervisor_drives_on(folder):
+    from jaxnb import ClusterStateError
+    from jaxnb._attach.attachment import Attachment
+    from jaxnb._core.options import ClusterOptions
+    from jaxnb._core.state import Group
+    from jaxnb._train import handing
+
+    names.folder()  # made private, as a start makes it
+    parent = record.process_entry(os.getppid())  # a live process that is not this one
+    group = Group(ClusterOptions(name="exp1"))
+    group.attachment = Attachment("exp1", None, parent)
+    record.write(names.record_path("exp1"), {"driving": {"run": "mlp", "driver": parent}})
+    with pytest.raises(ClusterStateError, match=r"^run 'mlp' is still running on this cluster \("):
+        handing.check_free(group)
+    record.write(names.record_path("exp1"), {"driving": {"run": "mlp", "driver": record.me()}})
+    handing.check_free(group)  # this kernel's own run: busy_with says so
+    record.write(names.record_path("exp1"), {"driving": None})
+    handing.check_free(group)

@@ -39,6 +39,7 @@ END_GRACE_SECONDS = 1.0
 #: How long a live engine has to hand over the run's spec.
 SPEC_SECONDS = 15.0
 GAVE_UP = "the cluster's supervisor could not drive the run on without its kernel: {why}"
+STOPPED = "the cluster was stopped while its supervisor drove the run on (its kernel gone)"
 NO_SPEC = "no live engine holds the run's function (every process was gone when its kernel went)"
 
 
@@ -80,6 +81,8 @@ class Driver:
 
         try:
             end = self._drive()
+            if end is None and self.cancelled.is_set():
+                end = run_events.final_end(STOPPED)
         except BaseException as exc:  # said in the log and as the run's end; never silent
             why = (f"{type(exc).__name__}: {getattr(exc, 'summary', None) or exc}".splitlines() or [""])[0]
             say(f"could not drive run {self.run!r} on: {why}\n{traceback.format_exc()}")

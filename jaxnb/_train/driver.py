@@ -84,6 +84,7 @@ def train(
     handover.wait_if_stopping(group)  # a run asked to stop may take a moment to end
     if group.busy_with:
         raise ClusterStateError(BUSY.format(name=group.busy_with))
+    handing.check_free(group)
     run = function.run_name(fn, name)
     spec = function.package(fn, config)
     spec.update(datasets=dataset_names.check(datasets), keep_checkpoints=keep_checkpoints)

@@ -13,8 +13,13 @@ from __future__ import annotations
 from typing import Any
 
 from jaxnb._attach import attachment, record
+from jaxnb._core import cluster_names as names
+from jaxnb._core.errors import ClusterStateError
 from jaxnb._core.state import Group
 
+DRIVEN = ("run {name!r} is still running on this cluster (the cluster drives it on since its "
+          "kernel went); follow it with `cluster.result({name!r})` or `%jax_train --attach --name "
+          "{name}`, and start the next run once it ended")
 NOT_PACKED = ("the setup could not be sent to the engines ({error}), so the cluster cannot "
               "replay it once the kernel is gone")
 
@@ -30,6 +35,15 @@ def hand(group: Group, spec: dict[str, Any], name: str, max_failures: int) -> No
     group.driving = {"run": name, "run_dir": spec["run_dir"], "run_id": spec["run_id"],
                      "max_failures": max_failures, "driver": record.me()}
     attachment.update(hold, driving=group.driving, runs=[name])
+
+
+def check_free(group: Group) -> None:
+    """Refuse a new run while the cluster's supervisor drives one on (its kernel gone)."""
+    hold = group.attachment
+    doc = None if hold is None else record.read(names.record_path(hold.name))
+    entry = (doc or {}).get("driving")
+    if isinstance(entry, dict) and entry.get("driver") != record.me() and record.alive(entry.get("driver")):
+        raise ClusterStateError(DRIVEN.format(name=entry.get("run")))
 
 
 def release(group: Group) -> None:
