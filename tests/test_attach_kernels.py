@@ -197,6 +197,8 @@ def test_a_run_recovers_while_no_kernel_is_attached_and_a_new_kernel_sees_the_fa
         a.ok(STEADY)
         a.ok(f"%jax_train steady --storage {tmp_path} --background --max-failures 1 -o live")
         wait_until(lambda: a.value("len(live.history)") >= 1, timeout=60, what="a first report")
+        wait_until(lambda: json.loads((clusters_dir / "driven.supervisor.json").read_text())
+                   .get("holds") == "steady", timeout=60, what="the supervisor holding the run's spec")
         a_pid = a.pid
         a.kill()  # SIGKILL: nothing of the kernel's driver is left
     finally:

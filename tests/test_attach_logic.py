@@ -111,16 +111,15 @@ def test_the_terminal_commands(folder):
     assert bad.returncode == 2 and "a cluster name is" in bad.stderr
 
 
-def test_the_supervisor_drives_on_only_a_well_formed_run_whose_driver_is_gone():
+def test_the_supervisor_stands_by_only_for_a_well_formed_run():
     from jaxnb._attach import driving
 
-    gone = {"pid": os.getpid(), "created": 1.0}  # this pid, but not this process: gone
-    run = {"run": "r", "run_dir": "/runs/r", "run_id": "abc", "max_failures": 1}
-    assert driving.wanted({"driving": dict(run, driver=gone)}) == dict(run, driver=gone)
-    assert driving.wanted({"driving": dict(run, driver=record.me())}) is None  # still driven
-    assert driving.wanted({"driving": None}) is None and driving.wanted({}) is None
-    for odd in ({"run_dir": ["/"]}, {"max_failures": "1"}, {"run": None}):
-        assert driving.wanted({"driving": dict(run, driver=gone, **odd)}) is None
+    run = {"run": "r", "run_dir": "/runs/r", "run_id": "abc", "max_failures": 1,
+           "driver": record.me()}
+    assert driving.entry_of({"driving": run}) == run
+    assert driving.entry_of({"driving": None}) is None and driving.entry_of({}) is None
+    for odd in ({"run_dir": ["/"]}, {"max_failures": "1"}, {"run": None}, {"driver": 12}):
+        assert driving.entry_of({"driving": dict(run, **odd)}) is None
 
 
 def test_a_new_run_waits_for_the_one_the_supervisor_drives_on(folder):

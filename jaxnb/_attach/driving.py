@@ -22,6 +22,7 @@ never waits on a driver that gave up.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import sys
 import threading
 import time
@@ -36,17 +37,19 @@ from jaxnb._core import cluster_names as names
 POLL_SECONDS = 0.1
 #: After process 0 ended its attempt, how long a death elsewhere may still show.
 END_GRACE_SECONDS = 1.0
-#: How long a live engine has to hand over the run's spec.
+#: How long a live engine has to hand over the run's spec; how long until it is asked again.
 SPEC_SECONDS = 15.0
+SPEC_RETRY_SECONDS = 1.0
 GAVE_UP = "the cluster's supervisor could not drive the run on without its kernel: {why}"
 STOPPED = "the cluster was stopped while its supervisor drove the run on (its kernel gone)"
-NO_SPEC = "no live engine holds the run's function (every process was gone when its kernel went)"
+NO_SPEC = ("no live engine holds the run's function (its kernel and its engines went before "
+           "the cluster had it)")
 
 
-def wanted(doc: dict[str, Any]) -> dict[str, Any] | None:
-    """The run a record names whose driver is gone (the supervisor's to drive), or ``None``."""
+def entry_of(doc: dict[str, Any]) -> dict[str, Any] | None:
+    """The run that recovers a record names (its ``driving`` entry, well formed), or ``None``."""
     entry = doc.get("driving")
-    if not isinstance(entry, dict) or record.alive(entry.get("driver")):
+    if not isinstance(entry, dict) or not isinstance(entry.get("driver"), dict):
         return None
     if not all(isinstance(entry.get(k), str) for k in ("run", "run_dir", "run_id")):
         return None
@@ -54,31 +57,47 @@ def wanted(doc: dict[str, Any]) -> dict[str, Any] | None:
 
 
 class Driver:
-    """Drives one run to its end on a thread (:meth:`start`); :meth:`cancel` when stopping."""
+    """Stands by for one run from its start (:meth:`start`): it holds the run's spec, asked of a
+    live engine while the kernel drives the run (an engine that dies with the kernel cannot
+    give it any more); :meth:`take_over` once that kernel is gone drives the run to its end."""
 
     def __init__(self, name: str, entry: dict[str, Any]) -> None:
-        self.name, self.entry = name, dict(entry, driver=record.me())
-        self.run_dir, self.run = entry["run_dir"], entry["run"]
-        self.cancelled = threading.Event()
+        self.name, self.entry = name, dict(entry)
+        self.run_dir, self.run, self.run_id = entry["run_dir"], entry["run"], entry["run_id"]
+        self.cancelled, self.taken = threading.Event(), threading.Event()
+        self.spec: dict[str, Any] | None = None
+        self.said = False  # the supervisor said it holds the spec
         self.thread = threading.Thread(target=self._main, name=f"jaxnb-drive-{self.run}", daemon=True)
         self.held: Any = None  # jaxnb._cluster_attach.Adopted, once it holds the cluster
 
     def start(self) -> None:
-        _update(self.name, driving=self.entry)  # no other supervisor pass takes it again
-        say(f"driving run {self.run!r} on: its kernel is gone")
         self.thread.start()
 
     def alive(self) -> bool:
         return self.thread.is_alive()
 
+    def driving(self) -> bool:
+        """It drives the run now (the cluster is busy)."""
+        return self.taken.is_set() and self.thread.is_alive()
+
+    def take_over(self) -> None:
+        """The kernel that drove the run is gone: drive it on."""
+        self.entry = dict(self.entry, driver=record.me())
+        _update(self.name, driving=self.entry)  # no other supervisor pass takes it again
+        say(f"driving run {self.run!r} on: its kernel is gone")
+        self.taken.set()
+
     def cancel(self, seconds: float = 5.0) -> None:
-        """The cluster stops: the run ends with it (the engines are stopped by the caller)."""
+        """The run ended in its kernel, or the cluster stops (then the run ends with it)."""
         self.cancelled.set()
         self.thread.join(seconds)
 
     def _main(self) -> None:
         from jaxnb._train import run_events
 
+        self._stand_by()
+        if not self.taken.is_set():
+            return  # the kernel drove the run to its end
         try:
             end = self._drive()
             if end is None and self.cancelled.is_set():
@@ -97,6 +116,19 @@ class Driver:
             with contextlib.suppress(Exception):
                 held.group.client.close()
 
+    def _stand_by(self) -> None:
+        """Until taken over or cancelled: load what driving needs, and the run's spec."""
+        while self.spec is None and not (self.cancelled.is_set() or self.taken.is_set()):
+            with contextlib.suppress(Exception):  # the engines may not hold it yet: again
+                self.spec = _fetched(self.name, self.run_id)
+            if self.spec is None:
+                self.cancelled.wait(SPEC_RETRY_SECONDS)
+        with contextlib.suppress(Exception):  # loaded now: a take-over starts at once (a
+            for module in ("jaxnb._cluster", "jaxnb._train.attempts"):  # failure shows then)
+                importlib.import_module(module)
+        while not (self.cancelled.is_set() or self.taken.wait(POLL_SECONDS)):
+            pass
+
     def _drive(self) -> dict[str, Any] | None:
         """Follow the run to its end, recovering from deaths; its final ``end`` (``None`` when
         the cluster stops meanwhile)."""
@@ -109,7 +141,7 @@ class Driver:
         self.held = held = adopt(JaxCluster, self.name)
         group = held.group
         group.driving, group.busy_with = self.entry, self.run
-        spec = self._spec(group)
+        spec = self.spec or _held_spec(group.client, _live_engines(group), self.run_id)
         recovery = _recovery(held, spec, self.entry)
         attempt = _Attempt(run_reports.Tail(run_reports.path(self.run_dir)), None)
         while not self.cancelled.is_set():
@@ -139,23 +171,41 @@ class Driver:
             _update(self.name, runs=[self.run])
         return None
 
-    def _spec(self, group: Any) -> dict[str, Any]:
-        """The run's spec, from the first live engine that holds it (its control channel)."""
-        from jaxnb._core import ipp_internals
-        from jaxnb._core.contract import EngineCall
-        from jaxnb._failures import detect
 
-        dead = detect.dead_processes(group)
-        for info in group.processes:
-            if info.process_index in dead:
-                continue
-            with contextlib.suppress(Exception):
-                future = ipp_internals.control_apply(group.client, info.engine_id,
-                                                     EngineCall("jaxnb._engine.run.held:spec"))
-                spec = ipp_internals.reply_value(future.result(timeout=SPEC_SECONDS))
-                if isinstance(spec, dict) and spec.get("run_id") == self.entry["run_id"]:
-                    return spec
-        raise RuntimeError(NO_SPEC)
+def _live_engines(group: Any) -> list[int]:
+    from jaxnb._failures import detect
+
+    dead = detect.dead_processes(group)
+    return [p.engine_id for p in group.processes if p.process_index not in dead]
+
+
+def _fetched(name: str, run_id: str) -> dict[str, Any] | None:
+    """The spec of run ``run_id``, asked of the engines the record names (its own client)."""
+    import ipyparallel as ipp
+
+    doc = record.read(names.record_path(name)) or {}
+    client = ipp.Client(doc["connection"], timeout=10)
+    try:
+        return _held_spec(client, [int(p["engine_id"]) for p in doc.get("processes", [])], run_id)
+    except RuntimeError:
+        return None
+    finally:
+        client.close()
+
+
+def _held_spec(client: Any, engines: list[int], run_id: str) -> dict[str, Any]:
+    """The spec of run ``run_id`` from the first of ``engines`` that holds it (its control
+    channel: it answers while the engine runs the function)."""
+    from jaxnb._core import ipp_internals
+    from jaxnb._core.contract import EngineCall
+
+    for engine in engines:
+        with contextlib.suppress(Exception):
+            future = ipp_internals.control_apply(client, engine, EngineCall("jaxnb._engine.run.held:spec"))
+            spec = ipp_internals.reply_value(future.result(timeout=SPEC_SECONDS))
+            if isinstance(spec, dict) and spec.get("run_id") == run_id:
+                return spec
+    raise RuntimeError(NO_SPEC)
 
 
 class _Attempt:

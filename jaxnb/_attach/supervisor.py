@@ -43,8 +43,13 @@ class _Supervisor:
     def say(self, **extra: Any) -> None:
         record.write(self.own, {"name": self.name, "supervisor": record.me(),
                                 "idle_timeout": self.idle_timeout, "idle_since": self.idle_since,
-                                "busy": self.running,
-                                "started": self.started, **extra})
+                                "busy": self.running, "started": self.started,
+                                "holds": self.holds(), **extra})
+
+    def holds(self) -> str | None:
+        """The run it stands by for, its spec in hand (it can drive it on), or ``None``."""
+        driver = self.driver
+        return driver.run if driver is not None and driver.spec is not None else None
 
     def run(self) -> None:
         self.say()
@@ -67,18 +72,31 @@ class _Supervisor:
         self.stop(record.read(self.path))
 
     def drive(self, doc: dict[str, Any]) -> None:
-        """Drive on a run whose kernel is gone (one at a time)."""
-        if self.driver is not None and self.driver.alive():
+        """Stand by for a run that recovers from its start; drive it on once its kernel is gone."""
+        entry, driver = driving.entry_of(doc), self.driver
+        if driver is not None:
+            if driver.taken.is_set():
+                ended = not driver.alive()  # it drove the run to its end
+            else:  # the kernel did (its record names no run, or the next one)
+                ended = entry is None or entry["run_id"] != driver.run_id
+            if ended:
+                driver.cancel(0.0)
+                self.driver = driver = None
+        if entry is None:
             return
-        entry = driving.wanted(doc)
-        if entry is not None:
-            self.driver = driving.Driver(self.name, entry)
-            self.driver.start()
+        if driver is None:
+            self.driver = driver = driving.Driver(self.name, entry)
+            driver.start()
+        if not driver.taken.is_set() and not record.alive(entry["driver"]):
+            driver.take_over()
+        if driver.spec is not None and not driver.said:
+            driver.said = True
+            self.say()  # that it can drive the run on
 
     def idle_for(self, doc: dict[str, Any]) -> float:
         """Seconds with no kernel attached and nothing running (0 while either)."""
         attached = record.alive(doc.get("kernel"))
-        running = not attached and ((self.driver is not None and self.driver.alive())
+        running = not attached and ((self.driver is not None and self.driver.driving())
                                     or self.busy(doc))
         if attached or running:
             if self.idle_since is not None or running != self.running:
