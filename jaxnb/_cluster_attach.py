@@ -105,7 +105,7 @@ class Adopted:
 
 def adopt(cls: Any, name: str) -> Adopted:
     """The supervisor's hold of its cluster ``name`` (``cls``: ``JaxCluster``), to drive a run on
-    without a kernel (:mod:`jaxnb._attach.driving`): the record's engines, ipyparallel's cluster
+    without a kernel (:mod:`jaxnb._cluster_driving`): the record's engines, ipyparallel's cluster
     file read before this returns; the record's attached kernel is left as it is."""
     doc = record.read(names.record_path(name))
     if doc is None:

@@ -112,14 +112,14 @@ def test_the_terminal_commands(folder):
 
 
 def test_the_supervisor_stands_by_only_for_a_well_formed_run():
-    from jaxnb._attach import driving
+    from jaxnb._attach import supervisor
 
     run = {"run": "r", "run_dir": "/runs/r", "run_id": "abc", "max_failures": 1,
            "driver": record.me()}
-    assert driving.entry_of({"driving": run}) == run
-    assert driving.entry_of({"driving": None}) is None and driving.entry_of({}) is None
+    assert supervisor.entry_of({"driving": run}) == run
+    assert supervisor.entry_of({"driving": None}) is None and supervisor.entry_of({}) is None
     for odd in ({"run_dir": ["/"]}, {"max_failures": "1"}, {"run": None}, {"driver": 12}):
-        assert driving.entry_of({"driving": dict(run, **odd)}) is None
+        assert supervisor.entry_of({"driving": dict(run, **odd)}) is None
 
 
 def test_a_new_run_waits_for_the_one_the_supervisor_drives_on(folder):

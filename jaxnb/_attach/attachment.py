@@ -42,7 +42,7 @@ class Attachment:
     process: subprocess.Popen | None = None  # the supervisor, when this kernel started it
     #: Reading ipyparallel's cluster file after an attach (about a second, off the attach's path).
     loading: threading.Thread | None = None
-    #: The supervisor's own hold, to drive a run on (:mod:`jaxnb._attach.driving`): it never
+    #: The supervisor's own hold, to drive a run on (:mod:`jaxnb._cluster_driving`): it never
     #: takes the cluster over, and its records leave the attached kernel as they find it.
     headless: bool = False
 
@@ -76,7 +76,7 @@ def launch(name: str, idle_timeout: float | None) -> Attachment:
         raise ClusterStateError(RUNS_ALREADY.format(name=name))
     record.remove(names.record_path(name))  # left by a supervisor that was SIGKILLed
     me = record.me()
-    code = "import gc; gc.disable(); from jaxnb._attach.supervisor import main; gc.enable(); main()"
+    code = "import gc; gc.disable(); from jaxnb._cluster_driving import main; gc.enable(); main()"
     args = [sys.executable, "-c", code, name, "none" if idle_timeout is None else repr(idle_timeout),
             str(me["pid"]), repr(me["created"])]
     fd = os.open(names.log_path(name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)

@@ -3,7 +3,8 @@ jupyter_client's kill of the kernel's process group does not reach it.
 
 The engines' and the controller's watchdogs watch it instead of the kernel: while it runs,
 they outlive any kernel; when it ends (even by SIGKILL), they end too. A run that recovers
-(``--max-failures``) whose kernel is gone, it drives on to its end (:mod:`.driving`). It ends when asked
+(``--max-failures``) whose kernel is gone, it drives on to its end (``make_driver``:
+:class:`jaxnb._cluster_driving.Driver`, which starts it). It ends when asked
 (SIGTERM: ``%jax_cluster stop``, ``python -m jaxnb stop NAME``), when its record is gone (a
 stop by the kernel), or after ``--idle-timeout`` seconds with no kernel attached and no
 request running on the engines (asked of the controller through ipyparallel, the only
@@ -17,9 +18,10 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
-from jaxnb._attach import driving, record
+from jaxnb._attach import record
 from jaxnb._core import cluster_names as names
 
 #: How often it looks at its record and at the engines.
@@ -29,8 +31,10 @@ START_SECONDS = 600.0
 
 
 class _Supervisor:
-    def __init__(self, name: str, idle_timeout: float | None, launcher: dict[str, Any]) -> None:
+    def __init__(self, name: str, idle_timeout: float | None, launcher: dict[str, Any],
+                 make_driver: Callable[[str, dict[str, Any]], Any] | None = None) -> None:
         self.name, self.idle_timeout, self.launcher = name, idle_timeout, launcher
+        self.make_driver = make_driver
         self.path, self.own = names.record_path(name), names.supervisor_path(name)
         self.idle_since: float | None = None
         self.running = False  # a request runs on the engines (with no kernel attached)
@@ -38,7 +42,7 @@ class _Supervisor:
         self.client: Any = None
         self.connection: str | None = None
         self.started = time.time()
-        self.driver: driving.Driver | None = None  # a run it drives on, its kernel gone
+        self.driver: Any = None  # stands by for a run that recovers; drives it on, its kernel gone
 
     def say(self, **extra: Any) -> None:
         record.write(self.own, {"name": self.name, "supervisor": record.me(),
@@ -73,7 +77,7 @@ class _Supervisor:
 
     def drive(self, doc: dict[str, Any]) -> None:
         """Stand by for a run that recovers from its start; drive it on once its kernel is gone."""
-        entry, driver = driving.entry_of(doc), self.driver
+        entry, driver = entry_of(doc), self.driver
         if driver is not None:
             if driver.taken.is_set():
                 ended = not driver.alive()  # it drove the run to its end
@@ -85,7 +89,9 @@ class _Supervisor:
         if entry is None:
             return
         if driver is None:
-            self.driver = driver = driving.Driver(self.name, entry)
+            if self.make_driver is None:
+                return
+            self.driver = driver = self.make_driver(self.name, entry)
             driver.start()
         if not driver.taken.is_set() and not record.alive(entry["driver"]):
             driver.take_over()
@@ -140,12 +146,23 @@ class _Supervisor:
                 record.remove(log)  # nothing went wrong: no log left behind
 
 
-def main() -> None:
-    """``python -c '... main()' NAME IDLE_TIMEOUT LAUNCHER_PID LAUNCHER_CREATED``."""
+def entry_of(doc: dict[str, Any]) -> dict[str, Any] | None:
+    """The run that recovers a record names (its ``driving`` entry, well formed), or ``None``."""
+    entry = doc.get("driving")
+    if not isinstance(entry, dict) or not isinstance(entry.get("driver"), dict):
+        return None
+    if not all(isinstance(entry.get(k), str) for k in ("run", "run_dir", "run_id")):
+        return None
+    return entry if isinstance(entry.get("max_failures"), int) else None
+
+
+def main(make_driver: Callable[[str, dict[str, Any]], Any] | None = None) -> None:
+    """``python -c '... main()' NAME IDLE_TIMEOUT LAUNCHER_PID LAUNCHER_CREATED``; ``make_driver``
+    stands by for a run that recovers and drives it on once its kernel is gone."""
     name = names.check(sys.argv[1])
     idle = None if sys.argv[2] == "none" else float(sys.argv[2])
     launcher = {"pid": int(sys.argv[3]), "created": float(sys.argv[4])}
-    supervisor = _Supervisor(name, idle, launcher)
+    supervisor = _Supervisor(name, idle, launcher, make_driver)
 
     def asked(*_: object) -> None:
         supervisor.stop_asked = True

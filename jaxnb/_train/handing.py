@@ -1,7 +1,7 @@
 """A run that recovers (``--max-failures``) on a named cluster goes on when its kernel is gone.
 
 The kernel drives it while it lives. To let the cluster's supervisor drive it on after
-(:mod:`jaxnb._attach.driving`), the kernel names the run in the cluster's record (JSON: the run,
+(:mod:`jaxnb._cluster_driving`), the kernel names the run in the cluster's record (JSON: the run,
 its folder, ``max_failures``, the kernel's process) and sends, with the run's spec, the setup to
 replay (cells, and pushed values as cloudpickle bytes); every engine holds that spec
 (:mod:`jaxnb._engine.run.held`), and the supervisor asks a live engine for it through

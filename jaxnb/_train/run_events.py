@@ -1,6 +1,6 @@
 """What a run's driver writes in ``RUN/reports.jsonl`` beside process 0's events
 (:mod:`jaxnb._core.run_reports`): each recovery (``failure``) and, for a run that recovers, its
-final ``end``. The kernel's driver and the supervisor's (:mod:`jaxnb._attach.driving`) write the
+final ``end``. The kernel's driver and the supervisor's (:mod:`jaxnb._cluster_driving`) write the
 same events, so a kernel that attaches later sees every recovery in ``Result.failures``.
 
 A ``start`` of a run that recovers says ``recovers``; process 0's ``end`` is then not the run's

@@ -3,7 +3,7 @@
 A run that recovers (``--max-failures``) on a named cluster is prepared with the function and
 config as cloudpickle bytes and the setup to replay (:mod:`jaxnb._train.handing`); each engine
 keeps that spec while it runs. When the kernel is gone, the cluster's supervisor asks a live
-engine for it through ipyparallel (:mod:`jaxnb._attach.driving`): nothing of it is read from a
+engine for it through ipyparallel (:mod:`jaxnb._cluster_driving`): nothing of it is read from a
 file.
 """
 

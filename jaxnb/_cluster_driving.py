@@ -1,4 +1,5 @@
-"""The supervisor drives a run on when the kernel driving it is gone (``--max-failures``).
+"""The supervisor drives a run on when the kernel driving it is gone (``--max-failures``); the
+supervisor's entry point (:func:`main`), with this driver.
 
 A run that recovers on a named cluster is named in the cluster's record with the process that
 drives it (:mod:`jaxnb._train.handing`). When that kernel is gone (SIGKILLed, restarted), the
@@ -30,7 +31,7 @@ import traceback
 import types
 from typing import Any
 
-from jaxnb._attach import record
+from jaxnb._attach import record, supervisor
 from jaxnb._core import cluster_names as names
 
 #: How often the run is looked at (its folder, its processes' liveness).
@@ -44,16 +45,6 @@ GAVE_UP = "the cluster's supervisor could not drive the run on without its kerne
 STOPPED = "the cluster was stopped while its supervisor drove the run on (its kernel gone)"
 NO_SPEC = ("no live engine holds the run's function (its kernel and its engines went before "
            "the cluster had it)")
-
-
-def entry_of(doc: dict[str, Any]) -> dict[str, Any] | None:
-    """The run that recovers a record names (its ``driving`` entry, well formed), or ``None``."""
-    entry = doc.get("driving")
-    if not isinstance(entry, dict) or not isinstance(entry.get("driver"), dict):
-        return None
-    if not all(isinstance(entry.get(k), str) for k in ("run", "run_dir", "run_id")):
-        return None
-    return entry if isinstance(entry.get("max_failures"), int) else None
 
 
 class Driver:
@@ -302,3 +293,8 @@ def _update(name: str, **fields: Any) -> None:
 def say(line: str) -> None:
     """One line in the cluster's log (the supervisor's stderr)."""
     print(f"jaxnb supervisor {time.strftime('%H:%M:%S')}: {line}", file=sys.stderr, flush=True)
+
+
+def main() -> None:
+    """The supervisor of a named cluster (:mod:`jaxnb._attach.supervisor`), driving runs on."""
+    supervisor.main(Driver)
