@@ -210,7 +210,7 @@ def test_a_run_recovers_while_no_kernel_is_attached_and_a_new_kernel_sees_the_fa
                timeout=60, what="a checkpoint at step 5, then more steps")
     with open(clusters_dir / "driven.json") as f:
         doc = json.load(f)
-    assert doc["kernel"]["pid"] == a_pid and doc["driving"]["run"] == "steady", doc
+    assert doc["kernel"]["pid"] == a_pid, doc  # no kernel attached since
     victim = psutil.Process(next(p["pid"] for p in doc["processes"] if p["process_index"] == 1))
     victim.kill()  # with no kernel attached
     wait_until(lambda: any(e["kind"] == "failure" or e.get("final") for e in events(run_dir)),

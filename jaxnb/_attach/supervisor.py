@@ -42,6 +42,7 @@ class _Supervisor:
         self.client: Any = None
         self.connection: str | None = None
         self.started = time.time()
+        self.said = ""  # the last problem it logged
         self.driver: Any = None  # stands by for a run that recovers; drives it on, its kernel gone
 
     def say(self, **extra: Any) -> None:
@@ -66,7 +67,13 @@ class _Supervisor:
                     break  # stopped by a kernel (it removed the record), or never started
             else:
                 seen = True
-                self.drive(doc)
+                try:
+                    self.drive(doc)
+                except Exception as exc:  # never the supervisor's end: it still stops the cluster
+                    said = f"jaxnb supervisor: could not stand by for a run: {exc!r}"
+                    if said != self.said:  # once, not at every look
+                        self.said = said
+                        print(said, file=sys.stderr, flush=True)
                 if self.idle_for(doc) >= (self.idle_timeout if self.idle_timeout is not None
                                           else float("inf")):
                     break
