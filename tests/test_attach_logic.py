@@ -140,3 +140,25 @@ def test_a_new_run_waits_for_the_one_the_supervisor_drives_on(folder):
     handing.check_free(group)  # this kernel's own run: busy_with says so
     record.write(names.record_path("exp1"), {"driving": None})
     handing.check_free(group)
+
+
+def test_a_driver_that_cannot_drive_says_why_in_the_log_and_as_the_runs_end(folder, tmp_path, capfd):
+    from jaxnb._cluster_driving import Driver
+    from jaxnb._engine.run.journal import Journal
+    from jaxnb._train import followed
+
+    run_dir = str(tmp_path / "mlp")
+    os.makedirs(run_dir)
+    Journal(run_dir, "abc", None, recovers=True)  # an attempt under way, its kernel gone
+    driver = Driver("gone", {"run": "mlp", "run_dir": run_dir, "run_id": "abc", "max_failures": 1,
+                             "driver": {"pid": os.getpid(), "created": 1.0}})
+    driver.start()
+    driver.take_over()  # the cluster's record is gone: it cannot hold the cluster
+    driver.thread.join(60)
+    assert not driver.alive()
+    result = followed.follow(None, run_dir, "mlp", None)  # type: ignore[arg-type]
+    assert str(result.error) == ("run 'mlp' failed: the cluster's supervisor could not drive the run "
+                                 "on without its kernel: ClusterStateError: cluster 'gone' has no "
+                                 "record (it was stopped)")
+    log = capfd.readouterr().err
+    assert "could not drive run 'mlp' on: ClusterStateError" in log and "run 'mlp' ended: " in log
