@@ -38,10 +38,14 @@ from jaxnb._core import cluster_names as names
 POLL_SECONDS = 0.1
 #: After process 0 ended its attempt, how long a death elsewhere may still show.
 END_GRACE_SECONDS = 1.0
+#: How long the engines may sit idle with the attempt's end not in the run folder.
+QUIET_SECONDS = 5.0
 #: How long a live engine has to hand over the run's spec; how long until it is asked again.
 SPEC_SECONDS = 15.0
 SPEC_RETRY_SECONDS = 1.0
 GAVE_UP = "the cluster's supervisor could not drive the run on without its kernel: {why}"
+NO_END = ("the run's processes stopped running it without writing its end to the run folder "
+          "(see the cluster's log and the run folder's permissions)")
 STOPPED = "the cluster was stopped while its supervisor drove the run on (its kernel gone)"
 NO_SPEC = ("no live engine holds the run's function (its kernel and its engines went before "
            "the cluster had it)")
@@ -209,6 +213,7 @@ class _Attempt:
         self.end: dict[str, Any] | None = None
         self.final_end: dict[str, Any] | None = None
         self.ended_at: float | None = None
+        self.quiet_since: float | None = None  # since when no engine runs it (and it wrote no end)
         self._read()
 
     def _read(self) -> None:
@@ -239,7 +244,26 @@ class _Attempt:
             if self.end is not None and (self.ar is None or self.ar.ready()) and (
                     time.monotonic() - (self.ended_at or 0.0) >= END_GRACE_SECONDS):
                 return None
+            if self.end is None and self._quiet(group):  # its process 0 wrote no end (it could not)
+                self.end = {"error": NO_END}
+                return None
         return None
+
+    def _quiet(self, group: Any) -> bool:
+        """Whether no engine has run this attempt for a while (its requests are done)."""
+        try:
+            if self.ar is not None:
+                running = not self.ar.ready()
+            else:
+                queues = group.client.queue_status()
+                running = any((queues.get(p.engine_id) or {}).get("queue", 0) for p in group.processes)
+        except Exception:  # the controller did not answer: look again
+            running = True
+        if running:
+            self.quiet_since = None
+            return False
+        self.quiet_since = self.quiet_since or time.monotonic()
+        return time.monotonic() - self.quiet_since >= QUIET_SECONDS
 
     def final(self) -> dict[str, Any] | None:
         """The run's end: process 0's (its error, or its stop); ``None`` when the kernel wrote
