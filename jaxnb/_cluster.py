@@ -12,7 +12,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from jaxnb._attach import attachment
@@ -161,6 +161,8 @@ class JaxCluster(Inspecting, Attaching, Restarting, ClusterJobs):
             self.group.let_go()  # another kernel holds it: not this one's to stop
             return
         self._halt()
+        if hold is not None and hold.headless:  # the supervisor's own: it ends the rest itself
+            return
         if hold is not None:  # and its supervisor, which removes what is left
             self.group.attachment = None
             attachment.stop(hold.name, hold.supervisor)
@@ -193,15 +195,16 @@ class JaxCluster(Inspecting, Attaching, Restarting, ClusterJobs):
             self.group.setup.clear()  # the new engines start empty
         return self
 
-    def _replay(self) -> float:
-        """Run the recorded setup on the (new) engines; the seconds it took."""
+    def _replay(self, push: Callable[[dict[str, Any]], None] | None = None) -> float:
+        """Run the recorded setup on the (new) engines; the seconds it took. ``push``: what
+        sets a push's values there (default: ``push`` them)."""
         group = self.group
 
         def cell(code: str, timeout: float | None) -> None:
             spmd.run_cell(group, code, timeout=timeout if timeout is not None else self.options.timeout,
                            show=spmd.ShowMode(quiet=True))
 
-        return group.setup.run(cell, lambda values: pull.push(group, values))
+        return group.setup.run(cell, push or (lambda values: pull.push(group, values)))
 
     @property
     def lost(self) -> list[str]:

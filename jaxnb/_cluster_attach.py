@@ -8,7 +8,8 @@ import contextlib
 import dataclasses
 import os
 import threading
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 from jaxnb._attach import attachment, record, runs
 from jaxnb._core import cluster_names as names
@@ -109,6 +110,39 @@ class Attaching:
         return runs.folder_of((doc or {}).get("runs"), name)
 
 
+@dataclasses.dataclass
+class Adopted:
+    """The supervisor's hold of its own cluster (:func:`adopt`)."""
+
+    group: Group
+    #: Restart with the same options and replay the setup with ``push`` (a recovery's phases).
+    restart: Callable[[Callable[[dict[str, Any]], None]], dict[str, float]]
+
+
+def adopt(cls: Any, name: str) -> Adopted:
+    """The supervisor's hold of its cluster ``name`` (``cls``: ``JaxCluster``), to drive a run on
+    without a kernel (:mod:`jaxnb._cluster_driving`): the record's engines, ipyparallel's cluster
+    file read before this returns; the record's attached kernel is left as it is."""
+    doc = record.read(names.record_path(name))
+    if doc is None:
+        raise ClusterStateError(f"cluster {name!r} has no record (it was stopped)")
+    cluster = cls.__new__(cls)
+    cluster.group = group = Group(_options(doc["options"]))
+    group.attachment = hold = attachment.Attachment(name, doc.get("idle_timeout"), record.me(),
+                                                    headless=True)
+    group.driving = doc.get("driving")
+    _connect(group, doc, registered_only=True)
+    hold.loaded()
+    if group.ipp is None:
+        group.let_go()
+        raise ClusterStateError(f"ipyparallel's cluster file {doc['cluster_file']} could not be read")
+
+    def restart(push: Callable[[dict[str, Any]], None]) -> dict[str, float]:
+        return cast(dict[str, float], cls._recover(cluster, setup=lambda: cls._replay(cluster, push=push)))
+
+    return Adopted(group, restart)
+
+
 def describe(group: Group) -> dict[str, Any]:
     """The JSON record of a running named cluster (no code, no pickle)."""
     ipp = group.ipp
@@ -131,10 +165,11 @@ def describe(group: Group) -> dict[str, Any]:
         "pids": [record.process_entry(pid) for pid in sorted(set(pids))],
         "files": [*files, *([group.stacks_dir] if group.stacks_dir else [])],
         "hosts": sorted({p.host for p in group.processes}),
+        "driving": group.driving,
     }
 
 
-def _connect(group: Group, doc: dict[str, Any]) -> None:
+def _connect(group: Group, doc: dict[str, Any], registered_only: bool = False) -> None:
     """Fill ``group`` from a record: ipyparallel's cluster (from its cluster file), a client
     through the controller's connection file, the processes in their order."""
     import ipyparallel as ipp
@@ -145,8 +180,12 @@ def _connect(group: Group, doc: dict[str, Any]) -> None:
             f"`python -m jaxnb stop {group.attachment.name}` and start it again")
     group.client = client = ipp.Client(doc["connection"], timeout=10)
     group.processes = [ProcessInfo(**p) for p in doc["processes"]]
-    group.view = client[[p.engine_id for p in group.processes]]
-    group.view.block = False
+    ids = [p.engine_id for p in group.processes]
+    if registered_only:  # the supervisor's hold after a death: a dead engine is not there
+        ids = [i for i in ids if i in client.ids]
+    group.view = client[ids] if ids else None
+    if group.view is not None:
+        group.view.block = False
     group.coordinator, group.stacks_dir = doc.get("coordinator"), doc.get("stacks_dir")
     group.engine_env = doc.get("engine_env")
     group.lost = list(doc.get("lost") or [])

@@ -33,7 +33,7 @@ class Restarting:
     #: Defined by ``JaxCluster`` (and ``Attaching``).
     _halt: Callable[[], None]
     _start: Callable[..., object]
-    _replay: Callable[[], float]
+    _replay: Callable[..., float]
     _record: Callable[[], None]
 
     def _swap_spares(self, phases: Stopwatch | None = None) -> bool:
@@ -48,13 +48,19 @@ class Restarting:
             self._record()
         return swapped
 
-    def _recover(self) -> dict[str, float]:
+    def _recover(self, setup: Callable[[], object] | None = None) -> dict[str, float]:
         """Restart with the same options and replay the setup (a training run's recovery);
-        the seconds of each phase (:mod:`jaxnb._core.phases`)."""
+        the seconds of each phase (:mod:`jaxnb._core.phases`). ``setup``: what replays it
+        instead of the recorded setup (the supervisor's, sent by the kernel)."""
         phases = Stopwatch()
         with phases.timed(STOP):
             lost_hosts.wait(self.group)  # hosts found unreachable answer again (or fail)
-        return self._restart_same(phases=phases)
+        if setup is None:
+            return self._restart_same(phases=phases)
+        self._restart_same(replay=False, phases=phases)
+        with phases.timed(REPLAY):
+            setup()
+        return dict(phases)
 
     def _restart_same(self, at_least: int | None = None, replay: bool = True,
                       phases: Stopwatch | None = None) -> dict[str, float]:

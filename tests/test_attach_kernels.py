@@ -116,3 +116,72 @@ def test_a_background_run_keeps_every_report_while_no_kernel_listens_and_a_new_k
         assert "no run 'nope'" in said and len(said.strip().splitlines()) == 1, said
         b.ok("%jax_cluster stop")
         wait_until(lambda: gone(processes), timeout=20, what="every process of the cluster ending")
+
+
+STEADY = '''import time, jaxnb
+import numpy as np
+def steady():
+    start = jaxnb.get_checkpoint()
+    for step in range(start.step + 1 if start else 1, 61):
+        time.sleep(0.1)
+        saved = {"w": np.full(2, step)} if step % 5 == 0 else None
+        jaxnb.report({"step": step, "loss": offset + scale / step}, checkpoint=saved)'''
+
+
+def events(run_dir) -> list[dict]:
+    """The run's events as its folder holds them (JSON lines)."""
+    try:
+        lines = (run_dir / "reports.jsonl").read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in lines if line.endswith("}")]
+
+
+def test_a_run_recovers_while_no_kernel_is_attached_and_a_new_kernel_sees_the_failure(
+        clusters_dir, tmp_path):
+    a = kernel()
+    try:
+        a.ok("%jax_cluster start -n 2 --name driven --spares 0")
+        a.ok("%%jax_cluster\noffset = 100")  # the setup the supervisor replays: a cell, a push
+        a.ok("scale = 3\n%jax_push scale")
+        a.ok(STEADY)
+        a.ok(f"%jax_train steady --storage {tmp_path} --background --max-failures 1 -o live")
+        wait_until(lambda: a.value("len(live.history)") >= 1, timeout=60, what="a first report")
+        wait_until(lambda: json.loads((clusters_dir / "driven.supervisor.json").read_text())
+                   .get("holds") == "steady", timeout=60, what="the supervisor holding the run's spec")
+        a_pid = a.pid
+        a.kill()  # SIGKILL: nothing of the kernel's driver is left
+    finally:
+        a.client.stop_channels()
+        a.manager.shutdown_kernel(now=True)
+        a.manager.cleanup_resources()
+    run_dir = tmp_path / "steady"
+    wait_until(lambda: max([e["step"] for e in events(run_dir) if e["kind"] == "report"] or [0]) >= 7,
+               timeout=60, what="a checkpoint at step 5, then more steps")
+    with open(clusters_dir / "driven.json") as f:
+        doc = json.load(f)
+    assert doc["kernel"]["pid"] == a_pid, doc  # no kernel attached since
+    victim = psutil.Process(next(p["pid"] for p in doc["processes"] if p["process_index"] == 1))
+    victim.kill()  # with no kernel attached
+    wait_until(lambda: any(e["kind"] == "failure" or e.get("final") for e in events(run_dir)),
+               timeout=120, what="the supervisor recovering the run")
+    assert events(run_dir)[-1].get("final") is None, (clusters_dir / "driven.log").read_text()
+
+    with kernel() as b:
+        b.ok("%jax_cluster attach driven")
+        b.ok(f"r = jaxnb.current_cluster().result('steady', storage={str(tmp_path)!r}).wait(180)")
+        assert b.value("[r.error is None, r.stopped, r.running]") == [True, False, False], \
+            b.value("str(r.error)")
+        assert b.value("r.steps") == list(range(1, 61))
+        assert b.value("r.metrics['loss']") == 100 + 3 / 60  # the setup was replayed
+        failures = b.value("[(f.processes, f.cause, f.resumed_from, f.step) for f in r.failures]")
+        assert len(failures) == 1, failures
+        processes, cause, resumed_from, step = failures[0]
+        assert processes == [1] and cause.startswith("[p1]"), failures
+        assert resumed_from is not None and resumed_from % 5 == 0 and resumed_from <= step, failures
+        log = (clusters_dir / "driven.log").read_text()
+        assert "driving run 'steady' on" in log and "recovering run 'steady'" in log, log
+        assert b.value("jaxnb.clusters()[0]['runs']") == []
+        processes = family(clusters_dir, "driven")
+        b.ok("%jax_cluster stop")
+        wait_until(lambda: gone(processes), timeout=20, what="every process of the cluster ending")

@@ -109,3 +109,56 @@ def test_the_terminal_commands(folder):
     assert missing.returncode == 1 and "no cluster named 'nothing'" in missing.stderr
     bad = cli("stop", "../x")
     assert bad.returncode == 2 and "a cluster name is" in bad.stderr
+
+
+def test_the_supervisor_stands_by_only_for_a_well_formed_run():
+    from jaxnb._attach import supervisor
+
+    run = {"run": "r", "run_dir": "/runs/r", "run_id": "abc", "max_failures": 1,
+           "driver": record.me()}
+    assert supervisor.entry_of({"driving": run}) == run
+    assert supervisor.entry_of({"driving": None}) is None and supervisor.entry_of({}) is None
+    for odd in ({"run_dir": ["/"]}, {"max_failures": "1"}, {"run": None}, {"driver": 12}):
+        assert supervisor.entry_of({"driving": dict(run, **odd)}) is None
+
+
+def test_a_new_run_waits_for_the_one_the_supervisor_drives_on(folder):
+    from jaxnb import ClusterStateError
+    from jaxnb._attach.attachment import Attachment
+    from jaxnb._core.options import ClusterOptions
+    from jaxnb._core.state import Group
+    from jaxnb._train import handing
+
+    names.folder()  # made private, as a start makes it
+    parent = record.process_entry(os.getppid())  # a live process that is not this one
+    group = Group(ClusterOptions(name="exp1"))
+    group.attachment = Attachment("exp1", None, parent)
+    record.write(names.record_path("exp1"), {"driving": {"run": "mlp", "driver": parent}})
+    with pytest.raises(ClusterStateError, match=r"^run 'mlp' is still running on this cluster \("):
+        handing.check_free(group)
+    record.write(names.record_path("exp1"), {"driving": {"run": "mlp", "driver": record.me()}})
+    handing.check_free(group)  # this kernel's own run: busy_with says so
+    record.write(names.record_path("exp1"), {"driving": None})
+    handing.check_free(group)
+
+
+def test_a_driver_that_cannot_drive_says_why_in_the_log_and_as_the_runs_end(folder, tmp_path, capfd):
+    from jaxnb._cluster_driving import Driver
+    from jaxnb._engine.run.journal import Journal
+    from jaxnb._train import followed
+
+    run_dir = str(tmp_path / "mlp")
+    os.makedirs(run_dir)
+    Journal(run_dir, "abc", None, recovers=True)  # an attempt under way, its kernel gone
+    driver = Driver("gone", {"run": "mlp", "run_dir": run_dir, "run_id": "abc", "max_failures": 1,
+                             "driver": {"pid": os.getpid(), "created": 1.0}})
+    driver.start()
+    driver.take_over()  # the cluster's record is gone: it cannot hold the cluster
+    driver.thread.join(60)
+    assert not driver.alive()
+    result = followed.follow(None, run_dir, "mlp", None)  # type: ignore[arg-type]
+    assert str(result.error) == ("run 'mlp' failed: the cluster's supervisor could not drive the run "
+                                 "on without its kernel: ClusterStateError: cluster 'gone' has no "
+                                 "record (it was stopped)")
+    log = capfd.readouterr().err
+    assert "could not drive run 'mlp' on: ClusterStateError" in log and "run 'mlp' ended: " in log

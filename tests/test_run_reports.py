@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 
@@ -19,8 +20,9 @@ def record(step: int, checkpoint: str | None = None) -> dict:
             "metrics": {"loss": 1.0 / step, "step": step}, "checkpoint": checkpoint}
 
 
-def attempt(run_dir: str, steps: range, resume: int | None, end: dict | None) -> None:
-    journal = Journal(run_dir, "id", resume)
+def attempt(run_dir: str, steps: range, resume: int | None, end: dict | None,
+            recovers: bool = False) -> None:
+    journal = Journal(run_dir, "id", resume, recovers)
     journal.reports([record(s, f"/ckpt/{s}" if s % 5 == 0 else None) for s in steps])
     if end is not None:
         journal.end(end)
@@ -87,3 +89,42 @@ def test_odd_metric_values_are_written_as_json_never_pickle(tmp_path):
         lines = [json.loads(x) for x in f]
     assert lines[1]["metrics"]["3"] == 1.5 and lines[1]["metrics"]["obj"].startswith("<object")
     assert lines[2]["metrics"] == {"('a', 'b')": "2.5"} and lines[3]["kind"] == "end"
+
+
+def test_a_run_that_recovers_ends_only_at_its_drivers_end_with_every_failure(tmp_path):
+    from jaxnb._train import run_events
+    from jaxnb._train.result import Failure
+
+    run = str(tmp_path)
+    attempt(run, range(1, 8), None, {"error": "XlaRuntimeError: peer gone", "stopped": False},
+            recovers=True)  # its peer died
+    result = followed.follow(None, run, "r", None)  # type: ignore[arg-type]
+    assert result.running  # process 0's end of a run that recovers is not the run's end
+    lost = Failure(time=12.5, step=7, processes=(1,), cause="[p1] (pid 9 on vm) exited",
+                   resumed_from=5, phases={"replay": 0.25})
+    run_events.append(run, run_events.failure_event(lost))
+    attempt(run, range(6, 11), 5, {"error": None, "stopped": False}, recovers=True)
+    time.sleep(0.3)  # read by then (it is read every 0.05 s)
+    assert result.running and result.failures == [lost]  # its driver has not said yet
+    run_events.append(run, run_events.final_end(None))
+    result.wait(5)
+    assert not result.running and result.error is None and result.steps == list(range(1, 11))
+    assert result.failures[0].phases == {"replay": 0.25} and run_events.failures_in(run) == [lost]
+
+
+def test_a_drivers_end_is_the_error_and_a_hostile_failure_line_is_skipped(tmp_path):
+    from jaxnb._train import run_events
+
+    run = str(tmp_path)
+    Journal(run, "id", None, recovers=True)
+    with open(run_reports.path(run), "a") as f:  # written by anyone who can write the folder
+        for odd in ({"kind": "failure", "time": "x", "step": 1, "processes": [1], "cause": "c"},
+                    {"kind": "failure", "time": 1, "step": [1], "processes": [1], "cause": "c"},
+                    {"kind": "failure", "time": 1, "step": 1, "processes": 1, "cause": "c"},
+                    {"kind": "failure", "__reduce__": "os.system", "time": 1, "step": 1,
+                     "processes": [], "cause": "c", "phases": {"a": "b"}}):
+            f.write(json.dumps(odd) + "\n")
+    run_events.append(run, run_events.final_end("[p1] exited; gave up after 1 recovery"))
+    result = followed.follow(None, run, "r", None)  # type: ignore[arg-type]
+    assert result.failures == [] and run_events.failures_in(run) == []
+    assert str(result.error) == "run 'r' failed: [p1] exited; gave up after 1 recovery"

@@ -181,14 +181,16 @@ LAYERS: dict[str, set[str]] = {
     "jaxnb._attach": {"jaxnb._core"},
     "jaxnb._debug": {"jaxnb._core", "jaxnb._failures", "jaxnb._widgets"},
     "jaxnb._cells": {"jaxnb._core", "jaxnb._failures", "jaxnb._debug"},
-    "jaxnb._train": {"jaxnb._core", "jaxnb._failures", "jaxnb._cells", "jaxnb._widgets", "jaxnb._debug"},
+    "jaxnb._train": {"jaxnb._core", "jaxnb._failures", "jaxnb._cells", "jaxnb._widgets", "jaxnb._debug",
+                     "jaxnb._attach"},
     "jaxnb._profile": {"jaxnb._core", "jaxnb._failures", "jaxnb._cells", "jaxnb._widgets", "jaxnb._train"},
     "jaxnb._tune": {"jaxnb._core", "jaxnb._failures", "jaxnb._train", "jaxnb._widgets"},
 }
 #: The fronts, modules or packages: the engine API (``jaxnb``, ``_mesh``), the Python API
 #: (``_cluster`` and its ``_cluster_jobs``, ``_cluster_options``, ``tune``), the magics, and
 #: ``show_notebook``.
-TOP = {"jaxnb", "jaxnb.__main__", "jaxnb._cluster", "jaxnb._cluster_attach", "jaxnb._cluster_inspect",
+TOP = {"jaxnb", "jaxnb.__main__", "jaxnb._cluster", "jaxnb._cluster_attach", "jaxnb._cluster_driving",
+       "jaxnb._cluster_inspect",
        "jaxnb._cluster_jobs",
        "jaxnb._cluster_options", "jaxnb._cluster_restarts", "jaxnb._mesh",
        "jaxnb.magics", "jaxnb.show_notebook", "jaxnb.tune"}

@@ -20,6 +20,8 @@ from jaxnb._core.errors import ClusterStateError
 
 #: How long a stop waits for the supervisor to end everything.
 STOP_SECONDS = 15.0
+#: How long an attach waits for a restart by the supervisor (a run's recovery) to be recorded.
+RESTART_SECONDS = 180.0
 
 RUNS_ALREADY = ("a cluster named {name!r} runs already on this machine; attach it with "
                 "`%jax_cluster attach {name}` or stop it with `python -m jaxnb stop {name}`")
@@ -40,6 +42,9 @@ class Attachment:
     process: subprocess.Popen | None = None  # the supervisor, when this kernel started it
     #: Reading ipyparallel's cluster file after an attach (about a second, off the attach's path).
     loading: threading.Thread | None = None
+    #: The supervisor's own hold, to drive a run on (:mod:`jaxnb._cluster_driving`): it never
+    #: takes the cluster over, and its records leave the attached kernel as they find it.
+    headless: bool = False
 
     def loaded(self, seconds: float = 60.0) -> None:
         """Wait until the cluster file read after an attach is in (``group.ipp``)."""
@@ -48,7 +53,7 @@ class Attachment:
 
     def taken_over(self) -> str | None:
         """One line when another kernel attached since (or the cluster is gone), else ``None``."""
-        doc = record.read(names.record_path(self.name))
+        doc = None if self.headless else record.read(names.record_path(self.name))
         if doc is None:
             return None
         kernel = doc.get("kernel") or {}
@@ -71,7 +76,7 @@ def launch(name: str, idle_timeout: float | None) -> Attachment:
         raise ClusterStateError(RUNS_ALREADY.format(name=name))
     record.remove(names.record_path(name))  # left by a supervisor that was SIGKILLed
     me = record.me()
-    code = "import gc; gc.disable(); from jaxnb._attach.supervisor import main; gc.enable(); main()"
+    code = "import gc; gc.disable(); from jaxnb._cluster_driving import main; gc.enable(); main()"
     args = [sys.executable, "-c", code, name, "none" if idle_timeout is None else repr(idle_timeout),
             str(me["pid"]), repr(me["created"])]
     fd = os.open(names.log_path(name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
@@ -90,18 +95,28 @@ def watch_pid(attachment: Attachment) -> int:
 
 def save(attachment: Attachment, doc: dict[str, Any]) -> None:
     """Record ``doc`` (what attaching needs) with this kernel attached."""
+    path = names.record_path(attachment.name)
+    if attachment.headless:  # the kernel attached (or none) stays so
+        now = record.read(path) or {}
+        held = {"kernel": now.get("kernel"), "detached_at": now.get("detached_at")}
+    else:
+        held = {"kernel": dict(record.me(), token=attachment.token, since=time.time()),
+                "detached_at": None}
     doc = dict(doc, name=attachment.name, supervisor=attachment.supervisor,
-               idle_timeout=attachment.idle_timeout,
-               kernel=dict(record.me(), token=attachment.token, since=time.time()),
-               detached_at=None)
-    record.write(names.record_path(attachment.name), doc)
+               idle_timeout=attachment.idle_timeout, **held)
+    record.write(path, doc)
 
 
 def take_over(name: str) -> tuple[Attachment, dict[str, Any]]:
-    """Attach this kernel to cluster ``name``: the record, now naming this kernel."""
+    """Attach this kernel to cluster ``name``: the record, now naming this kernel (once a
+    restart its supervisor makes, driving a run on, has recorded the new engines)."""
     names.check(name)
     entry = supervisor_of(name)
     doc = record.read(names.record_path(name))
+    deadline = time.monotonic() + RESTART_SECONDS
+    while doc is not None and doc.get("restarting") and time.monotonic() < deadline and record.alive(entry):
+        time.sleep(0.2)
+        doc = record.read(names.record_path(name))
     if entry is None or doc is None:
         raise ClusterStateError(NONE_NAMED.format(name=name))
     attachment = Attachment(name, doc.get("idle_timeout"), entry)

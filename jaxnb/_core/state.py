@@ -119,6 +119,10 @@ class Group:
     #: The running ``--min-processes`` run's size changes (``scale`` asks it), or ``None``; kept
     #: across the restarts of that run.
     resize: Any = None
+    #: A run that recovers on a named cluster, as its record names it (JSON: the run, its folder,
+    #: ``max_failures``, the process driving it), so that the supervisor drives it on when that
+    #: process is gone (:mod:`jaxnb._train.handing`); ``None`` otherwise.
+    driving: dict[str, Any] | None = None
     #: Folders this cluster's cells made under the temporary directory (removed at its stop).
     temp_folders: TempFolders = dataclasses.field(default_factory=TempFolders)
     #: A named cluster's hold (``jaxnb._attach.attachment.Attachment``): its ``taken_over()``

@@ -9,6 +9,8 @@ ended (:mod:`jaxnb._hosts.site`).
 
 from __future__ import annotations
 
+import psutil
+
 from jaxnb._core import ipp_internals
 from jaxnb._core.state import Group
 from jaxnb._hosts import processes, site
@@ -17,16 +19,20 @@ from jaxnb._hosts import processes, site
 def dead_processes(group: Group) -> dict[int, str]:
     """JAX process index → how it ended, for every process of ``group`` that is not running."""
     dead: dict[int, str] = {}
+    where = site.of(group)
     for info in group.processes:
         launcher = processes.launcher_of(group, info.pid)
         process = ipp_internals.launcher_process(launcher) if launcher is not None else None
         if process is not None:
             how = processes.exit_of(process, launcher)
-            if how is not None and info.pid in group.stopped_pids:
-                how = site.STOPPED
-            if how is not None:
-                dead[info.process_index] = how
-    where = site.of(group)
+        elif where.inspects_processes and not psutil.pid_exists(info.pid):
+            how = "exited"  # gone before its launcher was read (by a kernel or supervisor that attached)
+        else:
+            how = None
+        if how is not None and info.pid in group.stopped_pids:
+            how = site.STOPPED
+        if how is not None:
+            dead[info.process_index] = how
     for p, how in where.exited(group).items():  # seen on its host before the controller drops it
         dead.setdefault(p, how)
     if where.lost_by_registration and group.client is not None:

@@ -15,7 +15,7 @@ from jaxnb._core.file_lock import FileLock
 from jaxnb._core.messages import RESET, RESTART
 from jaxnb._core.run_limits import count_text
 from jaxnb._core.state import Group
-from jaxnb._train import handover
+from jaxnb._train import handover, run_events
 from jaxnb._train.interrupts import InterruptCounter
 from jaxnb._train.monitor import Monitor
 from jaxnb._train.recovery import NO_CHECKPOINT, Recovery, give_up
@@ -24,7 +24,7 @@ from jaxnb._train.result import Result
 from jaxnb._widgets.dashboard import Dashboard
 
 _PREPARE = EngineCall("jaxnb._engine.run.reporting:prepare")
-_EXECUTE = EngineCall("jaxnb._engine.run.reporting:execute")
+EXECUTE = EngineCall("jaxnb._engine.run.reporting:execute")
 
 #: How long setting a run up on the engines may take (seconds).
 PREPARE_TIMEOUT_SECONDS = 60.0
@@ -74,6 +74,7 @@ class Attempts:
         failure, refuse = recovery.record(monitor)
         failure.phases[phases.DETECT] = monitor.unnoticed_seconds()
         if refuse is not None:
+            run_events.append(result.path, run_events.failure_event(failure))
             give_up(monitor, refuse)
             return None
         latest = recovery.latest()
@@ -93,6 +94,7 @@ class Attempts:
             replayed = time.monotonic()
         except BaseException as exc:  # the restart or the replay failed: that is the run's end
             error = getattr(exc, "summary", None) or f"{type(exc).__name__}: {exc}"
+            run_events.append(result.path, run_events.failure_event(failure))
             give_up(monitor, f"the recovery failed: {str(error).splitlines()[0]}")
             if isinstance(exc, KeyboardInterrupt):
                 raise
@@ -132,6 +134,7 @@ class Attempts:
         if failure.new_size is not None:
             dashboard.resized(failure.resumed_from or 0, failure.old_size, failure.new_size)
         self.spec.update(resume=latest)
+        run_events.append(self.result.path, run_events.failure_event(failure))
         try:
             prepare(self.group, self.spec)
             following = start_attempt(self.group, self.result, dashboard, self)
@@ -180,7 +183,7 @@ def launch(group: Group, result: Result, total: int | None, attempts: Attempts,
 
 def start_attempt(group: Group, result: Result, dashboard: Dashboard, attempts: Attempts) -> Monitor:
     """Start the prepared function on every process and follow it on ``dashboard``."""
-    ar = group.view.apply_async(_EXECUTE)
+    ar = group.view.apply_async(EXECUTE)
     group.busy_with = result.name
     try:
         monitor = Monitor(group, ar, result, dashboard, recovers=attempts.recovery.has_retries())

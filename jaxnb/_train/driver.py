@@ -18,7 +18,7 @@ from jaxnb._core.messages import BUSY
 from jaxnb._core.run_limits import KEEP_CHECKPOINTS, check_limits
 from jaxnb._core.state import Group, Suspect
 from jaxnb._failures import out_of_memory, stale
-from jaxnb._train import dataset_names, function, handover
+from jaxnb._train import dataset_names, function, handing, handover, run_events
 from jaxnb._train.attempts import Attempts, launch, prepare
 from jaxnb._train.interrupts import InterruptCounter
 from jaxnb._train.monitor import Monitor
@@ -84,6 +84,7 @@ def train(
     handover.wait_if_stopping(group)  # a run asked to stop may take a moment to end
     if group.busy_with:
         raise ClusterStateError(BUSY.format(name=group.busy_with))
+    handing.check_free(group)
     run = function.run_name(fn, name)
     spec = function.package(fn, config)
     spec.update(datasets=dataset_names.check(datasets), keep_checkpoints=keep_checkpoints)
@@ -102,6 +103,8 @@ def train(
             print(REUSED.format(name=run, dir=os.path.dirname(run_dir)))
         spec.update(run_dir=run_dir, run_id=uuid.uuid4().hex, resume=resume_from,
                     as_flags=spelling.active(), elastic=min_processes is not None)
+        if max_failures != 0 and restart is not None:  # the cluster's supervisor may drive it on
+            handing.hand(group, spec, run, max_failures)
         prepared = prepare(group, spec)
 
         result = Result(run, run_dir)
@@ -124,6 +127,7 @@ def train(
             monitor = launch(group, result, total, attempts, view=view)
             error = _follow_blocking(monitor, on_result, ctrl_c, attempts)
     except BaseException:
+        handing.release(group)
         run_folder.release(lock, made)  # it never started, or _conclude released it already
         raise
     if error is not None:
@@ -210,6 +214,10 @@ def _conclude(
         error.result = result  # type: ignore[attr-defined]
     status, message = final_status(result, monitor.interrupted, attempts.ended_in_recovery,
                                    attempts.recovery.counted())
+    if attempts.recovery.enabled:  # the run's end, for a kernel that follows it from its folder
+        said = None if error is None else str(getattr(error, "summary", error)).splitlines()[0]
+        run_events.append(result.path, run_events.final_end(said, result.stopped, result.stopped_at))
+    handing.release(group)
     try:
         monitor.dashboard.finish(status, message)
     finally:  # the wall time goes to the end of the run as the notebook shows it

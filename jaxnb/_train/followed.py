@@ -16,6 +16,7 @@ from jaxnb._core.errors import JaxnbError
 from jaxnb._core.run_folder import Checkpoint
 from jaxnb._core.spelling import example
 from jaxnb._core.state import Group
+from jaxnb._train import run_events
 from jaxnb._train.result import Result
 
 #: How often the file is read for new reports (seconds).
@@ -53,6 +54,7 @@ class _Reader:
     def __init__(self, result: Result, tail: run_reports.Tail, dashboard: Any) -> None:
         self.result, self.tail, self.dashboard = result, tail, dashboard
         self.end: dict[str, Any] | None = None
+        self.recovers = False  # the attempt's start said a driver recovers it from a death
         self.stopping = threading.Event()
 
     def loop(self) -> None:
@@ -65,7 +67,7 @@ class _Reader:
         for event in self.tail.read():
             kind = event.get("kind")
             if kind == "start":
-                self.end = None
+                self.end, self.recovers = None, bool(event.get("recovers"))
                 resume = event.get("resume")
                 resume = resume if isinstance(resume, int) else None
                 recovered = bool(self.result.history)  # else the run's first attempt
@@ -77,8 +79,11 @@ class _Reader:
                     self.dashboard.rewind(resume)
             elif kind == "report":
                 records.append(self._book(event))
-            elif kind == "end" and event.get("resized_at") is None:
-                self.end = event
+            elif kind == "failure" and (failure := run_events.failure_of(event)) is not None:
+                self.result.failures.append(failure)
+            elif kind == "end" and (event.get("final") or (
+                    event.get("resized_at") is None and not self.recovers)):
+                self.end = event  # a run that recovers: its driver's end, after any recovery
         if self.dashboard is not None:
             if records:
                 self.dashboard.add(records)
@@ -102,7 +107,8 @@ class _Reader:
     def _conclude(self, end: dict[str, Any]) -> None:
         result = self.result
         if end.get("error"):
-            result.error = RunFailed(f"run {result.name!r} failed on process 0: {end['error']}")
+            where = "" if end.get("final") else " on process 0"
+            result.error = RunFailed(f"run {result.name!r} failed{where}: {end['error']}")
             result.error.result = result  # type: ignore[attr-defined]
         result.stopped = bool(end.get("stopped")) and result.error is None
         result.stopped_at = end.get("stopped_at") if result.stopped else None

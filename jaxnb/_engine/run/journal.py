@@ -16,9 +16,10 @@ class Journal:
     """Appends the events of one attempt to ``RUN/reports.jsonl`` (opened without following
     links); the file is flushed after each batch, synced at the end."""
 
-    def __init__(self, run_dir: str, run_id: str, resume: int | None) -> None:
+    def __init__(self, run_dir: str, run_id: str, resume: int | None, recovers: bool = False) -> None:
         self._file = open_text(path(run_dir), "a", within=run_dir)
-        self._write([{"kind": "start", "run_id": run_id, "resume": resume, "time": time.time()}])
+        self._write([{"kind": "start", "run_id": run_id, "resume": resume, "time": time.time(),
+                      "recovers": recovers}])
 
     def reports(self, batch: list[dict[str, Any]]) -> None:
         """Book a batch of records (their metrics already on the host)."""
@@ -41,11 +42,11 @@ class Journal:
         self._file.flush()
 
 
-def opened(run_dir: str, run_id: str, resume: int | None) -> Journal | None:
+def opened(run_dir: str, run_id: str, resume: int | None, recovers: bool = False) -> Journal | None:
     """Process 0's journal, or ``None`` (said on stderr) when the run folder refuses it: the
     run goes on, only a kernel attaching later misses its reports."""
     try:
-        return Journal(run_dir, run_id, resume)
+        return Journal(run_dir, run_id, resume, recovers)
     except OSError as exc:
         print(f"jaxnb: could not write {path(run_dir)} ({exc}); a kernel that "
               "attaches later will not see this run's reports", file=sys.stderr)

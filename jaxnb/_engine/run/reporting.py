@@ -24,6 +24,7 @@ from jaxnb._engine.datasets import data_run
 from jaxnb._engine.memory import oom_note
 from jaxnb._engine.profile import recording
 from jaxnb._engine.run import (
+    held,
     journal,
     monitoring,
     reported_dirs,
@@ -71,6 +72,8 @@ class _Run:
     #: The run was ended on request (at ``stop.end``; ``should_stop()`` may have said so).
     stopped: bool = False
     keep: int = KEEP_CHECKPOINTS  # the newest checkpoints Orbax keeps (--keep-checkpoints)
+    #: A driver recovers the run from a death (``--max-failures``): process 0's journal says so.
+    recovers: bool = False
 
 
 _run: _Run | None = None
@@ -203,6 +206,7 @@ def _prepare(spec: dict[str, Any]) -> dict[str, Any]:
     from jaxnb._engine.group import context
 
     _run = None
+    held.keep(spec)  # what a driver needs once the kernel is gone (a run that recovers)
     kept.drop()  # a new run: the last failure's frames are not debuggable any more
     try:
         fn, args = train_function.function(spec)
@@ -236,6 +240,7 @@ def _prepare(spec: dict[str, Any]) -> dict[str, Any]:
         as_flags=bool(spec.get("as_flags")),
         resize=resizing.Agreement(str(spec["run_id"]), process, n) if elastic else None,
         keep=int(spec.get("keep_checkpoints") or KEEP_CHECKPOINTS),
+        recovers=bool(spec.get("recovers")),
     )
     meshes = resizing.meshes(user_namespace()) if elastic and process == 0 else {}
     return {"error": None, "process": process, "meshes": meshes}
@@ -249,7 +254,7 @@ def execute() -> dict[str, Any]:
         raise RuntimeError("no jaxnb training run was prepared on this process")
     sampler = monitoring.start(run.fn)
     record = None if run.process != 0 else journal.opened(
-        run.run_dir, run.run_id, None if run.resume is None else run.resume.step)
+        run.run_dir, run.run_id, None if run.resume is None else run.resume.step, run.recovers)
     run.publisher = BatchPublisher(datapub_sender(), monitor=sampler,
                                    monitor_every=monitoring.SAMPLE_SECONDS,
                                    journal=None if record is None else record.reports)
