@@ -11,6 +11,9 @@ folder.
 
 from __future__ import annotations
 
+import json
+
+import psutil
 import pytest
 from support.clusters import wait_until
 from support.named_clusters import clusters_dir_fixture, family, gone, jaxnb_cli, kernel  # noqa: F401 - fixtures
