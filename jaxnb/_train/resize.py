@@ -34,16 +34,20 @@ from jaxnb._core import group_size
 from jaxnb._core.contract import RESIZE_SIGNAL
 from jaxnb._core.messages import first_line, plural
 from jaxnb._core.options import ClusterOptions
-from jaxnb._core.phases import REPLAY
+from jaxnb._core.phases import GRACE, REPLAY, STOP, Stopwatch, add
 from jaxnb._core.replay import ReplayError
 from jaxnb._core.spelling import command, example, option
 from jaxnb._core.state import Group
 from jaxnb._failures import free
+from jaxnb._lifecycle.launch import SILENCE_SECONDS
 from jaxnb._train.result import Failure
 
-#: With ``min_processes``, how long a recovery waits for hosts found unreachable before it
-#: leaves them out (at most ``--init-timeout``): a link that blinks longer costs a shrink, then
-#: a grow at the checkpoint after it answers again (the run goes on meanwhile).
+#: With ``min_processes``, how long hosts found unreachable may stay silent before they are
+#: left out (at most ``--init-timeout``), counted from their engines' last heartbeat: the
+#: controller drops an engine after :data:`~jaxnb._lifecycle.launch.SILENCE_SECONDS`, and what
+#: is left of the grace then is spent probing over fresh ssh connections. A link that blinks
+#: longer costs a shrink, then a grow at the checkpoint after it answers again (the run goes on
+#: meanwhile).
 GRACE_SECONDS = 2.0
 #: How often hosts left out are probed (a fresh ssh connection) while the run goes on without them.
 PROBE_SECONDS = 2.0
@@ -121,8 +125,16 @@ class Resize:
         """Restart after ``failure``: on the places left when some are lost, else as before."""
         group, before = self.group, self.group.size
         grace = min(GRACE_SECONDS, group.options.init_timeout)
-        lost = self.sizes.lost_hosts(grace) if group.options.hosts else []
+        # at least: the survivors were stopped (``STOP`` so far) after the death was seen
+        silent = SILENCE_SECONDS + failure.phases.get(STOP, 0.0) + max(0.0, time.time() - failure.time)
+        waited = Stopwatch()
+        if group.options.hosts:
+            with waited.timed(GRACE):
+                lost = self.sizes.lost_hosts(max(0.0, grace - silent))
+        else:
+            lost = []
         seconds = self._without(lost, failure, grace) if lost else self._same(before)
+        add(seconds, waited)
         if group.size != before:
             failure.old_size, failure.new_size = before, group.size
             when = ("at a checkpoint once it answers again" if lost else
