@@ -131,6 +131,7 @@ def measure(where: str, repeats: int, make_cluster, lose_factory, steps: int,
     """``repeats`` pairs of runs (with and without min_processes) on fresh clusters; ``heal``
     after each (the cut link up again)."""
     from jaxnb import JaxCluster
+    from tests.support.clusters import spares_registered
 
     runs: dict[str, list[float]] = {}
     for _ in range(repeats):
@@ -139,7 +140,8 @@ def measure(where: str, repeats: int, make_cluster, lose_factory, steps: int,
                 with tempfile.TemporaryDirectory() as folder, \
                         contextlib.redirect_stdout(io.StringIO()), JaxCluster(**make_cluster()) as cluster:
                     cluster.run(DATA_CELL)
-                    _spares_registered(cluster)
+                    if make_cluster().get("spares") is None:  # one per process: ready first
+                        spares_registered(cluster, 180)
                     figures = one_run(cluster, lose_factory(cluster), elastic, steps, folder)
             finally:
                 heal()
@@ -159,17 +161,6 @@ def measure(where: str, repeats: int, make_cluster, lose_factory, steps: int,
         if key in found:
             print(f"  {key.replace('_', ' ').replace('steps per s', 'steps/s')}: {found[key]:.1f}")
     return found
-
-
-def _spares_registered(cluster, seconds: float = 180.0) -> None:
-    """Wait until the cluster's warm spares (if it keeps any) registered with its controller."""
-    from jaxnb._lifecycle import spares
-
-    want = cluster.num_processes + spares.wanted(cluster.group)
-    deadline = time.monotonic() + seconds
-    while len(cluster.client.ids) < want and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert len(cluster.client.ids) >= want, "the spares never registered"
 
 
 def lab_section(args: argparse.Namespace) -> dict | None:
@@ -222,7 +213,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--init-timeout", type=float, default=60.0, help="seconds (jaxnb's default)")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--spares", type=int, default=None,
-                        help="warm spares of the lab cluster (default: one per process)")
+                        help="warm spares of the lab cluster (default: one per process, "
+                             "registered before the run starts)")
     args = parser.parse_args(argv)
     results = Results("resize")
     results.add(**{name: SECTIONS[name](args) for name in args.only.split(",") if name})

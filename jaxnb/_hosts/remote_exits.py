@@ -16,7 +16,7 @@ from jaxnb._hosts import oom_killer, reachability, remote_launchers, ssh
 STOPPED_BEATING = "its host unreachable, or the engine hung"
 #: How long an unregistered engine's ssh session may still take to report that the engine
 #: exited: the controller drops an engine only after it was silent for
-#: :data:`jaxnb._lifecycle.launch.SILENCE_SECONDS`, and the session of a killed engine says so
+#: :data:`jaxnb._core.heartbeat.SILENCE_SECONDS`, and the session of a killed engine says so
 #: within tenths of a second of the death (its wait on the host polls every 0.1 s).
 EXIT_GRACE_SECONDS = 0.3
 

@@ -19,18 +19,10 @@ from traitlets.config import Config
 
 from jaxnb._core.contract import ENV_COMPILE_CACHE, ENV_PLATFORM, ENV_STACKS_DIR, ENV_WORKDIR
 from jaxnb._core.errors import StartError
+from jaxnb._core.heartbeat import HEARTBEAT_MISSES, HEARTBEAT_MS
 from jaxnb._core.options import ClusterOptions
 from jaxnb._hosts import encryption
 from jaxnb._hosts.site import Site
-
-#: Controller heartbeat period (ms): engines register after their first beat.
-HEARTBEAT_MS = 50
-#: Missed beats before the controller drops an engine (1.5 s). An engine's heart answers from
-#: a thread of its own that needs no GIL, so a busy engine or a loaded machine still beats;
-#: an engine (or host) stalled this long, or a link cut, is lost (tests/test_resize_hosts.py).
-HEARTBEAT_MISSES = 30
-#: How long an engine has been silent when the controller drops it.
-SILENCE_SECONDS = HEARTBEAT_MS * (HEARTBEAT_MISSES + 1) / 1000
 
 
 def python_cmd(module: str, python: str = sys.executable) -> list[str]:

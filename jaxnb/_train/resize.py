@@ -32,6 +32,7 @@ from typing import Any
 
 from jaxnb._core import group_size
 from jaxnb._core.contract import RESIZE_SIGNAL
+from jaxnb._core.heartbeat import SILENCE_SECONDS
 from jaxnb._core.messages import first_line, plural
 from jaxnb._core.options import ClusterOptions
 from jaxnb._core.phases import GRACE, REPLAY, STOP, Stopwatch, add
@@ -39,12 +40,11 @@ from jaxnb._core.replay import ReplayError
 from jaxnb._core.spelling import command, example, option
 from jaxnb._core.state import Group
 from jaxnb._failures import free
-from jaxnb._lifecycle.launch import SILENCE_SECONDS
 from jaxnb._train.result import Failure
 
 #: With ``min_processes``, how long hosts found unreachable may stay silent before they are
 #: left out (at most ``--init-timeout``), counted from their engines' last heartbeat: the
-#: controller drops an engine after :data:`~jaxnb._lifecycle.launch.SILENCE_SECONDS`, and what
+#: controller drops an engine after :data:`~jaxnb._core.heartbeat.SILENCE_SECONDS`, and what
 #: is left of the grace then is spent probing over fresh ssh connections. A link that blinks
 #: longer costs a shrink, then a grow at the checkpoint after it answers again (the run goes on
 #: meanwhile).
