@@ -110,7 +110,8 @@ def _top_up(group: Group, ipp_cluster: Any) -> None:
 def _spare_places(group: Group, ipp_cluster: Any, missing: int) -> dict[str, int] | None:
     """ssh target → spares to start there: where the group's processes outnumber its living
     spares (after a shrink: not on the hosts left out); None: where the launcher would."""
-    if not issubclass(getattr(ipp_cluster, "engine_launcher_class", object), ssh.FastSSHEngineSetLauncher):
+    launcher_class = getattr(ipp_cluster, "engine_launcher_class", None)
+    if not (isinstance(launcher_class, type) and issubclass(launcher_class, ssh.FastSSHEngineSetLauncher)):
         return None
     launchers = _launchers(ipp_cluster)
     have = collections.Counter(ssh.place(launchers.get(pid))[0] for pid in _alive(group, group.spare_pids))
