@@ -263,6 +263,11 @@ class Monitor:
         they run), part of stopping the old group."""
         return 0.0 if self._gave_up_at is None else max(0.0, self._gave_up_at - self._seen_at())
 
+    def seen_time(self) -> float:
+        """When the death was seen, as ``time.time()`` (now when none was)."""
+        return time.time() - (time.monotonic() - self._seen_at()) if self._gave_up_at is not None \
+            else time.time()
+
     def _seen_at(self) -> float:
         seen = self.watch.seen_at
         return seen if seen is not None and self._gave_up_at is not None and seen <= self._gave_up_at \

@@ -35,7 +35,7 @@ from jaxnb._core.contract import RESIZE_SIGNAL
 from jaxnb._core.heartbeat import SILENCE_SECONDS
 from jaxnb._core.messages import first_line, plural
 from jaxnb._core.options import ClusterOptions
-from jaxnb._core.phases import GRACE, REPLAY, STOP, Stopwatch, add
+from jaxnb._core.phases import GRACE, REPLAY, Stopwatch, add
 from jaxnb._core.replay import ReplayError
 from jaxnb._core.spelling import command, example, option
 from jaxnb._core.state import Group
@@ -125,8 +125,7 @@ class Resize:
         """Restart after ``failure``: on the places left when some are lost, else as before."""
         group, before = self.group, self.group.size
         grace = min(GRACE_SECONDS, group.options.init_timeout)
-        # at least: the survivors were stopped (``STOP`` so far) after the death was seen
-        silent = SILENCE_SECONDS + failure.phases.get(STOP, 0.0) + max(0.0, time.time() - failure.time)
+        silent = SILENCE_SECONDS + max(0.0, time.time() - failure.time)  # failure.time: the death seen
         waited = Stopwatch()
         if group.options.hosts:
             with waited.timed(GRACE):
