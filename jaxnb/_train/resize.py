@@ -49,6 +49,9 @@ from jaxnb._train.result import Failure
 #: longer costs a shrink, then a grow at the checkpoint after it answers again (the run goes on
 #: meanwhile).
 GRACE_SECONDS = 2.0
+#: The least of the grace worth a probe: a fresh ssh connection gets a second (less left: the
+#: hosts are left out at once).
+PROBE_LEAST_SECONDS = 1.0
 #: How often hosts left out are probed (a fresh ssh connection) while the run goes on without them.
 PROBE_SECONDS = 2.0
 #: How long one probe may take (a fresh ssh connection takes seconds on a loaded machine; it
@@ -129,7 +132,8 @@ class Resize:
         waited = Stopwatch()
         if group.options.hosts:
             with waited.timed(GRACE):
-                lost = self.sizes.lost_hosts(max(0.0, grace - silent))
+                left = grace - silent
+                lost = self.sizes.lost_hosts(left if left >= PROBE_LEAST_SECONDS else 0.0)
         else:
             lost = []
         seconds = self._without(lost, failure, grace) if lost else self._same(before)
