@@ -26,6 +26,7 @@ from test_hosts import engine_processes
 from test_resize import DATA, GLOBAL_BATCH, LOOP, ROWS, plain_sgd
 
 from jaxnb._core.heartbeat import SILENCE_SECONDS
+from jaxnb._hosts import remote_launchers, ssh
 from jaxnb._lifecycle.refill import NO_SPARE
 from jaxnb._train.resize import GRACE_SECONDS
 
@@ -45,6 +46,12 @@ def cluster(ip, lab, make_cluster):
     ip.run_cell_magic("jax_cluster", "", DATA)
     ip.run_cell_magic("jax_cluster", "", LOOP)
     return made
+
+
+def _places(cluster, pids: set[int]) -> list[str]:
+    """The ``--hosts`` targets of the engines launched with these pids."""
+    launchers = [lch for s in remote_launchers.ssh_sets(cluster.group.ipp) for lch in s.launchers.values()]
+    return sorted(ssh.place(lch)[0] for lch in launchers if ssh.started_pid(lch) in pids)
 
 
 def _train(ip, tmp_path, name: str, **config) -> object:
@@ -108,6 +115,8 @@ def test_a_host_cut_for_good_leaves_the_run_on_2_and_it_grows_back_when_the_host
             ip.run_line_magic("jax_cluster", "status")
         page = status.outputs[0].data["text/html"]
         assert "2 processes" in page and "1 lost" in page and third.address in page, page
+        refilled = spares_registered(cluster)  # new spares, on the two hosts left
+        assert not refilled & spares and _places(cluster, refilled) == sorted(lab.addresses[:2])
     finally:
         cutter.join(1)
         third.link(True)
