@@ -2,14 +2,16 @@
 waiting for ``--init-timeout`` and then failing; steps/s before and after the change.
 
     python -m bench.resize [--repeats 1] [--only lab,local] [--init-timeout 60] [--steps 300]
+                           [--spares N]
 
 Sections (``--only`` picks some):
 
 - ``lab``: one engine on each of 3 lab ssh hosts (network namespaces with real sshd, as in
-  tests/lab; root only, else "not measured" and why). At step 20 the third host's link goes
-  down for good. With ``max_failures=2, min_processes=2``: loss → the first report made on 2
-  processes. With ``max_failures=2`` alone (today): loss → the run's end (the host does not
-  answer within ``--init-timeout``).
+  tests/lab; root only, else "not measured" and why), with the cluster's warm spares (one per
+  process, ``--spares N`` to change; the run starts once they registered). At step 20 the
+  third host's link goes down for good. With ``max_failures=2, min_processes=2``: loss → the
+  first report made on 2 processes. With ``max_failures=2`` alone (today): loss → the run's
+  end (the host does not answer within ``--init-timeout``).
 - ``local``: 3 processes on this machine, ``spares=0``: process 2 is SIGKILLed at step 20 and
   the restart's first engine too (a lost slot). With ``min_processes=2``: loss → the first
   report on 2 processes; without: loss → the run's end (the restart cannot start process 2).
@@ -129,6 +131,7 @@ def measure(where: str, repeats: int, make_cluster, lose_factory, steps: int,
     """``repeats`` pairs of runs (with and without min_processes) on fresh clusters; ``heal``
     after each (the cut link up again)."""
     from jaxnb import JaxCluster
+    from tests.support.clusters import spares_registered
 
     runs: dict[str, list[float]] = {}
     for _ in range(repeats):
@@ -137,6 +140,8 @@ def measure(where: str, repeats: int, make_cluster, lose_factory, steps: int,
                 with tempfile.TemporaryDirectory() as folder, \
                         contextlib.redirect_stdout(io.StringIO()), JaxCluster(**make_cluster()) as cluster:
                     cluster.run(DATA_CELL)
+                    if make_cluster().get("spares") is None:  # one per process: ready first
+                        spares_registered(cluster, 180)
                     figures = one_run(cluster, lose_factory(cluster), elastic, steps, folder)
             finally:
                 heal()
@@ -175,7 +180,7 @@ def lab_section(args: argparse.Namespace) -> dict | None:
 
         try:
             return measure("3 lab ssh hosts, the third host's link cut for good", args.repeats,
-                           lambda: {"hosts": lab.addresses, "spares": 0,
+                           lambda: {"hosts": lab.addresses, "spares": args.spares,
                                     "init_timeout": args.init_timeout}, lose_factory, args.steps,
                            heal=lambda: third.link(True))
         finally:
@@ -207,6 +212,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", default=",".join(SECTIONS), help="sections: lab, local")
     parser.add_argument("--init-timeout", type=float, default=60.0, help="seconds (jaxnb's default)")
     parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--spares", type=int, default=None,
+                        help="warm spares of the lab cluster (default: one per process, "
+                             "registered before the run starts)")
     args = parser.parse_args(argv)
     results = Results("resize")
     results.add(**{name: SECTIONS[name](args) for name in args.only.split(",") if name})

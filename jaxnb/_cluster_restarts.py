@@ -36,12 +36,13 @@ class Restarting:
     _replay: Callable[..., float]
     _record: Callable[[], None]
 
-    def _swap_spares(self, phases: Stopwatch | None = None) -> bool:
-        """Restart on the warm spares (only a join); False when none are ready."""
+    def _swap_spares(self, phases: Stopwatch | None = None, shrink: ClusterOptions | None = None) -> bool:
+        """Restart on the warm spares (only a join); False when none are ready. ``shrink``:
+        the options of the smaller group they form (:func:`spares.swap`)."""
         if not self.group.running:
             return False
         try:
-            swapped = spares.swap(self.group, phases)
+            swapped = spares.swap(self.group, phases, shrink)
         except Exception:  # a spare failed to join: restart the slow way
             return False
         if swapped:
@@ -78,15 +79,19 @@ class Restarting:
 
     def _restart_at(self, options: ClusterOptions, lost: Sequence[str] = ()) -> dict[str, float]:
         """Stop, start with ``options`` (the same cluster at another size; ``lost`` names the
-        places left out) and replay the setup; the seconds of each phase."""
+        places left out) and replay the setup; the seconds of each phase. A shrink that leaves
+        out only unreachable hosts joins the warm spares on the hosts left, when ready
+        (:func:`spares.can_shrink`)."""
         phases = Stopwatch()
         group = self.group
         whole = group_size.full(group)
-        with phases.timed(STOP):
-            self._halt()
-        group.options, group.full_options = options, (None if options == whole else whole)
-        group.lost = list(lost)
-        self._start(phases=phases)
+        shrink = group.running and spares.can_shrink(group, options)
+        group.full_options, group.lost = (None if options == whole else whole), list(lost)
+        if not (shrink and self._swap_spares(phases, options)):
+            with phases.timed(STOP):
+                self._halt()
+            group.options = options
+            self._start(phases=phases)
         with phases.timed(REPLAY):
             self._replay()
         return dict(phases)

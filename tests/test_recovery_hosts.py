@@ -16,7 +16,7 @@ import time
 
 import pytest
 from IPython.utils.capture import capture_output
-from support.clusters import exited, healthy, on_flag, wait_until
+from support.clusters import exited, healthy, on_flag, spares_registered, wait_until
 from support.fault_cells import COUNTING_LOOP
 from test_hosts import engine_processes
 
@@ -53,23 +53,11 @@ def _steps(result) -> list[int]:
     return [h["step"] for h in result.history]
 
 
-def _spares_registered(cluster, seconds: float = 120) -> set[int]:
-    """Wait until the cluster has a spare for each process, registered; their launched pids."""
-    deadline = time.monotonic() + seconds
-    while len(cluster.group.spare_pids) < cluster.num_processes and time.monotonic() < deadline:
-        time.sleep(0.05)
-    want = cluster.num_processes + len(cluster.group.spare_pids)
-    while len(cluster.client.ids) < want and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert len(cluster.client.ids) >= want, "the spares never registered"
-    return set(cluster.group.spare_pids)
-
-
 @pytest.mark.timeout(300)
 def test_a_remote_engine_killed_during_a_run_is_recovered(cluster, ip, lab, tmp_path):
     healthy(cluster)
     ip.run_cell_magic("jax_cluster", "", COUNTING_LOOP)
-    spares = _spares_registered(cluster)  # the restart is only a join
+    spares = spares_registered(cluster)  # the restart is only a join
     victim = cluster.processes[1]
     hosts = [p.host for p in cluster.processes]
     killer = on_flag(tmp_path / "killed.flag", lambda: os.kill(victim.pid, signal.SIGKILL))
@@ -150,7 +138,7 @@ def test_a_host_that_does_not_answer_within_the_init_timeout_ends_the_run_naming
 @pytest.mark.timeout(300)
 def test_a_restart_on_the_hosts_joins_the_warm_spares(cluster, lab):
     healthy(cluster)
-    spares = _spares_registered(cluster)
+    spares = spares_registered(cluster)
     assert len(spares) == 2
     for host in lab.hosts:  # one spare on each host (the shell around it runs there)
         assert len(spares & set(host.pids())) == 1, host.hostname
@@ -167,13 +155,13 @@ def test_a_restart_on_the_hosts_joins_the_warm_spares(cluster, lab):
     assert cluster.pull("total") == 2.0
     with pytest.raises(Exception, match="name 'x' is not defined"):
         cluster.run("x")  # new processes: an empty namespace, as after any restart
-    assert not _spares_registered(cluster) & spares  # new spares, on their hosts again
+    assert not spares_registered(cluster) & spares  # new spares, on their hosts again
 
 
 @pytest.mark.timeout(180)
 def test_stop_leaves_nothing_on_any_host_spares_included(cluster, lab):
     healthy(cluster)
-    _spares_registered(cluster)
+    spares_registered(cluster)
     assert len(engine_processes(lab)) == 2  # the group's and the spares' engines on both hosts
     cluster.stop()
     deadline = time.monotonic() + 15

@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 from IPython.core.error import UsageError
 
-from jaxnb._core import group_size, spelling
+from jaxnb._core import group_size, phases, spelling
 from jaxnb._core.options import ClusterOptions
 from jaxnb._core.state import Group, ProcessInfo
+from jaxnb._lifecycle import spares
 from jaxnb._train.resize import check_min_processes, config_refusal, mesh_refusal
 
 
@@ -120,3 +121,19 @@ def test_scale_reaches_a_run_only_once_its_first_attempt_started():
     assert group.resize is resize and resize.monitor is ended
     resize.end()
     assert group.resize is None
+
+
+def test_the_places_of_a_shrink_are_counted_by_host():
+    options = ClusterOptions(hosts=("a", "u@b:2", "c"), n=4)
+    group = _group(options, 4)
+    assert spares.places(group, group_size.without(group, ["c"])) == {"a": 1, "u@b": 2}
+    assert spares.places(group, group_size.at_size(group, 2)) == {"a": 1, "u@b": 1}
+    assert spares.places(group, ClusterOptions(n=3)) == {"": 3}  # this machine
+
+
+def test_phases_add_up_phase_by_phase():
+    seconds = {phases.DETECT: 1.5, phases.STOP: 0.25}
+    phases.add(seconds, {phases.STOP: 0.5, phases.JOIN: 0.125})
+    assert seconds == {phases.DETECT: 1.5, phases.STOP: 0.75, phases.JOIN: 0.125}
+    assert list(phases.in_order({phases.STOP: 1, phases.GRACE: 2, phases.DETECT: 3})) == \
+        [phases.DETECT, phases.GRACE, phases.STOP]

@@ -9,6 +9,9 @@ from collections.abc import Iterator
 #: From the dead process's last report (or the attempt's start) to its death seen: an upper
 #: bound on how long the death went unnoticed (when it died between two reports is not known).
 DETECT = "detect"
+#: With ``--min-processes``: the hosts found unreachable get a short grace to answer again
+#: before they are left out (:mod:`jaxnb._train.resize`).
+GRACE = "wait for lost hosts"
 STOP = "stop the old group"
 START = "start or swap"
 JOIN = "join jax.distributed"
@@ -18,7 +21,7 @@ RESTORE = "restore"
 #: From the replay's end to the resumed function's first report, its restore taken out:
 #: setting the run up, compiling (or reading the compilation cache) and the step itself.
 FIRST_STEP = "first step"
-ORDER = (DETECT, STOP, START, JOIN, REPLAY, RESTORE, FIRST_STEP)
+ORDER = (DETECT, GRACE, STOP, START, JOIN, REPLAY, RESTORE, FIRST_STEP)
 
 
 class Stopwatch(dict[str, float]):
@@ -31,6 +34,12 @@ class Stopwatch(dict[str, float]):
             yield
         finally:
             self[phase] = self.get(phase, 0.0) + time.monotonic() - start
+
+
+def add(into: dict[str, float], more: dict[str, float]) -> None:
+    """Add the seconds of ``more`` to ``into``, phase by phase."""
+    for phase, seconds in more.items():
+        into[phase] = into.get(phase, 0.0) + seconds
 
 
 def in_order(phases: dict[str, float]) -> dict[str, float]:

@@ -81,6 +81,8 @@ class Watch:
         self.first_done: float | None = None
         #: The processes found dead (index -> how they ended), once a death was raised.
         self.dead: dict[int, str] = {}
+        #: When (``time.monotonic``) that death was seen, before the survivors were stopped.
+        self.seen_at: float | None = None
         self._next_liveness = self.started + LIVENESS_PERIOD_SECONDS
         self._next_look = 0.0
         self._cpu: dict[int, float] = {}
@@ -94,7 +96,7 @@ class Watch:
             self._next_liveness = now + LIVENESS_PERIOD_SECONDS
             dead = detect.dead_processes(self.group)
             if dead:
-                self.dead = dict(dead)
+                self.dead, self.seen_at = dict(dead), time.monotonic()
                 running = [p for p in by_process if p not in done and p not in dead]
                 shown = running if self.where_others else []
                 raise died(self.group, dead, shown, self.code, _errors_of(by_process))
@@ -121,7 +123,7 @@ class Watch:
         """After the cell: raise if a process died, whatever the others returned."""
         dead = detect.dead_processes(self.group)
         if dead:
-            self.dead = dict(dead)
+            self.dead, self.seen_at = dict(dead), time.monotonic()
             raise died(self.group, dead, [], self.code, _errors_of(by_process))
 
     def pause(self, seconds: float) -> None:

@@ -14,9 +14,11 @@ from jaxnb._hosts import oom_killer, reachability, remote_launchers, ssh
 
 #: What an engine that stopped beating while its ssh session still runs may be.
 STOPPED_BEATING = "its host unreachable, or the engine hung"
-#: How long an unregistered engine's ssh session may take to report that the engine exited
-#: (its wait on the host polls every 0.1 s; the controller may drop a killed engine first).
-EXIT_GRACE_SECONDS = 2.0
+#: How long an unregistered engine's ssh session may still take to report that the engine
+#: exited: the controller drops an engine only after it was silent for
+#: :data:`jaxnb._core.heartbeat.SILENCE_SECONDS`, and the session of a killed engine says so
+#: within tenths of a second of the death (its wait on the host polls every 0.1 s).
+EXIT_GRACE_SECONDS = 0.3
 
 
 def exited_engines(ipp_cluster: ipp.Cluster | None) -> list[tuple[str, int, str]]:

@@ -19,14 +19,10 @@ from traitlets.config import Config
 
 from jaxnb._core.contract import ENV_COMPILE_CACHE, ENV_PLATFORM, ENV_STACKS_DIR, ENV_WORKDIR
 from jaxnb._core.errors import StartError
+from jaxnb._core.heartbeat import HEARTBEAT_MISSES, HEARTBEAT_MS
 from jaxnb._core.options import ClusterOptions
 from jaxnb._hosts import encryption
 from jaxnb._hosts.site import Site
-
-#: Controller heartbeat period (ms): engines register after their first beat.
-HEARTBEAT_MS = 50
-#: Missed beats before the controller drops an engine (3 s: a busy 2-core machine is not a death).
-HEARTBEAT_MISSES = 60
 
 
 def python_cmd(module: str, python: str = sys.executable) -> list[str]:

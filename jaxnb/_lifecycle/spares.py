@@ -14,6 +14,12 @@ once the new group reported its first step (importing JAX would slow its compila
 second failure seconds later swaps as fast as the first. Batch launchers (mpi, slurm) get
 no spares.
 
+A shrink (a ``--min-processes`` run that goes on without a lost host) swaps the same way:
+the spares on the hosts left join as the smaller group, the old engines there are SIGKILLed,
+and the lost host's engine and spare are given up (that host does not answer: each ssh try
+would wait out ssh's timeout; a stop or a grow tries it again). New spares start on the
+group's hosts only.
+
 A spare is known by the pid its launcher started: the engine itself here, the shell
 around the engine on an ssh host (the engine's parent).
 
@@ -34,9 +40,11 @@ from typing import Any
 
 from jaxnb._core import ipp_internals
 from jaxnb._core.contract import ENV_WARM_MODULES, EngineCall
+from jaxnb._core.host_entries import engine_counts
+from jaxnb._core.options import ClusterOptions
 from jaxnb._core.phases import JOIN, START, STOP, Stopwatch
 from jaxnb._core.state import Group
-from jaxnb._hosts import processes, site, ssh
+from jaxnb._hosts import processes, reachability, remote_launchers, site, ssh
 from jaxnb._lifecycle import refill, startup
 
 _PIDS = EngineCall("jaxnb._engine.group.process:pids")
@@ -92,10 +100,23 @@ def _top_up(group: Group, ipp_cluster: Any) -> None:
     before = set(_launchers(ipp_cluster))
     env = {**group.engine_env, ENV_WARM_MODULES: ",".join(group.warm_modules)}
     refill.of(group).launched()
-    ipp_cluster.start_engines_sync(n=missing, environment=env)
+    where = _spare_places(group, ipp_cluster, missing)
+    ipp_cluster.start_engines_sync(n=missing, environment=env, **({"engines": where} if where else {}))
     group.spare_pids.update(set(_launchers(ipp_cluster)) - before)
     group.launchers.update(ipp_internals.launched_engines(ipp_cluster))
     site.of(group).deliver_connection_file(ipp_cluster, group.options)  # ssh hosts: they wait for it
+
+
+def _spare_places(group: Group, ipp_cluster: Any, missing: int) -> dict[str, int] | None:
+    """ssh target → spares to start there: where the group's processes outnumber its living
+    spares (after a shrink: not on the hosts left out); None: where the launcher would."""
+    launcher_class = getattr(ipp_cluster, "engine_launcher_class", None)
+    if not (isinstance(launcher_class, type) and issubclass(launcher_class, ssh.FastSSHEngineSetLauncher)):
+        return None
+    launchers = _launchers(ipp_cluster)
+    have = collections.Counter(ssh.place(launchers.get(pid))[0] for pid in _alive(group, group.spare_pids))
+    lacking = places(group) - have
+    return dict(lacking) if sum(lacking.values()) == missing else None
 
 
 def warm(group: Group, modules: list[str]) -> None:
@@ -113,16 +134,26 @@ def warm(group: Group, modules: list[str]) -> None:
 
 def ready(group: Group) -> list[int]:
     """Engine ids of registered, living spares: one for each process, on its host."""
-    return list(_ready(group))
+    return list(_ready(group, places(group)))
 
 
-def _ready(group: Group) -> dict[int, int]:
-    """Engine id → launched pid of the spares :func:`ready` picks (none when too few)."""
+def places(group: Group, options: ClusterOptions | None = None) -> collections.Counter[str]:
+    """``--hosts`` target → how many processes run there: the group's now, or with
+    ``options`` (the same cluster at another size); ``""`` on this machine."""
+    if options is None:
+        return collections.Counter(_target(group, p) for p in group.indices)
+    if not options.hosts:
+        return collections.Counter({"": options.resolved_n()})
+    return collections.Counter(engine_counts(options.host_entries()))
+
+
+def _ready(group: Group, need: collections.Counter[str]) -> dict[int, int]:
+    """Engine id → launched pid of spares for the places ``need`` (none when too few)."""
     if group.client is None or not group.spare_pids:
         return {}
     members = {info.engine_id for info in group.processes}
     candidates = [eid for eid in group.client.ids if eid not in members]
-    if len(candidates) < group.size:
+    if len(candidates) < sum(need.values()):
         return {}
     try:
         families = group.client[candidates].apply_async(_PIDS).get(timeout=5)
@@ -130,7 +161,7 @@ def _ready(group: Group) -> dict[int, int]:
         return {}
     alive = _alive(group, group.spare_pids)
     launchers = _launchers(group.ipp)
-    need = collections.Counter(_target(group, p) for p in group.indices)
+    need = collections.Counter(need)
     found = {}
     for eid, family in zip(candidates, families, strict=True):
         pid = next((pid for pid in family[:2] if pid in alive), None)
@@ -143,28 +174,49 @@ def _ready(group: Group) -> dict[int, int]:
     return found if sum(need.values()) == 0 else {}
 
 
-def swap(group: Group, phases: Stopwatch | None = None) -> bool:
+def swap(group: Group, phases: Stopwatch | None = None, shrink: ClusterOptions | None = None) -> bool:
     """Replace the group's engines by spares and join them; False when too few are ready.
     ``phases``: where the seconds of finding them, stopping the old engines and joining go,
-    and, when none was ready, why (:data:`refill.NO_SPARE`)."""
+    and, when none was ready, why (:data:`refill.NO_SPARE`). ``shrink``: the options of a
+    smaller group whose places are among the group's own, the hosts it leaves out unreachable
+    (:func:`can_shrink`): the group takes them before it joins."""
     phases = Stopwatch() if phases is None else phases
     with _lock:
-        swapped = _swap(group, phases)
+        swapped = _swap(group, phases, shrink)
     if swapped:
         refill.of(group).taken()
         top_up_later(group)
     return swapped
 
 
-def _swap(group: Group, phases: Stopwatch) -> bool:
+def can_shrink(group: Group, options: ClusterOptions) -> bool:
+    """Whether ``options`` keep some of the group's places and leave out only hosts found
+    unreachable (a ``--min-processes`` run that goes on without them): a swap can do it."""
+    now, then = places(group), places(group, options)
+    gone = [t for t in now if t not in then]
+    return (bool(gone) and all(then[t] <= now[t] for t in then)
+            and all(reachability.unreachable_now(_location(group, t)) for t in gone))
+
+
+def _swap(group: Group, phases: Stopwatch, shrink: ClusterOptions | None) -> bool:
+    need = places(group, shrink)
+    gone = [p for p in group.indices if _target(group, p) not in need]
+    if gone:
+        _give_up_spares(group, set(places(group)) - set(need))
     with phases.timed(START):
-        spares = _ready(group)
+        spares = _ready(group, need)
     if not spares:
-        spares = _wait_starting(group, phases)
+        spares = _wait_starting(group, phases, need)
     if not spares:
         return False
-    with phases.timed(STOP):
-        site.kill(group, group.indices)  # the old engines, where they run
+    for p in gone:  # its host does not answer: its engine cannot be killed from here now
+        launcher = remote_launchers.launcher_of(group, p)
+        if hasattr(launcher, "abandon"):
+            launcher.abandon()
+    with phases.timed(STOP):  # the old engines, where they run (not those already killed)
+        site.kill(group, [p for p in group.indices if p not in gone and not _killed(group, p)])
+    if shrink is not None:
+        group.options = shrink
     with phases.timed(START):
         group.spare_pids.difference_update(spares.values())
         group.view = group.client[list(spares)]
@@ -178,19 +230,42 @@ def _swap(group: Group, phases: Stopwatch) -> bool:
     return True
 
 
-def _wait_starting(group: Group, phases: Stopwatch) -> dict[int, int]:
+def _killed(group: Group, p: int) -> bool:
+    """Process ``p``'s engine on an ssh host is known gone (jaxnb SIGKILLed it, or it exited)."""
+    return ssh.exited(remote_launchers.launcher_of(group, p))
+
+
+def _give_up_spares(group: Group, targets: set[str]) -> None:
+    """Forget the spares on ``targets`` (hosts that do not answer): their launchers stop waiting."""
+    launchers = _launchers(group.ipp)
+    for pid in list(group.spare_pids):
+        launcher = launchers.get(pid)
+        if launcher is not None and ssh.place(launcher)[0] in targets:
+            group.spare_pids.discard(pid)
+            if hasattr(launcher, "abandon"):
+                launcher.abandon()
+
+
+def _location(group: Group, target: str) -> str:
+    """The host name of the group's engines on ``target`` (``user@host`` → ``host``)."""
+    return next((getattr(remote_launchers.launcher_of(group, p), "location", "")
+                 for p in group.indices if _target(group, p) == target), "")
+
+
+def _wait_starting(group: Group, phases: Stopwatch, need: collections.Counter[str]) -> dict[int, int]:
     """Too few spares ready: wait for those still starting, if enough are (their seconds, and
     why none was ready, under a :data:`refill.NO_SPARE` phase); engine id → pid, or none."""
     launched, registered = _counts(group)
+    size = sum(need.values())
     why = refill.of(group).why_none(min(registered, launched), max(0, launched - registered),
-                                    len(group.spare_pids) - launched, group.size, wanted(group))
+                                    len(group.spare_pids) - launched, size, wanted(group))
     start = time.monotonic()
     deadline = start + min(STARTING_WAIT_SECONDS, group.options.init_timeout)
     found: dict[int, int] = {}
     # while enough are launched and some still register (all registered: _ready said no)
-    while launched >= group.size and registered < launched and time.monotonic() < deadline:
+    while launched >= size and registered < launched and time.monotonic() < deadline:
         time.sleep(0.02)
-        found = _ready(group)
+        found = _ready(group, need)
         if found:
             break
         launched, registered = _counts(group)

@@ -73,6 +73,7 @@ class Attempts:
         monitor.finish()  # this attempt's last reports and output
         failure, refuse = recovery.record(monitor)
         failure.phases[phases.DETECT] = monitor.unnoticed_seconds()
+        failure.phases[phases.STOP] = monitor.survivors_seconds()
         if refuse is not None:
             run_events.append(result.path, run_events.failure_event(failure))
             give_up(monitor, refuse)
@@ -89,8 +90,8 @@ class Attempts:
             return None
         try:
             assert recovery.restart is not None
-            failure.phases.update(recovery.restart() if self.resize is None else
-                                  self.resize.recover(failure))
+            phases.add(failure.phases, recovery.restart() if self.resize is None else
+                       self.resize.recover(failure))
             replayed = time.monotonic()
         except BaseException as exc:  # the restart or the replay failed: that is the run's end
             error = getattr(exc, "summary", None) or f"{type(exc).__name__}: {exc}"

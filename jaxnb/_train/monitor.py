@@ -256,7 +256,22 @@ class Monitor:
         if self._gave_up_at is None:
             return 0.0
         alive_until = max(self._last_seen.get(p, self.started_at) for p in self.deaths or [0])
-        return max(0.0, self._gave_up_at - alive_until)
+        return max(0.0, self._seen_at() - alive_until)
+
+    def survivors_seconds(self) -> float:
+        """From the death seen to the attempt given up: the survivors stopped (SIGKILL where
+        they run), part of stopping the old group."""
+        return 0.0 if self._gave_up_at is None else max(0.0, self._gave_up_at - self._seen_at())
+
+    def seen_time(self) -> float:
+        """When the death was seen, as ``time.time()`` (now when none was)."""
+        return time.time() - (time.monotonic() - self._seen_at()) if self._gave_up_at is not None \
+            else time.time()
+
+    def _seen_at(self) -> float:
+        seen = self.watch.seen_at
+        return seen if seen is not None and self._gave_up_at is not None and seen <= self._gave_up_at \
+            else float(self._gave_up_at or 0.0)
 
     def _outcomes(self) -> dict[int, dict[str, Any]]:
         errors = self.errors()

@@ -13,7 +13,6 @@ N+1-th failure, end the run naming every cause.
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -88,7 +87,7 @@ class Recovery:
     def record(self, monitor: Any) -> tuple[Failure, str | None]:
         """Book the failure; the reason not to recover (limit reached, repeated) or None."""
         cause = cause_of(monitor.gave_up)
-        failure = Failure(time=time.time(), step=monitor.last_step,
+        failure = Failure(time=monitor.seen_time(), step=monitor.last_step,
                           processes=tuple(sorted(monitor.deaths)), cause=cause)
         previous = self.failures[-1] if self.failures else None
         self.failures.append(failure)

@@ -32,19 +32,26 @@ from typing import Any
 
 from jaxnb._core import group_size
 from jaxnb._core.contract import RESIZE_SIGNAL
+from jaxnb._core.heartbeat import SILENCE_SECONDS
 from jaxnb._core.messages import first_line, plural
 from jaxnb._core.options import ClusterOptions
-from jaxnb._core.phases import REPLAY
+from jaxnb._core.phases import GRACE, REPLAY, Stopwatch, add
 from jaxnb._core.replay import ReplayError
 from jaxnb._core.spelling import command, example, option
 from jaxnb._core.state import Group
 from jaxnb._failures import free
 from jaxnb._train.result import Failure
 
-#: With ``min_processes``, how long a recovery waits for hosts found unreachable before it
-#: leaves them out (at most ``--init-timeout``): a link that blinks longer costs a shrink, then
-#: a grow at the checkpoint after it answers again (the run goes on meanwhile).
+#: With ``min_processes``, how long hosts found unreachable may stay silent before they are
+#: left out (at most ``--init-timeout``), counted from their engines' last heartbeat: the
+#: controller drops an engine after :data:`~jaxnb._core.heartbeat.SILENCE_SECONDS`, and what
+#: is left of the grace then is spent probing over fresh ssh connections. A link that blinks
+#: longer costs a shrink, then a grow at the checkpoint after it answers again (the run goes on
+#: meanwhile).
 GRACE_SECONDS = 2.0
+#: The least of the grace worth a probe: a fresh ssh connection gets a second (less left: the
+#: hosts are left out at once).
+PROBE_LEAST_SECONDS = 1.0
 #: How often hosts left out are probed (a fresh ssh connection) while the run goes on without them.
 PROBE_SECONDS = 2.0
 #: How long one probe may take (a fresh ssh connection takes seconds on a loaded machine; it
@@ -121,8 +128,16 @@ class Resize:
         """Restart after ``failure``: on the places left when some are lost, else as before."""
         group, before = self.group, self.group.size
         grace = min(GRACE_SECONDS, group.options.init_timeout)
-        lost = self.sizes.lost_hosts(grace) if group.options.hosts else []
+        silent = SILENCE_SECONDS + max(0.0, time.time() - failure.time)  # failure.time: the death seen
+        waited = Stopwatch()
+        if group.options.hosts:
+            with waited.timed(GRACE):
+                left = grace - silent
+                lost = self.sizes.lost_hosts(left if left >= PROBE_LEAST_SECONDS else 0.0)
+        else:
+            lost = []
         seconds = self._without(lost, failure, grace) if lost else self._same(before)
+        add(seconds, waited)
         if group.size != before:
             failure.old_size, failure.new_size = before, group.size
             when = ("at a checkpoint once it answers again" if lost else

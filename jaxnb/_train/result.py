@@ -20,8 +20,9 @@ class Failure:
     the last step reported before it, ``processes`` the processes that died and
     ``cause`` one line saying how. ``resumed_from`` is the checkpoint step the run
     went on from (``None``: from the beginning). ``phases`` has the seconds each phase
-    of the recovery took, in order (``jaxnb._core.phases``): ``detect``, ``stop the old
-    group``, ``start or swap``, ``join jax.distributed``, ``replay``, ``restore``, ``first
+    of the recovery took, in order (``jaxnb._core.phases``): ``detect``, ``wait for lost
+    hosts`` (``--min-processes`` on ``--hosts``), ``stop the old group`` (the survivors
+    too), ``start or swap``, ``join jax.distributed``, ``replay``, ``restore``, ``first
     step`` (compile included); ``seconds`` is their sum, once the first step is done. A change
     of the group's size (``--min-processes``: a shrink after a loss, or a grow back at a
     checkpoint, recorded too, with ``processes`` empty) also has ``old_size`` and ``new_size``.

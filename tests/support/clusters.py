@@ -137,3 +137,15 @@ def lose_a_slot(parent: int, known: set[int], seconds: float = 120) -> threading
     thread = threading.Thread(target=watch, daemon=True)
     thread.start()
     return thread
+
+
+def spares_registered(cluster: Any, seconds: float = 120) -> set[int]:
+    """Wait until the cluster has a spare for each process, registered; their launched pids."""
+    deadline = time.monotonic() + seconds
+    while len(cluster.group.spare_pids) < cluster.num_processes and time.monotonic() < deadline:
+        time.sleep(0.05)
+    want = cluster.num_processes + len(cluster.group.spare_pids)
+    while len(cluster.client.ids) < want and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(cluster.client.ids) >= want, "the spares never registered"
+    return set(cluster.group.spare_pids)
