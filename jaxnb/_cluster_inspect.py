@@ -75,26 +75,10 @@ class Inspecting:
     def status(self) -> list[ProcessInfo]:
         """One entry per process, with its current state (idle, busy, dead) and, while the
         engines are idle, its compilation cache (``compile_cache``: folder, size, hits)."""
-        group = self.group
-        group.require_running()
-        queue = group.client.queue_status()
-        settle = time.monotonic() + QUEUE_SETTLE_SECONDS
-        while (not group.busy_with and time.monotonic() < settle
-               and any((queue.get(i.engine_id) or {}).get("queue") for i in group.processes)):
-            time.sleep(0.05)  # the controller counts a request just answered a moment longer
-            queue = group.client.queue_status()
-        dead = detect.dead_processes(group)
-        for info in group.processes:
-            q = queue.get(info.engine_id)
-            if info.process_index in dead or q is None:
-                info.state = "dead"
-            elif group.busy_with:
-                info.state = f"busy ({group.busy_with})"
-            else:
-                info.state = "busy" if q.get("queue", 0) else "idle"
-        if all(info.state == "idle" for info in group.processes):
-            compile_cache.ask(group)
-        return group.processes
+        processes = process_states(self.group)
+        if all(info.state == "idle" for info in processes):
+            compile_cache.ask(self.group)
+        return processes
 
     def memory(self) -> MemoryReport:
         """Every process's memory per device (in use, peak, limit; on CPU the live arrays' sum
@@ -135,3 +119,25 @@ class Inspecting:
         """Every process's current Python stack, mapped to cell lines (``%jax_cluster stacks``)."""
         self.group.require_running()
         return stacks.collect(self.group)
+
+
+def process_states(group: Group) -> list[ProcessInfo]:
+    """``status`` without asking the engines (the controller's queues and the liveness check
+    only): what an attach shows, fast."""
+    group.require_running()
+    queue = group.client.queue_status()
+    settle = time.monotonic() + QUEUE_SETTLE_SECONDS
+    while (not group.busy_with and time.monotonic() < settle
+           and any((queue.get(i.engine_id) or {}).get("queue") for i in group.processes)):
+        time.sleep(0.05)  # the controller counts a request just answered a moment longer
+        queue = group.client.queue_status()
+    dead = detect.dead_processes(group)
+    for info in group.processes:
+        q = queue.get(info.engine_id)
+        if info.process_index in dead or q is None:
+            info.state = "dead"
+        elif group.busy_with:
+            info.state = f"busy ({group.busy_with})"
+        else:
+            info.state = "busy" if q.get("queue", 0) else "idle"
+    return group.processes

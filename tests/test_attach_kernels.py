@@ -11,15 +11,13 @@ folder.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 
-import psutil
 import pytest
 from support.clusters import wait_until
-from support.factories import environment
 from support.kernel_harness import Kernel
+from support.named_clusters import family, gone, recorded_in
 
 #: Starts kernels and engines: not in `bash dev test fast`.
 pytestmark = pytest.mark.engines
@@ -30,41 +28,13 @@ STATE = "%%jax_cluster\nimport jax\nx = 40 + jax.process_index()"
 @pytest.fixture(scope="module")
 def clusters_dir(tmp_path_factory):
     """Where this module's named clusters are recorded (the kernels inherit it)."""
-    folder = tmp_path_factory.mktemp("clusters")
-    with environment(JAXNB_CLUSTERS_DIR=str(folder)):
-        try:
-            yield folder
-        finally:  # a test that failed half-way leaves no cluster running
-            from jaxnb._attach import attachment
-            from jaxnb._core import cluster_names as names
-
-            for name in names.recorded_names():
-                attachment.stop(name)
+    yield from recorded_in(tmp_path_factory.mktemp("clusters"))
 
 
 def kernel() -> Kernel:
     k = Kernel()
     k.ok("%load_ext jaxnb\nimport jaxnb")
     return k
-
-
-def family(folder, name: str) -> list[psutil.Process]:
-    """The supervisor of ``name`` and every process whose watchdog watches it (engines, spares,
-    controller), found from the supervisor's own file and the processes' environment."""
-    with open(folder / f"{name}.supervisor.json") as f:
-        supervisor = psutil.Process(json.load(f)["supervisor"]["pid"])
-    found = [supervisor]
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get("JAXNB_PARENT_PID") == str(supervisor.pid):
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
-
-
-def gone(processes: list[psutil.Process]) -> bool:
-    return not [p for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
 def jaxnb_cli(*args: str) -> subprocess.CompletedProcess:
