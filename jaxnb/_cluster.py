@@ -13,9 +13,10 @@ import atexit
 import contextlib
 import sys
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jaxnb._attach import attachment
+from jaxnb._cells.outcome import CellOutcome
 from jaxnb._cluster_attach import Attaching
 from jaxnb._cluster_inspect import Inspecting
 from jaxnb._cluster_jobs import ClusterJobs
@@ -34,9 +35,6 @@ from jaxnb._core.options import (
 from jaxnb._core.phases import JOIN, START, Stopwatch
 from jaxnb._core.spelling import example, option
 from jaxnb._core.state import Group, ProcessInfo
-
-if TYPE_CHECKING:
-    from jaxnb._cells import spmd
 
 CPU_MULTI_DEVICE_NOTE = (
     "jaxnb: several CPU devices per process: gloo collectives can deadlock with many steps in "
@@ -235,7 +233,7 @@ class JaxCluster(Inspecting, Attaching, Restarting, ClusterJobs):
         all: bool = False,
         process: int | None = None,
         value: bool = False,
-    ) -> spmd.CellOutcome:
+    ) -> CellOutcome:
         """Run ``code`` on every process (SPMD) and show the merged output.
 
         Args:

@@ -133,13 +133,14 @@ class Inspecting:
         return stacks.collect(self.group)
 
 
-def process_states(group: Group) -> list[ProcessInfo]:
+def process_states(group: Group, settle: bool = True) -> list[ProcessInfo]:
     """``status`` without asking the engines (the controller's queues and the liveness check
-    only): what an attach shows, fast."""
+    only). ``settle=False``: no wait for the queues to settle (an attach's client has sent no
+    request yet: busy engines are busy with another kernel's work, a run going on, say)."""
     group.require_running()
     queue = group.client.queue_status()
-    settle = time.monotonic() + QUEUE_SETTLE_SECONDS
-    while (not group.busy_with and time.monotonic() < settle
+    until = time.monotonic() + (QUEUE_SETTLE_SECONDS if settle else 0.0)
+    while (not group.busy_with and time.monotonic() < until
            and any((queue.get(i.engine_id) or {}).get("queue") for i in group.processes)):
         time.sleep(0.05)  # the controller counts a request just answered a moment longer
         queue = group.client.queue_status()

@@ -211,14 +211,14 @@ def show_memory(processes: list[dict[str, Any]]) -> None:
 
 
 def show_status(cluster: JaxCluster, ask: bool = True) -> None:
-    """The devices widget for ``cluster``'s processes; ``ask=False``: without asking the
-    engines (their compile caches), as an attach shows it."""
+    """The devices widget for ``cluster``'s processes; ``ask=False``: as an attach shows it,
+    without asking the engines (their compile caches) or waiting for the queues to settle."""
     from jaxnb._cluster_inspect import process_states
     from jaxnb._hosts import encryption, site
     from jaxnb._widgets.devices import show_devices
 
     local = not site.of(cluster.group).remote_engines
-    show_devices(cluster.status() if ask else process_states(cluster.group), lost=cluster.lost,
+    show_devices(cluster.status() if ask else process_states(cluster.group, settle=False), lost=cluster.lost,
                  notes=[encryption.status_line(cluster.group.client, local)])
 
 
