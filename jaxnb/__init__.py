@@ -12,34 +12,33 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-# The engine side, eager and light: these run inside cells and train functions on every
-# engine, so importing them loads no notebook-side library (no matplotlib, ipywidgets or
-# ipyparallel launcher; tests/test_structure.py checks).
-from jaxnb._core.errors import ClusterStateError as ClusterStateError
-from jaxnb._core.errors import JaxnbError as JaxnbError
-from jaxnb._core.errors import ProcessFailure as ProcessFailure
-from jaxnb._core.errors import RemoteError as RemoteError
-from jaxnb._core.errors import StartError as StartError
-from jaxnb._core.run_folder import Checkpoint as Checkpoint
-from jaxnb._core.state import ProcessInfo as ProcessInfo
-from jaxnb._engine.datasets.data_run import get_dataset_shard as get_dataset_shard
-from jaxnb._engine.group.context import get_context as get_context
-from jaxnb._engine.run.reporting import get_checkpoint as get_checkpoint
-from jaxnb._engine.run.reporting import report as report
-from jaxnb._engine.run.reporting import should_stop as should_stop
-from jaxnb._mesh import show_mesh as show_mesh
-from jaxnb._mesh import show_sharding as show_sharding
-
 if TYPE_CHECKING:
     from jaxnb import tune as tune
     from jaxnb._attach.listing import clusters as clusters
     from jaxnb._cluster import JaxCluster as JaxCluster
+    from jaxnb._core.errors import ClusterStateError as ClusterStateError
+    from jaxnb._core.errors import JaxnbError as JaxnbError
+    from jaxnb._core.errors import ProcessFailure as ProcessFailure
+    from jaxnb._core.errors import RemoteError as RemoteError
+    from jaxnb._core.errors import StartError as StartError
     from jaxnb._core.replay import ReplayError as ReplayError
+    from jaxnb._core.run_folder import Checkpoint as Checkpoint
+    from jaxnb._core.state import ProcessInfo as ProcessInfo
+    from jaxnb._engine.datasets.data_run import get_dataset_shard as get_dataset_shard
+    from jaxnb._engine.group.context import get_context as get_context
+    from jaxnb._engine.run.reporting import get_checkpoint as get_checkpoint
+    from jaxnb._engine.run.reporting import report as report
+    from jaxnb._engine.run.reporting import should_stop as should_stop
+    from jaxnb._mesh import show_mesh as show_mesh
+    from jaxnb._mesh import show_sharding as show_sharding
     from jaxnb._profile.result import ProfileResult as ProfileResult
     from jaxnb._train.result import Result as Result
     from jaxnb._tune.result import TuneResult as TuneResult
 
-#: The notebook side, loaded on first use: name -> "module:attribute" (or a module).
+#: Every public name, loaded on first use: name -> "module:attribute" (or a module). So
+#: ``import jaxnb`` loads nothing else: a kernel's ``%load_ext jaxnb`` and ``attach`` load only
+#: what they use. The engine side (``report`` ...) loads no notebook-side library (no
+#: matplotlib, ipywidgets or ipyparallel launcher; tests/test_structure.py checks).
 _LAZY = {
     "tune": "jaxnb.tune",
     "JaxCluster": "jaxnb._cluster:JaxCluster",
@@ -48,6 +47,20 @@ _LAZY = {
     "ProfileResult": "jaxnb._profile.result:ProfileResult",
     "ReplayError": "jaxnb._core.replay:ReplayError",
     "TuneResult": "jaxnb._tune.result:TuneResult",
+    "ClusterStateError": "jaxnb._core.errors:ClusterStateError",
+    "JaxnbError": "jaxnb._core.errors:JaxnbError",
+    "ProcessFailure": "jaxnb._core.errors:ProcessFailure",
+    "RemoteError": "jaxnb._core.errors:RemoteError",
+    "StartError": "jaxnb._core.errors:StartError",
+    "Checkpoint": "jaxnb._core.run_folder:Checkpoint",
+    "ProcessInfo": "jaxnb._core.state:ProcessInfo",
+    "get_dataset_shard": "jaxnb._engine.datasets.data_run:get_dataset_shard",
+    "get_context": "jaxnb._engine.group.context:get_context",
+    "get_checkpoint": "jaxnb._engine.run.reporting:get_checkpoint",
+    "report": "jaxnb._engine.run.reporting:report",
+    "should_stop": "jaxnb._engine.run.reporting:should_stop",
+    "show_mesh": "jaxnb._mesh:show_mesh",
+    "show_sharding": "jaxnb._mesh:show_sharding",
 }
 
 #: The public names: the reference documents each one (tests/test_docs.py checks).

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from jaxnb._attach import attachment
-from jaxnb._cells import pull, spmd
+from jaxnb._cells.outcome import CellOutcome
 from jaxnb._cluster_attach import Attaching
 from jaxnb._cluster_inspect import Inspecting
 from jaxnb._cluster_jobs import ClusterJobs
@@ -35,8 +35,6 @@ from jaxnb._core.options import (
 from jaxnb._core.phases import JOIN, START, Stopwatch
 from jaxnb._core.spelling import example, option
 from jaxnb._core.state import Group, ProcessInfo
-from jaxnb._failures import repair
-from jaxnb._lifecycle import shutdown, spares, startup
 
 CPU_MULTI_DEVICE_NOTE = (
     "jaxnb: several CPU devices per process: gloo collectives can deadlock with many steps in "
@@ -127,6 +125,8 @@ class JaxCluster(Inspecting, Attaching, Restarting, ClusterJobs):
         return self._start()
 
     def _start(self, at_least: int | None = None, phases: Stopwatch | None = None) -> JaxCluster:
+        from jaxnb._lifecycle import spares, startup
+
         phases = Stopwatch() if phases is None else phases
         try:
             self._supervise()  # a named cluster: its supervisor, which the engines watch
@@ -169,6 +169,8 @@ class JaxCluster(Inspecting, Attaching, Restarting, ClusterJobs):
 
     def _halt(self) -> None:
         """Stop the engines and the controller (a named cluster's supervisor stays)."""
+        from jaxnb._lifecycle import shutdown, spares
+
         self._loaded()  # attached here: ipyparallel's launchers, read after the attach
         with spares.held():  # no spares launched behind the stop's back
             shutdown.stop_all(self.group)
@@ -198,6 +200,8 @@ class JaxCluster(Inspecting, Attaching, Restarting, ClusterJobs):
     def _replay(self, push: Callable[[dict[str, Any]], None] | None = None) -> float:
         """Run the recorded setup on the (new) engines; the seconds it took. ``push``: what
         sets a push's values there (default: ``push`` them)."""
+        from jaxnb._cells import pull, spmd
+
         group = self.group
 
         def cell(code: str, timeout: float | None) -> None:
@@ -232,7 +236,7 @@ class JaxCluster(Inspecting, Attaching, Restarting, ClusterJobs):
         all: bool = False,
         process: int | None = None,
         value: bool = False,
-    ) -> spmd.CellOutcome:
+    ) -> CellOutcome:
         """Run ``code`` on every process (SPMD) and show the merged output.
 
         Args:
@@ -249,6 +253,10 @@ class JaxCluster(Inspecting, Attaching, Restarting, ClusterJobs):
             jaxnb.ProcessFailure: a process died, the processes diverged or the cell timed out.
             ValueError: ``process`` does not exist, or ``all`` and ``process`` given together.
         """
+        from jaxnb._cells import spmd
+        from jaxnb._failures import repair
+        from jaxnb._lifecycle import spares
+
         check_run(timeout=timeout, all=all, process=process)
         self.group.require_idle()
         if process is not None and process not in self.process_indices:
@@ -277,6 +285,9 @@ class JaxCluster(Inspecting, Attaching, Restarting, ClusterJobs):
             jaxnb.ClusterStateError: the cluster is not running, or busy with a background run.
             ValueError: a value cannot be pickled (nothing is sent).
         """
+        from jaxnb._cells import pull
+        from jaxnb._failures import repair
+
         self.group.require_idle()
         repair.ensure_ready(self.group)
         pull.push(self.group, values)
@@ -294,6 +305,9 @@ class JaxCluster(Inspecting, Attaching, Restarting, ClusterJobs):
             ValueError: the value cannot be pickled (one line).
             jaxnb.RemoteError: another error on the engines (e.g. ``name`` is not defined).
         """
+        from jaxnb._cells import pull
+        from jaxnb._failures import repair
+
         self.group.require_idle()
         repair.ensure_ready(self.group)
         return pull.pull(self.group, name, self.options.timeout or DEFAULT_OPERATION_TIMEOUT)

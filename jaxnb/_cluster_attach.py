@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
-import threading
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
@@ -189,9 +189,7 @@ def _connect(group: Group, doc: dict[str, Any], registered_only: bool = False) -
     group.coordinator, group.stacks_dir = doc.get("coordinator"), doc.get("stacks_dir")
     group.engine_env = doc.get("engine_env")
     group.lost = list(doc.get("lost") or [])
-    group.attachment.loading = threading.Thread(target=_load_cluster, args=(group, doc["cluster_file"]),
-                                                name="jaxnb-attach", daemon=True)
-    group.attachment.loading.start()
+    group.attachment.load_later(functools.partial(_load_cluster, group, doc["cluster_file"]))
     if doc.get("full_options"):
         group.full_options = _options(doc["full_options"])
 

@@ -8,12 +8,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from jaxnb._cells import memory_query
 from jaxnb._core.memory_text import MemoryReport
 from jaxnb._core.state import Group, ProcessInfo
-from jaxnb._debug import compare, postmortem
-from jaxnb._failures import detect, repair, stacks
-from jaxnb._lifecycle import compile_cache
+from jaxnb._failures import detect
 
 #: How long ``status`` lets the controller's queue counts catch up with a request just answered.
 QUEUE_SETTLE_SECONDS = 2.0
@@ -75,35 +72,25 @@ class Inspecting:
     def status(self) -> list[ProcessInfo]:
         """One entry per process, with its current state (idle, busy, dead) and, while the
         engines are idle, its compilation cache (``compile_cache``: folder, size, hits)."""
-        group = self.group
-        group.require_running()
-        queue = group.client.queue_status()
-        settle = time.monotonic() + QUEUE_SETTLE_SECONDS
-        while (not group.busy_with and time.monotonic() < settle
-               and any((queue.get(i.engine_id) or {}).get("queue") for i in group.processes)):
-            time.sleep(0.05)  # the controller counts a request just answered a moment longer
-            queue = group.client.queue_status()
-        dead = detect.dead_processes(group)
-        for info in group.processes:
-            q = queue.get(info.engine_id)
-            if info.process_index in dead or q is None:
-                info.state = "dead"
-            elif group.busy_with:
-                info.state = f"busy ({group.busy_with})"
-            else:
-                info.state = "busy" if q.get("queue", 0) else "idle"
-        if all(info.state == "idle" for info in group.processes):
-            compile_cache.ask(group)
-        return group.processes
+        from jaxnb._lifecycle import compile_cache
+
+        processes = process_states(self.group)
+        if all(info.state == "idle" for info in processes):
+            compile_cache.ask(self.group)
+        return processes
 
     def memory(self) -> MemoryReport:
         """Every process's memory per device (in use, peak, limit; on CPU the live arrays' sum
         and the process's RSS) and the largest live arrays with the variables holding them."""
+        from jaxnb._cells import memory_query
+
         self.group.require_idle()
         return memory_query.query(self.group)
 
     def reset(self) -> str:
         """Repair the ``jax.distributed`` group in place (Python state kept); says what it did."""
+        from jaxnb._failures import repair
+
         self.group.require_idle()
         return repair.reset(self.group)
 
@@ -113,6 +100,8 @@ class Inspecting:
         ``commands`` (``"p x; up; p y"``, or a list). With ``commands`` while no process holds a
         failure, they answer the ``jaxnb.breakpoint()`` stops of the next cell or run instead.
         """
+        from jaxnb._debug import postmortem
+
         self.group.require_idle()
         postmortem.debug(self.group, process, commands)
 
@@ -120,6 +109,8 @@ class Inspecting:
         """Every process's user variables (``%jax_who``): one dict per variable with process 0's
         ``type``, ``shape``, ``dtype``, ``sharding``, ``bytes``, and ``same`` ("yes", or which
         processes differ), told from fingerprints: no data moves between processes or here."""
+        from jaxnb._debug import compare
+
         self.group.require_idle()
         return compare.who(self.group)
 
@@ -127,11 +118,39 @@ class Inspecting:
         """The leaves of pytree ``name`` (or an expression) that differ across processes
         (``%jax_diff``): ``path``, ``block``, ``reference`` process, ``differing`` processes,
         ``largest`` difference where the shapes agree, ``note``; ``[]`` when all agree."""
+        from jaxnb._debug import compare
+        from jaxnb._failures import repair
+
         self.group.require_idle()
         repair.ensure_ready(self.group)  # measuring a difference takes every process
         return compare.diff(self.group, name)
 
     def stacks(self) -> str:
         """Every process's current Python stack, mapped to cell lines (``%jax_cluster stacks``)."""
+        from jaxnb._failures import stacks
+
         self.group.require_running()
         return stacks.collect(self.group)
+
+
+def process_states(group: Group, settle: bool = True) -> list[ProcessInfo]:
+    """``status`` without asking the engines (the controller's queues and the liveness check
+    only). ``settle=False``: no wait for the queues to settle (an attach's client has sent no
+    request yet: busy engines are busy with another kernel's work, a run going on, say)."""
+    group.require_running()
+    queue = group.client.queue_status()
+    until = time.monotonic() + (QUEUE_SETTLE_SECONDS if settle else 0.0)
+    while (not group.busy_with and time.monotonic() < until
+           and any((queue.get(i.engine_id) or {}).get("queue") for i in group.processes)):
+        time.sleep(0.05)  # the controller counts a request just answered a moment longer
+        queue = group.client.queue_status()
+    dead = detect.dead_processes(group)
+    for info in group.processes:
+        q = queue.get(info.engine_id)
+        if info.process_index in dead or q is None:
+            info.state = "dead"
+        elif group.busy_with:
+            info.state = f"busy ({group.busy_with})"
+        else:
+            info.state = "busy" if q.get("queue", 0) else "idle"
+    return group.processes

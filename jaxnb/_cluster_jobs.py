@@ -11,11 +11,9 @@ import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from jaxnb._core import run_folder
 from jaxnb._core.errors import ClusterStateError
 from jaxnb._core.run_limits import KEEP_CHECKPOINTS
 from jaxnb._core.state import Group
-from jaxnb._failures import repair
 from jaxnb._hosts import site
 from jaxnb._tune.options import DEFAULT_METRIC, DEFAULT_TRIALS, TuneOptions
 
@@ -89,6 +87,8 @@ class ClusterJobs:
             result = cluster.train(train_func, {"steps": 200}, name="mlp", max_failures=2)
             result.metrics, len(result.history), result.checkpoint
         """
+        from jaxnb._core import run_folder
+        from jaxnb._failures import repair
         from jaxnb._profile import training
         from jaxnb._train import driver
 
@@ -188,6 +188,8 @@ class ClusterJobs:
         its name; see :func:`jaxnb.tune.run`, which it calls with this cluster.
         """
         given = {k: v for k, v in locals().items() if k not in ("self", "fn", "space", "on_result")}
+        from jaxnb._failures import repair
+
         options = TuneOptions(**given)
         self.group.require_running()
         repair.ensure_ready(self.group)
@@ -216,9 +218,11 @@ class ClusterJobs:
             jaxnb.ClusterStateError: the cluster is not running, or busy with a background run.
             jaxnb.RemoteError: the code raised on some processes (after the table is shown).
         """
+        from jaxnb._failures import repair
+        from jaxnb._profile import session
+
         self.group.require_idle()
         repair.ensure_ready(self.group)
-        from jaxnb._profile import session
 
         return session.profile(self.group, code, name=name, storage=storage,
                                timeout=self.group.options.timeout, on_result=on_result)

@@ -5,7 +5,7 @@ replayed; and ``scale``."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from jaxnb._core import group_size, spelling
 from jaxnb._core.errors import ClusterStateError
@@ -14,8 +14,9 @@ from jaxnb._core.phases import REPLAY, STOP, Stopwatch
 from jaxnb._core.spelling import example, option
 from jaxnb._core.state import Group
 from jaxnb._hosts import site
-from jaxnb._lifecycle import lost_hosts, spares
-from jaxnb._train.resize import Sizes
+
+if TYPE_CHECKING:
+    from jaxnb._train.resize import Sizes
 
 NOT_ELASTIC = (
     "run {name!r} holds the engines and was started without {option}: scale once it ends (or "
@@ -41,6 +42,8 @@ class Restarting:
         the options of the smaller group they form (:func:`spares.swap`)."""
         if not self.group.running:
             return False
+        from jaxnb._lifecycle import spares
+
         try:
             swapped = spares.swap(self.group, phases, shrink)
         except Exception:  # a spare failed to join: restart the slow way
@@ -53,6 +56,8 @@ class Restarting:
         """Restart with the same options and replay the setup (a training run's recovery);
         the seconds of each phase (:mod:`jaxnb._core.phases`). ``setup``: what replays it
         instead of the recorded setup (the supervisor's, sent by the kernel)."""
+        from jaxnb._lifecycle import lost_hosts
+
         phases = Stopwatch()
         with phases.timed(STOP):
             lost_hosts.wait(self.group)  # hosts found unreachable answer again (or fail)
@@ -82,6 +87,8 @@ class Restarting:
         places left out) and replay the setup; the seconds of each phase. A shrink that leaves
         out only unreachable hosts joins the warm spares on the hosts left, when ready
         (:func:`spares.can_shrink`)."""
+        from jaxnb._lifecycle import spares
+
         phases = Stopwatch()
         group = self.group
         whole = group_size.full(group)
@@ -97,6 +104,9 @@ class Restarting:
         return dict(phases)
     def _sizes(self) -> Sizes:
         """What this cluster does for a training run that changes size (``min_processes``)."""
+        from jaxnb._lifecycle import lost_hosts
+        from jaxnb._train.resize import Sizes
+
         group = self.group
 
         def still_lost(seconds: float) -> list[str]:

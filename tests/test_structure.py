@@ -385,3 +385,19 @@ def test_the_notebook_side_loads_on_first_use():
     code = "import jaxnb, sys; jaxnb.JaxCluster; jaxnb.Result; print('jaxnb._cluster' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "True", out.stderr[-3000:]
+
+
+LOAD_EXT = (
+    "import sys, IPython, jaxnb, jaxnb.magics\n"
+    "heavy = ('jaxnb._cluster', 'jaxnb._hosts', 'jaxnb._engine', 'jaxnb._cells', 'ipyparallel',\n"
+    "         'ipywidgets', 'matplotlib', 'numpy', 'optuna', 'orbax', 'jax')\n"
+    "print(sorted(m for m in heavy if m in sys.modules))\n"
+)
+
+
+def test_load_ext_jaxnb_loads_only_the_magics():
+    """``%load_ext jaxnb`` (and ``import jaxnb``) load no cluster machinery, engine side or
+    plotting: an attach or a start in a fresh kernel pays only for what it uses (issue 42)."""
+    out = subprocess.run([sys.executable, "-c", LOAD_EXT], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == "[]"

@@ -22,6 +22,9 @@ from jaxnb._core.errors import ClusterStateError
 STOP_SECONDS = 15.0
 #: How long an attach waits for a restart by the supervisor (a run's recovery) to be recorded.
 RESTART_SECONDS = 180.0
+#: After an attach, how long reading ipyparallel's cluster file waits unless it is needed
+#: sooner: it takes about a second of CPU, which would slow the attach's own cell.
+LOAD_AFTER_SECONDS = 3.0
 
 RUNS_ALREADY = ("a cluster named {name!r} runs already on this machine; attach it with "
                 "`%jax_cluster attach {name}` or stop it with `python -m jaxnb stop {name}`")
@@ -45,11 +48,23 @@ class Attachment:
     #: The supervisor's own hold, to drive a run on (:mod:`jaxnb._cluster_driving`): it never
     #: takes the cluster over, and its records leave the attached kernel as they find it.
     headless: bool = False
+    #: Set when the cluster file is needed now (:meth:`loaded`): the reading starts at once.
+    wanted: threading.Event = dataclasses.field(default_factory=threading.Event)
 
     def loaded(self, seconds: float = 60.0) -> None:
         """Wait until the cluster file read after an attach is in (``group.ipp``)."""
+        self.wanted.set()
         if self.loading is not None:
             self.loading.join(seconds)
+
+    def load_later(self, load: Any) -> None:
+        """Call ``load()`` in a thread, :data:`LOAD_AFTER_SECONDS` from now or once wanted."""
+        def later() -> None:
+            self.wanted.wait(LOAD_AFTER_SECONDS)
+            load()
+
+        self.loading = threading.Thread(target=later, name="jaxnb-attach", daemon=True)
+        self.loading.start()
 
     def taken_over(self) -> str | None:
         """One line when another kernel attached since (or the cluster is gone), else ``None``."""

@@ -9,6 +9,7 @@ from typing import Any
 
 from jaxnb._cells.live import LiveMerger
 from jaxnb._cells.live_panel import LivePanel, NotebookScreen, in_kernel, live_options
+from jaxnb._cells.outcome import CellOutcome as CellOutcome
 from jaxnb._cells.outputs import write_raw
 from jaxnb._core import ipp_internals
 from jaxnb._core.contract import IMPORTED_KEY, EngineCall
@@ -31,18 +32,6 @@ class ShowMode:
     all: bool = False
     process: int | None = None
     quiet: bool = False
-
-
-@dataclasses.dataclass
-class CellOutcome:
-    """What each process produced: errors and the last expression's value."""
-
-    errors: dict[int, Any]
-    results: dict[int, dict | None]
-    #: With ``value=True``: the cell's value (process 0's), for ``Out[n]``; ``None`` if none.
-    value: Any = None
-    #: The third-party modules the cell imported on process 0 (what warm spares import).
-    imported: list[str] = dataclasses.field(default_factory=list)
 
 
 class ShownValue:

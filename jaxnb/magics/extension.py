@@ -4,12 +4,11 @@ line to its module; the session's cluster lives on the instance (scripts reach i
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class, needs_local_scope
 
-from jaxnb._cluster import JaxCluster
 from jaxnb._core.messages import NOT_STARTED
 from jaxnb.magics import (
     jax_cluster,
@@ -21,6 +20,9 @@ from jaxnb.magics import (
     jax_tune,
     jax_who_diff,
 )
+
+if TYPE_CHECKING:  # loaded by the magic that needs it: `%load_ext jaxnb` stays light
+    from jaxnb._cluster import JaxCluster
 
 
 @magics_class

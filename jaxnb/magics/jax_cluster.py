@@ -11,18 +11,20 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from jaxnb._cluster import JaxCluster, check_run
 from jaxnb._core import spelling
 from jaxnb._core.cluster_names import DEFAULT_NAME
 from jaxnb._core.errors import StartError, short_interrupt
 from jaxnb._core.messages import ALREADY_RUNNING
 from jaxnb._core.options import Flag, start_flags
 from jaxnb.magics import accept, kit
+
+if TYPE_CHECKING:
+    from jaxnb._cluster import JaxCluster
 
 SUBCOMMANDS = ("start", "status", "stop", "restart", "reset", "stacks", "memory", "scale", "attach",
                "detach", "list")
@@ -145,6 +147,8 @@ def line(front: kit.Front, text: str) -> None:
 def _start(front: kit.Front, options: dict[str, Any]) -> None:
     if front.cluster is not None and front.cluster.running:
         raise UsageError(ALREADY_RUNNING)
+    from jaxnb._cluster import JaxCluster
+
     with kit.api_call():
         cluster = JaxCluster(**options)
     if cluster.options.name is None:
@@ -196,6 +200,8 @@ def cell(front: kit.Front, text: str, code: str) -> Any:
     """``%%jax_cluster [--all] [--process I] [--timeout S]``: process 0's value (``Out[n]``)."""
     args = parse_argstring(jax_cluster_cell, text)
     options = kit.given(args)
+    from jaxnb._cluster import check_run
+
     with kit.api_call():
         check_run(**options)
     cluster = front.require()
@@ -215,13 +221,15 @@ def show_memory(processes: list[dict[str, Any]]) -> None:
     show(processes)
 
 
-def show_status(cluster: JaxCluster) -> None:
-    """The devices widget for ``cluster``'s processes."""
+def show_status(cluster: JaxCluster, ask: bool = True) -> None:
+    """The devices widget for ``cluster``'s processes; ``ask=False``: as an attach shows it,
+    without asking the engines (their compile caches) or waiting for the queues to settle."""
+    from jaxnb._cluster_inspect import process_states
     from jaxnb._hosts import encryption, site
     from jaxnb._widgets.devices import show_devices
 
     local = not site.of(cluster.group).remote_engines
-    show_devices(cluster.status(), lost=cluster.lost,
+    show_devices(cluster.status() if ask else process_states(cluster.group, settle=False), lost=cluster.lost,
                  notes=[encryption.status_line(cluster.group.client, local)])
 
 

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from IPython.core.error import UsageError
 
 from jaxnb._attach import listing
-from jaxnb._cluster import JaxCluster
 from jaxnb._core.cluster_names import DEFAULT_NAME
 from jaxnb.magics import kit
 
+if TYPE_CHECKING:
+    from jaxnb._cluster import JaxCluster
+
 
 def run(front: kit.Front, command: str, name: str | None,
-        show_status: Callable[[JaxCluster], None]) -> None:
+        show_status: Callable[[JaxCluster, bool], None]) -> None:
     """Do ``command`` (``attach``, ``detach`` or ``list``) for the magics' session."""
     if command == "list":
         print(listing.table(listing.clusters()))
@@ -25,7 +28,7 @@ def run(front: kit.Front, command: str, name: str | None,
         print(f"jaxnb: cluster {cluster.options.name!r} left running with no kernel attached; "
               f"`%jax_cluster attach {cluster.options.name}` takes it back")
     else:
-        show_status(_attach(front, name or DEFAULT_NAME))
+        show_status(_attach(front, name or DEFAULT_NAME), False)  # no round trip to the engines
 
 
 def _attach(front: kit.Front, name: str) -> JaxCluster:
@@ -33,6 +36,8 @@ def _attach(front: kit.Front, name: str) -> JaxCluster:
     if held is not None and held.running and held.options.name != name:
         raise UsageError("a cluster is running in this kernel; `%jax_cluster detach` (a named "
                          "one) or `%jax_cluster stop` it first")
+    from jaxnb._cluster import JaxCluster
+
     with kit.api_call():
         cluster = JaxCluster.attach(name)
     if held is not None and held is not cluster:

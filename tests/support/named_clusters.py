@@ -4,8 +4,10 @@ loaded, a cluster's processes (found from its supervisor), and ``python -m jaxnb
 from __future__ import annotations
 
 import json
+import pathlib
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import psutil
 import pytest
@@ -14,19 +16,25 @@ from support.factories import environment
 from support.kernel_harness import Kernel
 
 
-@pytest.fixture(scope="module", name="clusters_dir")
-def clusters_dir_fixture(tmp_path_factory):
-    """Where this module's named clusters are recorded (the kernels inherit it)."""
-    folder = tmp_path_factory.mktemp("clusters")
+def recorded_in(folder: pathlib.Path) -> Iterator[pathlib.Path]:
+    """A module fixture's body: ``JAXNB_CLUSTERS_DIR`` is ``folder`` (the kernels started meanwhile
+    inherit it); at the end every cluster recorded there is stopped (a test that failed half-way
+    leaves none running)."""
     with environment(JAXNB_CLUSTERS_DIR=str(folder)):
         try:
             yield folder
-        finally:  # a test that failed half-way leaves no cluster running
+        finally:
             from jaxnb._attach import attachment
             from jaxnb._core import cluster_names as names
 
             for name in names.recorded_names():
                 attachment.stop(name)
+
+
+@pytest.fixture(scope="module", name="clusters_dir")
+def clusters_dir_fixture(tmp_path_factory):
+    """Where this module's named clusters are recorded (the kernels inherit it)."""
+    yield from recorded_in(tmp_path_factory.mktemp("clusters"))
 
 
 def kernel() -> Kernel:
