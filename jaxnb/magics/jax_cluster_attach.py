@@ -13,8 +13,10 @@ from jaxnb.magics import kit
 
 
 def run(front: kit.Front, command: str, name: str | None,
-        show_status: Callable[[JaxCluster], None]) -> None:
-    """Do ``command`` (``attach``, ``detach`` or ``list``) for the magics' session."""
+        show_status: Callable[[JaxCluster], None], via: str | None = None,
+        python: str | None = None) -> None:
+    """Do ``command`` (``attach``, ``detach`` or ``list``) for the magics' session (``via``:
+    attach the cluster on that host, over ssh; ``python``: the interpreter there)."""
     if command == "list":
         print(listing.table(listing.clusters()))
     elif command == "detach":
@@ -25,16 +27,16 @@ def run(front: kit.Front, command: str, name: str | None,
         print(f"jaxnb: cluster {cluster.options.name!r} left running with no kernel attached; "
               f"`%jax_cluster attach {cluster.options.name}` takes it back")
     else:
-        show_status(_attach(front, name or DEFAULT_NAME))
+        show_status(_attach(front, name or DEFAULT_NAME, via, python))
 
 
-def _attach(front: kit.Front, name: str) -> JaxCluster:
+def _attach(front: kit.Front, name: str, via: str | None, python: str | None) -> JaxCluster:
     held = front.cluster
     if held is not None and held.running and held.options.name != name:
         raise UsageError("a cluster is running in this kernel; `%jax_cluster detach` (a named "
                          "one) or `%jax_cluster stop` it first")
     with kit.api_call():
-        cluster = JaxCluster.attach(name)
+        cluster = JaxCluster.attach(name, via=via, python=python)
     if held is not None and held is not cluster:
         held.group.let_go()  # the same cluster, held again: only the new hold counts
     front.cluster = cluster
