@@ -75,7 +75,9 @@ class Attaching:
         try:
             # its host's name may not resolve here (ipyparallel would warn): ssh reaches it
             connection = {k: v for k, v in connection.items() if k != "location"}
-            group.client = ipp.Client(connection, sshserver=hold.sshserver, timeout=30)
+            # password="": no login to try (pyzmq's probe gives up after 1 s under load); the
+            # tunnels are forwarded through the connection already open, which never prompts
+            group.client = ipp.Client(connection, sshserver=hold.sshserver, password="", timeout=30)
             _fill(group, doc)
             group.stacks_dir = None  # a folder on the host: nothing here removes it
         except BaseException:

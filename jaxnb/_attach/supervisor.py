@@ -87,7 +87,13 @@ class _Supervisor:
                 if self.client is not None:
                     self.client.close()
                 self.client, self.connection = None, doc["connection"]
-                self.client = ipp.Client(doc["connection"], timeout=10)
+                # on loopback here: where the host's name leads does not matter (ipyparallel
+                # would warn, into the log, where it does not resolve)
+                info = record.read(doc["connection"])
+                if info is None:
+                    return False
+                info.pop("location", None)
+                self.client = ipp.Client(info, timeout=10)
             queue = self.client.queue_status()
             engines = {p["engine_id"] for p in doc.get("processes", [])}
             return any((queue.get(e) or {}).get("queue", 0) for e in engines)

@@ -99,8 +99,9 @@ class RemoteHold:
         self._reader.join(timeout)  # the first line, or the end
         first = self._said[0] if self._said else None
         if first is None or "record" not in first:
+            why = self._refused(first)
             self.close()
-            raise ClusterStateError(self._refused(first))
+            raise ClusterStateError(why)
         self.supervisor = first["record"].get("supervisor") or {}
         return first
 

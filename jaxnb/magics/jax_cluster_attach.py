@@ -21,11 +21,13 @@ def run(front: kit.Front, command: str, name: str | None,
         print(listing.table(listing.clusters()))
     elif command == "detach":
         cluster = front.require()
+        host = getattr(cluster.group.attachment, "host", None)  # attached through --via
         with kit.api_call():
             cluster.detach()
         front.cluster = None
+        again = f"{cluster.options.name} --via {host}" if host else cluster.options.name
         print(f"jaxnb: cluster {cluster.options.name!r} left running with no kernel attached; "
-              f"`%jax_cluster attach {cluster.options.name}` takes it back")
+              f"`%jax_cluster attach {again}` takes it back")
     else:
         show_status(_attach(front, name or DEFAULT_NAME, via, python))
 
