@@ -28,6 +28,9 @@ if TYPE_CHECKING:  # loaded on first use: a run's modules (matplotlib, widgets) 
 
 NOT_NAMED = ("this cluster has no name, so run {run!r} cannot outlive its kernel: use the Result "
              "its train() returned; start clusters with {attach} to attach their runs later")
+NOT_HERE = ("run {run!r}'s folder {folder} is not on this machine: the cluster runs on {host} "
+            "(attached through --via) and its runs write there; follow the run in a kernel on "
+            "{host}, or pass --storage / storage= a folder both machines mount")
 
 
 class ClusterJobs:
@@ -132,6 +135,9 @@ class ClusterJobs:
         if group.attachment is None:
             raise ClusterStateError(NOT_NAMED.format(run=run, attach=spelling.example("name", "NAME")))
         run_dir = os.path.abspath(os.path.join(os.fspath(storage or driver.DEFAULT_STORAGE), run))
+        host = getattr(group.attachment, "host", None)  # attached through --via
+        if host is not None and not os.path.isdir(run_dir):
+            raise ClusterStateError(NOT_HERE.format(run=run, folder=run_dir, host=host))
         dashboard = None
         if show:
             from jaxnb._widgets.dashboard import Dashboard

@@ -33,6 +33,9 @@ from jaxnb._core.host_entries import HostEntry, HostError, parse_entry
 CONNECT_SECONDS = 30.0
 #: How long ``python -m jaxnb stop NAME`` on the host may take.
 STOP_SECONDS = 60.0
+#: Runs ssh with SIGINT ignored (kept across exec, and ssh keeps it so): the kernel's Stop button
+#: signals the kernel's whole process group, which must not end this kernel's ssh connection.
+_NO_SIGINT = ("sh", "-c", 'trap "" INT; exec "$@"', "sh")
 #: What ipyparallel's tunnel (pyzmq's ``openssh_tunnel``) puts on ssh's command line unquoted.
 _PLAIN_PATH = re.compile(r"[A-Za-z0-9_./-]+\Z")
 
@@ -73,6 +76,7 @@ class RemoteHold:
         self._master: subprocess.Popen | None = None
         self._holder: subprocess.Popen | None = None
         self._reader: threading.Thread | None = None
+        self._heard = threading.Event()
 
     # ---- the ssh connection ---------------------------------------------------------------
 
@@ -83,20 +87,21 @@ class RemoteHold:
         return f"-S {self.socket} {self.host}"
 
     def _ssh(self, *command: str) -> list[str]:
-        return ["ssh", "-S", self.socket, "-o", "ControlMaster=no", "--", self.host, *command]
+        return [*_NO_SIGINT, "ssh", "-S", self.socket, "-o", "ControlMaster=no", "--", self.host,
+                *command]
 
     def connect(self, timeout: float = CONNECT_SECONDS) -> dict[str, Any]:
         """Reach the host, take the cluster over there; its record and controller connection."""
-        self._open(timeout)
         python = shlex.quote(self.python)
         missing = shlex.quote(f"no interpreter {self.python} on {self.host}; pass --python PATH")
-        self._holder = subprocess.Popen(
-            self._ssh(f"test -x {python} || {{ echo {missing} >&2; exit 127; }}; "
-                      f"exec {python} -m jaxnb hold {self.name}"),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # the hold is the connection's own session (a multiplexed one would end at the Stop
+        # button: ssh's mux client does not keep SIGINT ignored)
+        self._open(timeout, f"test -x {python} || {{ echo {missing} >&2; exit 127; }}; "
+                            f"exec {python} -m jaxnb hold {self.name}")
+        self._holder = self._master
         self._reader = threading.Thread(target=self._read, name="jaxnb-via", daemon=True)
         self._reader.start()
-        self._reader.join(timeout)  # the first line, or the end
+        self._heard.wait(timeout)  # the first line, or the end
         first = self._said[0] if self._said else None
         if first is None or "record" not in first:
             why = self._refused(first)
@@ -106,15 +111,21 @@ class RemoteHold:
         return first
 
     def _read(self) -> None:
-        """Collect the holder's JSON lines (``_said``) until it ends."""
+        """Collect the hold's JSON lines (``_said``) until it ends (``_heard``: a line came,
+        or the end)."""
         assert self._holder is not None and self._holder.stdout is not None
-        for line in self._holder.stdout:
-            with contextlib.suppress(ValueError):
-                doc = json.loads(line)
-                if isinstance(doc, dict):
-                    self._said.append(doc)
-                    if len(self._said) == 1:
-                        return  # the rest is read by taken_over(), once it ended
+        with contextlib.suppress(OSError, ValueError):
+            for line in self._holder.stdout:
+                with contextlib.suppress(ValueError):
+                    doc = json.loads(line)
+                    if isinstance(doc, dict):
+                        self._said.append(doc)
+                        self._heard.set()
+        self._heard.set()
+
+    def _says(self, key: str) -> dict[str, Any] | None:
+        """The hold's line with ``key``, once it said one."""
+        return next((doc for doc in list(self._said) if key in doc), None)
 
     def _refused(self, first: dict[str, Any] | None) -> str:
         """One line: why the host did not hand the cluster over."""
@@ -142,23 +153,25 @@ class RemoteHold:
     def taken_over(self) -> str | None:
         """One line when another kernel took the cluster over on the host, or the ssh link is
         gone; ``None`` while this kernel holds it."""
+        taken = self._says("taken_over")
+        if taken is not None:
+            return TAKEN_THERE.format(line=taken["taken_over"], host=self.host, name=self.name)
         holder = self._holder
         if holder is None or holder.poll() is None:
             return None
-        if holder.stdout is not None:
-            with contextlib.suppress(Exception):
-                for line in holder.stdout.read().splitlines():
-                    with contextlib.suppress(ValueError):
-                        self._said.append(json.loads(line))
-        for doc in self._said:
-            if isinstance(doc, dict) and "taken_over" in doc:
-                return TAKEN_THERE.format(line=doc["taken_over"], host=self.host, name=self.name)
         self.link_lost = True
         return LINK_LOST.format(host=self.host, name=self.name)
 
     def refuse(self, what: str) -> ClusterStateError:
         """The one-line error for ``what`` (restart, scale), which needs the host's processes."""
         return ClusterStateError(NOT_THROUGH_SSH.format(what=what, name=self.name, host=self.host))
+
+    def signal(self, pids: list[int], signum: int) -> None:
+        """``kill -SIGNUM PID...`` on the host (whole numbers only reach its shell)."""
+        if pids and self._master is not None and self._master.poll() is None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                subprocess.run(self._ssh("kill", f"-{int(signum)}", *(str(int(p)) for p in pids)),
+                               capture_output=True, timeout=10, stdin=subprocess.DEVNULL)
 
     # ---- the end --------------------------------------------------------------------------
 
@@ -169,8 +182,11 @@ class RemoteHold:
             with contextlib.suppress(OSError, ValueError):
                 holder.stdin.write("detach\n")
                 holder.stdin.flush()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                holder.wait(10)
+            # its answer, not its end: the connection waits for the client's tunnels to close
+            deadline = time.monotonic() + 10
+            while self._says("detached") is None and holder.poll() is None \
+                    and time.monotonic() < deadline:
+                time.sleep(0.02)
         self.close()
 
     def stop(self) -> bool:
@@ -189,16 +205,19 @@ class RemoteHold:
             self.close()
         return out.returncode == 0
 
-    def _open(self, timeout: float = CONNECT_SECONDS) -> None:
-        """Open this kernel's ssh connection to the host (a one-line error when it cannot)."""
+    def _open(self, timeout: float = CONNECT_SECONDS, command: str = "cat >/dev/null") -> None:
+        """Open this kernel's ssh connection to the host, running ``command`` there (a one-line
+        error when it cannot). Its stdin is a pipe from this kernel: the kernel's end (even by
+        SIGKILL) ends it, and the command there."""
         from jaxnb._hosts.ssh_connections import ssh_options
 
         if not os.path.isdir(self._folder):
             self._folder = _private_folder()
             self.socket = os.path.join(self._folder, "ssh")
         self._master = master = subprocess.Popen(
-            ["ssh", *ssh_options(self._folder, master=self.socket), "-N", "--", self.host],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            [*_NO_SIGINT, "ssh", *ssh_options(self._folder, master=self.socket), "--", self.host,
+             command],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + timeout
         while not os.path.exists(self.socket):
             if master.poll() is not None or time.monotonic() > deadline:
@@ -207,6 +226,8 @@ class RemoteHold:
                     master.wait(5)
                 said = master.stderr.read().strip().splitlines() if master.stderr else []
                 self.close()
+                if said and said[-1].startswith("no interpreter"):
+                    raise ClusterStateError(said[-1])
                 raise ClusterStateError(f"cannot reach {self.host} over ssh ("
                                         f"{said[-1] if said else 'no answer'}); check that `ssh "
                                         f"{self.host}` works without a password prompt")
@@ -262,5 +283,12 @@ def site() -> Any:
 
         def spares(self, options: Any) -> int:
             return 0
+
+        def signal(self, group: Any, chosen: list[int], signum: int) -> None:
+            """By pid on the host, over this kernel's ssh connection (the engines there have
+            no nanny to carry ipyparallel's ``send_signal``): an interrupt reaches them."""
+            hold = group.attachment
+            if isinstance(hold, RemoteHold):
+                hold.signal([int(group.processes[p].pid) for p in chosen], int(signum))
 
     return ThroughSsh()
