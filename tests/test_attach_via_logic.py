@@ -51,3 +51,14 @@ def test_the_ssh_socket_folder_is_private_and_plain(monkeypatch, tmp_path):
         assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
     finally:
         os.rmdir(folder)
+
+
+def test_empty_folders_of_killed_kernels_are_removed_and_live_ones_kept(tmp_path):
+    old, new, live = (tmp_path / f"jaxnb-via-{n}" for n in ("old", "new", "live"))
+    for folder in (old, new, live):
+        folder.mkdir()
+    (live / "ssh").write_text("")  # a connection's socket
+    for folder in (old, live):
+        os.utime(folder, (0, 0))
+    attach_via._remove_stale(str(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["jaxnb-via-live", "jaxnb-via-new"]

@@ -257,7 +257,22 @@ def _private_folder() -> str:
     base = tempfile.gettempdir()
     if not _PLAIN_PATH.match(base) or len(base) > 40:
         base = "/tmp"
+    _remove_stale(base)
     return tempfile.mkdtemp(prefix="jaxnb-via-", dir=base)
+
+
+def _remove_stale(base: str, age: float = 60.0) -> None:
+    """Remove this user's empty folders left by kernels that were killed (a live connection's
+    folder holds its socket: ``rmdir`` leaves it; a new one is spared for ``age`` seconds)."""
+    import glob
+    import stat
+
+    for path in glob.glob(os.path.join(glob.escape(base), "jaxnb-via-*")):
+        with contextlib.suppress(OSError):
+            info = os.lstat(path)
+            if (stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
+                    and time.time() - info.st_mtime > age):
+                os.rmdir(path)
 
 
 def attach(name: str, via: str, python: str) -> tuple[RemoteHold, dict[str, Any], dict[str, Any]]:
