@@ -121,7 +121,9 @@ def test_attach_via_a_host_runs_cells_there_is_taken_over_detaches_and_stops_lea
         started, kernel, lab, records):
     host = lab.hosts[0]
     attach = f"%jax_cluster attach {NAME} --via {host.address}"
-    assert kernel.ok(attach).displays  # the devices widget
+    shown = kernel.ok(attach)
+    assert shown.displays  # the devices widget
+    assert f"through ssh to {host.address} (encrypted)" in str(shown.displays), shown.displays
     out = kernel.ok(WHERE)
     lines = dict(re.findall(r"\[(p\d)\] labhost1 (\d+)", out.stdout))
     assert sorted(lines) == ["p0", "p1"], out.stdout

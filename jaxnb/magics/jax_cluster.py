@@ -219,8 +219,9 @@ def show_status(cluster: JaxCluster) -> None:
     from jaxnb._widgets.devices import show_devices
 
     local = not site.of(cluster.group).remote_engines
+    via = getattr(cluster.group.attachment, "host", None)  # attached through --via
     show_devices(cluster.status(), lost=cluster.lost,
-                 notes=[encryption.status_line(cluster.group.client, local)])
+                 notes=[encryption.status_line(cluster.group.client, local, via)])
 
 
 #: ``%jax_cluster?`` and ``%%jax_cluster?``: the usage and every flag.
