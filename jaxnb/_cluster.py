@@ -157,7 +157,7 @@ class JaxCluster(Inspecting, Attaching, Restarting, ClusterJobs):
         with contextlib.suppress(Exception):
             atexit.unregister(self.stop)
         hold = self.group.attachment
-        if hold is not None and hold.taken_over() is not None:
+        if hold is not None and hold.taken_over() is not None and not getattr(hold, "link_lost", False):
             self.group.let_go()  # another kernel holds it: not this one's to stop
             return
         self._halt()
@@ -165,7 +165,13 @@ class JaxCluster(Inspecting, Attaching, Restarting, ClusterJobs):
             return
         if hold is not None:  # and its supervisor, which removes what is left
             self.group.attachment = None
-            attachment.stop(hold.name, hold.supervisor)
+            if hasattr(hold, "refuse"):  # attached through --via: stopped on its host
+                if not hold.stop():
+                    raise ClusterStateError(f"cluster {hold.name!r} on {hold.host} could not be "
+                                            f"stopped over ssh; run `python -m jaxnb stop "
+                                            f"{hold.name}` on {hold.host}")
+            else:
+                attachment.stop(hold.name, hold.supervisor)
 
     def _halt(self) -> None:
         """Stop the engines and the controller (a named cluster's supervisor stays)."""
@@ -188,6 +194,7 @@ class JaxCluster(Inspecting, Attaching, Restarting, ClusterJobs):
             jaxnb.StartError: the new processes could not start.
             jaxnb.ReplayError: a recorded setup step failed on the new engines.
         """
+        self._here("restart")
         if not self._swap_spares():
             self._halt()
             self._start()

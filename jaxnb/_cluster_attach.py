@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import functools
 import os
+import sys
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
@@ -28,15 +29,27 @@ class Attaching:
     group: Group
 
     @classmethod
-    def attach(cls: type[Self], name: str = DEFAULT_NAME) -> Self:
+    def attach(cls: type[Self], name: str = DEFAULT_NAME, *, via: str | None = None,
+               python: str | None = None) -> Self:
         """Take over the named cluster ``name`` running on this machine (started by
         ``start(name=...)`` in any kernel): its engines with their Python state.
         A kernel that held it is told so, in one line, at its next use.
 
+        Args:
+            via: ``[user@]host``: the cluster runs on that host (a login node) and this kernel
+                on another machine; it is reached over ssh, through ipyparallel's tunnels.
+                ``restart`` and ``scale`` then work only in a kernel on the host.
+            python: with ``via``, the interpreter on the host (default: this kernel's own path).
+
         Raises:
-            jaxnb.ClusterStateError: no cluster of that name runs here.
-            ValueError: ``name`` cannot name a cluster.
+            jaxnb.ClusterStateError: no cluster of that name runs here (or on ``via``), or the
+                host cannot be reached over ssh.
+            ValueError: ``name`` cannot name a cluster, or ``via`` a host.
         """
+        if via is not None:
+            return cls._attach_via(name, via, python or sys.executable)
+        if python is not None:
+            raise ValueError("python= goes with via= (the interpreter on that host)")
         hold, doc = attachment.take_over(name)
         options = _options(doc["options"])
         cluster = cls.__new__(cls)
@@ -44,6 +57,30 @@ class Attaching:
         group.attachment = hold
         try:
             _connect(group, doc)
+        except BaseException:
+            group.let_go()
+            raise
+        return cluster
+
+    @classmethod
+    def _attach_via(cls: type[Self], name: str, host: str, python: str) -> Self:
+        """``attach(name, via=host)``: a client through ipyparallel's ssh tunnels."""
+        import ipyparallel as ipp
+
+        from jaxnb._hosts import attach_via as via
+
+        hold, doc, connection = via.attach(name, host, python)
+        cluster = cls.__new__(cls)
+        cluster.group = group = Group(_options(doc["options"]))
+        group.attachment, group.site = hold, via.site()
+        try:
+            # its host's name may not resolve here (ipyparallel would warn): ssh reaches it
+            connection = {k: v for k, v in connection.items() if k != "location"}
+            # password="": no login to try (pyzmq's probe gives up after 1 s under load); the
+            # tunnels are forwarded through the connection already open, which never prompts
+            group.client = ipp.Client(connection, sshserver=hold.sshserver, password="", timeout=30)
+            _fill(group, doc)
+            group.stacks_dir = None  # a folder on the host: nothing here removes it
         except BaseException:
             group.let_go()
             raise
@@ -61,7 +98,10 @@ class Attaching:
         if group.attachment is None:
             raise ClusterStateError("only a named cluster outlives its kernel; start it with "
                                     "`%jax_cluster start --name NAME` to detach it later")
-        attachment.detach(group.attachment)
+        if hasattr(group.attachment, "refuse"):  # through --via: the host records it
+            group.attachment.detach()
+        else:
+            attachment.detach(group.attachment)
         group.let_go()
 
     def _supervise(self) -> None:
@@ -178,18 +218,24 @@ def _connect(group: Group, doc: dict[str, Any], registered_only: bool = False) -
         raise ClusterStateError(
             f"cluster {group.attachment.name!r} has lost its controller's files; stop it with "
             f"`python -m jaxnb stop {group.attachment.name}` and start it again")
-    group.client = client = ipp.Client(doc["connection"], timeout=10)
+    group.client = ipp.Client(doc["connection"], timeout=10)
+    _fill(group, doc, registered_only)
+    group.attachment.load_later(functools.partial(_load_cluster, group, doc["cluster_file"]))
+
+
+def _fill(group: Group, doc: dict[str, Any], registered_only: bool = False) -> None:
+    """The processes in their order, the view and the rest of ``group`` from a record
+    (``registered_only``: the view holds only the engines the controller has)."""
     group.processes = [ProcessInfo(**p) for p in doc["processes"]]
     ids = [p.engine_id for p in group.processes]
     if registered_only:  # the supervisor's hold after a death: a dead engine is not there
-        ids = [i for i in ids if i in client.ids]
-    group.view = client[ids] if ids else None
+        ids = [i for i in ids if i in group.client.ids]
+    group.view = group.client[ids] if ids else None
     if group.view is not None:
         group.view.block = False
     group.coordinator, group.stacks_dir = doc.get("coordinator"), doc.get("stacks_dir")
     group.engine_env = doc.get("engine_env")
     group.lost = list(doc.get("lost") or [])
-    group.attachment.load_later(functools.partial(_load_cluster, group, doc["cluster_file"]))
     if doc.get("full_options"):
         group.full_options = _options(doc["full_options"])
 

@@ -27,6 +27,9 @@ if TYPE_CHECKING:  # loaded on first use: a run's modules (matplotlib, widgets) 
 NOT_NAMED = ("this cluster has no name, so {run!r} cannot outlive its kernel: use the result its "
              "train() or tune() returned; start clusters with {attach} to attach their runs and "
              "searches later")
+NOT_HERE = ("run {run!r}'s folder {folder} is not on this machine: the cluster runs on {host} "
+            "(attached through --via) and its runs write there; follow the run in a kernel on "
+            "{host}, or pass --storage / storage= a folder both machines mount")
 
 
 class ClusterJobs:
@@ -142,6 +145,9 @@ class ClusterJobs:
             raise ClusterStateError(NOT_NAMED.format(run=run, attach=spelling.example("name", "NAME")))
         run_dir = (self._run_folder(run) if storage is None else None) or os.path.abspath(
             os.path.join(os.fspath(storage or driver.DEFAULT_STORAGE), run))
+        host = getattr(group.attachment, "host", None)  # attached through --via
+        if host is not None and not os.path.isdir(run_dir):
+            raise ClusterStateError(NOT_HERE.format(run=run, folder=run_dir, host=host))
         from jaxnb._tune import attached
 
         if attached.is_study(run_dir):

@@ -37,6 +37,13 @@ class Restarting:
     _replay: Callable[..., float]
     _record: Callable[[], None]
 
+    def _here(self, what: str) -> None:
+        """Refuse ``what`` (a restart, scale) on a cluster attached through ``--via``: it needs
+        the host's processes (a one-line ``ClusterStateError``)."""
+        hold = self.group.attachment
+        if hold is not None and hasattr(hold, "refuse"):
+            raise hold.refuse(what)
+
     def _swap_spares(self, phases: Stopwatch | None = None, shrink: ClusterOptions | None = None) -> bool:
         """Restart on the warm spares (only a join); False when none are ready. ``shrink``:
         the options of the smaller group they form (:func:`spares.swap`)."""
@@ -72,6 +79,7 @@ class Restarting:
                       phases: Stopwatch | None = None) -> dict[str, float]:
         """Restart (on the warm spares when ready) and replay the setup; the seconds of each
         phase. ``at_least``: engines that exit during the start are left out down to that many."""
+        self._here("a restart (a run's recovery)")
         phases = Stopwatch() if phases is None else phases
         if not self._swap_spares(phases):
             with phases.timed(STOP):
@@ -89,6 +97,7 @@ class Restarting:
         (:func:`spares.can_shrink`)."""
         from jaxnb._lifecycle import spares
 
+        self._here("scale")
         phases = Stopwatch()
         group = self.group
         whole = group_size.full(group)
@@ -135,6 +144,7 @@ class Restarting:
                              f"{spelling.command('scale', 2)}")
         group = self.group
         group.require_running()
+        self._here("scale")
         site.check_resizes(group)
         options = group_size.at_size(group, n)
         if group.busy_with:

@@ -52,7 +52,7 @@ def _disagreements(fields: set[str], keywords: set[str], flags: set[str], flagge
 def _cluster_sets() -> tuple[set[str], set[str], set[str], set[str]]:
     fields = {f.name for f in keyword_fields()}
     keywords = set(_keywords(JaxCluster.__init__))
-    flags = _dests(jax_cluster.jax_cluster) - {"command", "replay", "size"}
+    flags = _dests(jax_cluster.jax_cluster) - {"command", "replay", "size", "via"}
     return fields, keywords, flags, set(start_flags())
 
 

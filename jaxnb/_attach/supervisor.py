@@ -133,7 +133,13 @@ class _Supervisor:
                 if self.client is not None:
                     self.client.close()
                 self.client, self.connection = None, doc["connection"]
-                self.client = ipp.Client(doc["connection"], timeout=10)
+                # on loopback here: where the host's name leads does not matter (ipyparallel
+                # would warn, into the log, where it does not resolve)
+                info = record.read(doc["connection"])
+                if info is None:
+                    return False
+                info.pop("location", None)
+                self.client = ipp.Client(info, timeout=10)
             return queue.busy(self.client, {p["engine_id"] for p in doc.get("processes", [])})
         except Exception:  # the controller is gone or slow: nothing can run there
             return False

@@ -165,12 +165,15 @@ class Group:
 
     def let_go(self) -> None:
         """Forget the group without stopping anything (another kernel holds it now)."""
-        client = self.client
+        client, hold = self.client, self.attachment
         self.attachment = None
         self.clear()
         if client is not None:
             with contextlib.suppress(Exception):
                 client.close()
+        close = getattr(hold, "close", None)  # attached through --via: its ssh connection
+        if close is not None:
+            close()
 
     def require_idle(self) -> None:
         """Raise unless running and not held by a background training run."""

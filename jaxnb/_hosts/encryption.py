@@ -43,9 +43,15 @@ def controller_args(where: Any, options: ClusterOptions) -> list[str]:
     return [FLAG] if wanted(where, options) else []
 
 
-def status_line(client: Any, local: bool) -> str:
+VIA = "traffic to the engines: through ssh to {host} (encrypted), then on its loopback, signed"
+
+
+def status_line(client: Any, local: bool, via: str | None = None) -> str:
     """What ``%jax_cluster status`` says of the traffic, from the client's own connection
-    (``curve_serverkey`` is set when its connections are encrypted)."""
+    (``curve_serverkey`` is set when its connections are encrypted; ``via``: the host a
+    cluster attached through ``--via`` runs on)."""
+    if via is not None:
+        return VIA.format(host=via)
     if getattr(client, "curve_serverkey", None):
         return ON
     return LOCAL if local else OFF

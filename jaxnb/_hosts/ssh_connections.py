@@ -31,9 +31,11 @@ _CHECK = (
 
 
 def ssh_options(
-    control_dir: str, *, shared: bool = True, connect_timeout: int = CONNECT_TIMEOUT_SECONDS
+    control_dir: str, *, shared: bool = True, connect_timeout: int = CONNECT_TIMEOUT_SECONDS,
+    master: str | None = None,
 ) -> list[str]:
-    """ssh arguments: batch mode, short timeouts, one shared connection per host."""
+    """ssh arguments: batch mode, short timeouts, one shared connection per host (``master``:
+    this ssh is the shared connection, its socket at that path, ending with it)."""
     args = []
     config = os.environ.get(SSH_CONFIG_VARIABLE)
     if config:
@@ -44,7 +46,9 @@ def ssh_options(
         "-o", f"ServerAliveInterval={ALIVE_INTERVAL_SECONDS}",
         "-o", "ServerAliveCountMax=3",
     ]
-    if shared:
+    if master is not None:
+        args += ["-o", "ControlMaster=yes", "-o", f"ControlPath={master}", "-o", "ControlPersist=no"]
+    elif shared:
         args += [
             "-o", "ControlMaster=auto",
             "-o", f"ControlPath={control_dir}/%C",

@@ -63,6 +63,9 @@ def _with_start_flags(magic: Callable[..., Any]) -> Callable[..., Any]:
           help="scale: the number of processes to grow or shrink the group to; attach: the "
                "cluster's name (default: default)")
 @_with_start_flags
+@argument("--via", default=None, metavar="[USER@]HOST",
+          help="attach: the cluster runs on HOST (started there with --name), reached over ssh "
+               "(with --python PATH: the interpreter there)")
 @argument("--replay", action="store_true", default=None,
           help="restart: then run again the setup that succeeded since start (cells, pushes)")
 def jax_cluster(line: str) -> None:
@@ -76,7 +79,8 @@ def jax_cluster(line: str) -> None:
     stack); ``scale N`` (grow or shrink the group to N processes: restarted at that size with
     the setup replayed, or, during a run with --min-processes, from its next checkpoint);
     ``attach [NAME]`` (take over the cluster started with ``--name NAME`` in any kernel on this
-    machine, with its engines' Python state); ``detach`` (leave this named cluster
+    machine, with its engines' Python state; ``attach NAME --via [USER@]HOST [--python PATH]``:
+    one started on HOST, from a kernel on another machine, over ssh); ``detach`` (leave this named cluster
     running without the kernel); ``list`` (the named clusters on this machine: processes,
     hosts, runs, attached or idle since). Only ``start`` takes start flags (``--name NAME``: the
     cluster outlives the kernel; ``--idle-timeout S``: then it stops after S seconds with no
@@ -114,7 +118,11 @@ def line(front: kit.Front, text: str) -> None:
     if args.size is None and args.command == "scale":
         raise UsageError("`%jax_cluster scale N` takes the number of processes, e.g. "
                          "`%jax_cluster scale 2`")
-    options = kit.given(args, "command", "replay", "size")
+    if args.via is not None and args.command != "attach":
+        raise UsageError(f"--via goes with `%jax_cluster attach NAME --via HOST`, not "
+                         f"`{args.command}`")
+    options = kit.given(args, "command", "replay", "size", "via",
+                        *(("python",) if args.via is not None else ()))
     if args.command != "start" and options:
         raise UsageError(f"`%jax_cluster {args.command}` takes no flags (got "
                          f"{', '.join(START_FLAGS[k] for k in options)}); flags go with "
@@ -130,7 +138,8 @@ def line(front: kit.Front, text: str) -> None:
     elif args.command in ("attach", "detach", "list"):
         from jaxnb.magics import jax_cluster_attach
 
-        jax_cluster_attach.run(front, args.command, args.size, show_status)
+        jax_cluster_attach.run(front, args.command, args.size, show_status, via=args.via,
+                               python=args.python)
     else:
         cluster = front.require()
         with kit.api_call():
@@ -229,8 +238,9 @@ def show_status(cluster: JaxCluster, ask: bool = True) -> None:
     from jaxnb._widgets.devices import show_devices
 
     local = not site.of(cluster.group).remote_engines
+    via = getattr(cluster.group.attachment, "host", None)  # attached through --via
     show_devices(cluster.status() if ask else process_states(cluster.group, settle=False), lost=cluster.lost,
-                 notes=[encryption.status_line(cluster.group.client, local)])
+                 notes=[encryption.status_line(cluster.group.client, local, via)])
 
 
 #: ``%jax_cluster?`` and ``%%jax_cluster?``: the usage and every flag.

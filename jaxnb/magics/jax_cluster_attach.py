@@ -16,22 +16,26 @@ if TYPE_CHECKING:
 
 
 def run(front: kit.Front, command: str, name: str | None,
-        show_status: Callable[[JaxCluster, bool], None]) -> None:
-    """Do ``command`` (``attach``, ``detach`` or ``list``) for the magics' session."""
+        show_status: Callable[[JaxCluster, bool], None], via: str | None = None,
+        python: str | None = None) -> None:
+    """Do ``command`` (``attach``, ``detach`` or ``list``) for the magics' session (``via``:
+    attach the cluster on that host, over ssh; ``python``: the interpreter there)."""
     if command == "list":
         print(listing.table(listing.clusters()))
     elif command == "detach":
         cluster = front.require()
+        host = getattr(cluster.group.attachment, "host", None)  # attached through --via
         with kit.api_call():
             cluster.detach()
         front.cluster = None
+        again = f"{cluster.options.name} --via {host}" if host else cluster.options.name
         print(f"jaxnb: cluster {cluster.options.name!r} left running with no kernel attached; "
-              f"`%jax_cluster attach {cluster.options.name}` takes it back")
+              f"`%jax_cluster attach {again}` takes it back")
     else:
-        show_status(_attach(front, name or DEFAULT_NAME), False)  # no round trip to the engines
+        show_status(_attach(front, name or DEFAULT_NAME, via, python), False)  # no round trip
 
 
-def _attach(front: kit.Front, name: str) -> JaxCluster:
+def _attach(front: kit.Front, name: str, via: str | None, python: str | None) -> JaxCluster:
     held = front.cluster
     if held is not None and held.running and held.options.name != name:
         raise UsageError("a cluster is running in this kernel; `%jax_cluster detach` (a named "
@@ -39,7 +43,7 @@ def _attach(front: kit.Front, name: str) -> JaxCluster:
     from jaxnb._cluster import JaxCluster
 
     with kit.api_call():
-        cluster = JaxCluster.attach(name)
+        cluster = JaxCluster.attach(name, via=via, python=python)
     if held is not None and held is not cluster:
         held.group.let_go()  # the same cluster, held again: only the new hold counts
     front.cluster = cluster
