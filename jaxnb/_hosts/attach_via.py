@@ -64,6 +64,7 @@ class RemoteHold:
     holds for a local one: ``name``, ``supervisor``, ``taken_over()``, ``loaded()``)."""
 
     loading = None  # nothing is read after the attach (ipyparallel's cluster file is there)
+    headless = False  # a kernel's hold, never the supervisor's own
 
     def __init__(self, name: str, entry: HostEntry, python: str) -> None:
         self.name, self.entry, self.python = names.check(name), entry, python
