@@ -23,6 +23,7 @@ never waits on a driver that gave up.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import sys
 import threading
@@ -239,9 +240,8 @@ class _Attempt:
             dead = detect.dead_processes(group)
             if dead:
                 error = watch.died(group, dead, [])
-                seen = time.time()  # the death, seen now
                 return types.SimpleNamespace(gave_up=error, last_step=self.last_step, deaths=dead,
-                                             seen_time=lambda: seen,
+                                             seen_time=functools.partial(float, time.time()),
                                              result=types.SimpleNamespace(failures=[]))
             if self.end is not None and (self.ar is None or self.ar.ready()) and (
                     time.monotonic() - (self.ended_at or 0.0) >= END_GRACE_SECONDS):

@@ -28,7 +28,8 @@ def follow(front: kit.Front, args: Any, store: Any, starting: list[str], magic: 
     try:
         result.wait()
     except KeyboardInterrupt:  # stop following; it goes on
-        print(f"jaxnb: stopped following {args.name!r}; it goes on (follow it again with "
+        kind = "run" if what == "RUN" else "search"
+        print(f"jaxnb: stopped following {kind} {args.name!r}; it goes on (follow it again with "
               f"%{magic} --attach --name {args.name})")
     store(result)
     said = getattr(result, "error", None) or getattr(result, "stopped_because", None)
