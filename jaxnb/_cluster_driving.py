@@ -23,13 +23,11 @@ never waits on a driver that gave up.
 from __future__ import annotations
 
 import contextlib
-import functools
 import importlib
 import sys
 import threading
 import time
 import traceback
-import types
 from typing import Any
 
 from jaxnb._attach import record, supervisor
@@ -232,6 +230,7 @@ class _Attempt:
     def follow(self, group: Any, cancelled: threading.Event) -> Any:
         """Wait for this attempt's end (``None``) or a death (a monitor-like record of it)."""
         from jaxnb._failures import detect, watch
+        from jaxnb._train.recovery import SeenDeath
 
         while not cancelled.wait(POLL_SECONDS):
             self._read()
@@ -240,9 +239,7 @@ class _Attempt:
             dead = detect.dead_processes(group)
             if dead:
                 error = watch.died(group, dead, [])
-                return types.SimpleNamespace(gave_up=error, last_step=self.last_step, deaths=dead,
-                                             seen_time=functools.partial(float, time.time()),
-                                             result=types.SimpleNamespace(failures=[]))
+                return SeenDeath(gave_up=error, last_step=self.last_step, deaths=dead)
             if self.end is not None and (self.ar is None or self.ar.ready()) and (
                     time.monotonic() - (self.ended_at or 0.0) >= END_GRACE_SECONDS):
                 return None

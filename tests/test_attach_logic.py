@@ -162,3 +162,19 @@ def test_a_driver_that_cannot_drive_says_why_in_the_log_and_as_the_runs_end(fold
                                  "record (it was stopped)")
     log = capfd.readouterr().err
     assert "could not drive run 'mlp' on: ClusterStateError" in log and "run 'mlp' ended: " in log
+
+
+def test_a_death_the_supervisor_saw_is_booked_as_a_kernels_monitor_books_it(tmp_path):
+    """The supervisor drives a run on with the kernel's own recovery rules: the death it saw
+    (no kernel's monitor) is booked at its step, with its processes and the time it was seen;
+    the same step again is refused, as in a kernel."""
+    from jaxnb._train.recovery import Recovery, SeenDeath
+
+    recovery = Recovery(3, None, str(tmp_path), "steady")
+    died = RuntimeError("[p1] (pid 12 on vm) exited; the group is broken")
+    failure, refused = recovery.record(SeenDeath(died, 7, {1: "exited"}, seen=1000.0))
+    assert (failure.step, failure.processes, failure.time, refused) == (7, (1,), 1000.0, None)
+    assert failure.cause.startswith("[p1] (pid 12 on vm) exited")
+    again, refused = recovery.record(SeenDeath(died, 7, {1: "exited"}))
+    assert recovery.failures == [failure, again]
+    assert refused is not None and "step 7" in refused, refused

@@ -12,7 +12,10 @@ N+1-th failure, end the run naming every cause.
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import time
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -60,6 +63,23 @@ def start_text(checkpoint: Checkpoint | None) -> str:
 
 def start_text_step(step: int | None) -> str:
     return "step 0" if step is None else f"step {step}"
+
+
+@dataclasses.dataclass
+class SeenDeath:
+    """A death as :meth:`Recovery.record` books it when no kernel's monitor saw it (the
+    supervisor driving a run on): what a monitor gives it, and no more."""
+
+    gave_up: BaseException
+    last_step: int | None
+    deaths: dict[int, str]
+    seen: float = dataclasses.field(default_factory=time.time)
+    #: A result whose failures the supervisor does not keep (the run folder does).
+    result: Any = dataclasses.field(default_factory=lambda: types.SimpleNamespace(failures=[]))
+
+    def seen_time(self) -> float:
+        """When the death was seen, as ``time.time()``."""
+        return self.seen
 
 
 class Recovery:
