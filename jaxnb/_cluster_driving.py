@@ -104,7 +104,7 @@ class Driver:
             run_events.append(self.run_dir, end)
             how = end.get("error") or ("stopped" if end.get("stopped") else "finished")
             say(f"run {self.run!r} ended: {how}")
-        _update(self.name, driving=None, runs=[])
+        _update(self.name, driving=None)
         held, self.held = self.held, None
         if held is not None and held.group.client is not None:
             with contextlib.suppress(Exception):
@@ -162,7 +162,6 @@ class Driver:
             prepare(group, spec)
             group.busy_with = self.run
             attempt = _Attempt(attempt.tail, group.view.apply_async(EXECUTE))
-            _update(self.name, runs=[self.run])
         return None
 
 

@@ -200,7 +200,8 @@ def test_a_run_recovers_while_no_kernel_is_attached_and_a_new_kernel_sees_the_fa
         assert resumed_from is not None and resumed_from % 5 == 0 and resumed_from <= step, failures
         log = (clusters_dir / "driven.log").read_text()
         assert "driving run 'steady' on" in log and "recovering run 'steady'" in log, log
-        assert b.value("jaxnb.clusters()[0]['runs']") == []
+        listed = b.value("[(r['name'], r['state']) for r in jaxnb.clusters()[0]['runs']]")
+        assert listed == [["steady", "done"]], listed  # the run stays listed, with its end
         processes = family(clusters_dir, "driven")
         b.ok("%jax_cluster stop")
         wait_until(lambda: gone(processes), timeout=20, what="every process of the cluster ending")

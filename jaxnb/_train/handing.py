@@ -34,7 +34,7 @@ def hand(group: Group, spec: dict[str, Any], name: str, max_failures: int) -> No
     spec["setup"], spec["setup_error"] = _packed(group)
     group.driving = {"run": name, "run_dir": spec["run_dir"], "run_id": spec["run_id"],
                      "max_failures": max_failures, "driver": record.me()}
-    attachment.update(hold, driving=group.driving, runs=[name])
+    attachment.update(hold, driving=group.driving)
 
 
 def check_free(group: Group) -> None:
@@ -52,7 +52,7 @@ def release(group: Group) -> None:
         return
     group.driving = None
     if group.attachment is not None:
-        attachment.update(group.attachment, driving=None, runs=[])
+        attachment.update(group.attachment, driving=None)
 
 
 def _packed(group: Group) -> tuple[list[dict[str, Any]], str | None]:
