@@ -42,3 +42,49 @@ def test_stop_run_is_not_caught_by_except_exception():
             raise stopping.StopRun("stop")
         except Exception:  # what a training loop may have
             pytest.fail("caught")
+
+
+@pytest.fixture
+def one_process_run(points):
+    """``report()`` and ``should_stop()`` inside a one-process run, its reports published to a
+    list (the engine's IOPub stands in as a plain function)."""
+    from jaxnb._engine.run import reporting
+    from jaxnb._engine.run.publisher import BatchPublisher
+
+    sent: list[dict] = []
+    run = reporting._Run(run_dir="unused", process=0, fn=print, args=(), resume=None, stop=points,
+                         publisher=BatchPublisher(sent.append))
+    reporting._run = run
+    yield reporting
+    reporting._run = None
+    assert run.publisher is not None
+    run.publisher.close()
+
+
+def test_a_loop_polling_should_stop_ends_itself_when_the_stop_lands_on_a_report(one_process_run):
+    """The stop asked between ``should_stop()`` and ``report()``: the report does not raise, the
+    next poll says True, and the lines after the loop run (a Ray-style final save)."""
+    jaxnb = one_process_run
+    assert not jaxnb.should_stop()
+    os.kill(os.getpid(), STOP_SIGNAL)
+    jaxnb.report({"step": 1})  # the agreed end is this report: the loop polls, so it goes on
+    assert jaxnb.should_stop()
+    jaxnb.report({"step": 1, "final": 1})  # after the loop
+    assert jaxnb._run is not None and jaxnb._run.stopped
+
+
+def test_a_loop_that_never_polls_ends_at_the_report(one_process_run):
+    jaxnb = one_process_run
+    jaxnb.report({"step": 1})
+    os.kill(os.getpid(), STOP_SIGNAL)
+    with pytest.raises(stopping.StopRun):
+        jaxnb.report({"step": 2})
+
+
+def test_a_loop_polling_only_now_and_then_still_ends_at_a_report(one_process_run):
+    jaxnb = one_process_run
+    assert not jaxnb.should_stop()
+    jaxnb.report({"step": 1})
+    os.kill(os.getpid(), STOP_SIGNAL)
+    with pytest.raises(stopping.StopRun):
+        jaxnb.report({"step": 2})  # no poll since the last report

@@ -71,6 +71,8 @@ class _Run:
     last_step: int | None = None
     #: The run was ended on request (at ``stop.end``; ``should_stop()`` may have said so).
     stopped: bool = False
+    #: ``should_stop()`` was called since the last report: the loop polls, and ends itself.
+    polled: bool = False
     keep: int = KEEP_CHECKPOINTS  # the newest checkpoints Orbax keeps (--keep-checkpoints)
     #: A driver recovers the run from a death (``--max-failures``): process 0's journal says so.
     recovers: bool = False
@@ -158,7 +160,9 @@ def report(metrics: dict[str, Any], checkpoint: Any = None, *, step_fn: Any = No
         run.resize.at_checkpoint(step)  # a size change waits for this checkpoint: end here
     if not run.stopped and run.stop.reached():  # after should_stop() said True, reports go on
         run.stopped = True
-        raise stopping.StopRun(f"the run was asked to stop; every process ends at step {step}")
+        if not run.polled:  # a loop polling should_stop() ends at its next poll, and runs what follows
+            raise stopping.StopRun(f"the run was asked to stop; every process ends at step {step}")
+    run.polled = False
 
 
 def get_checkpoint() -> Any:
@@ -179,13 +183,15 @@ def should_stop() -> bool:
     """True on every process at the same call once the run was asked to stop (then it stays True).
 
     A stop is asked by the dashboard's Stop button, ``Result.stop()``, a kernel interrupt or
-    a search's pruner. Optional: without it the run ends at a ``report()``. With it, the
-    function ends itself, and may still report and save (a last checkpoint) after the loop.
+    a search's pruner. Optional: without it the run ends at a ``report()``. A loop that calls
+    it between its reports ends itself (no ``report()`` raises; it says True at the latest at the
+    next call), and may still report and save (a last checkpoint) after the loop.
     Outside a run it is False. Every process must call it alike (SPMD).
     """
     run = _run
     if run is None:
         return False
+    run.polled = True
     if not run.stopped and run.stop.reached():
         run.stopped = True
     return run.stopped
