@@ -8,6 +8,27 @@ import signal
 
 import pytest
 
+
+def _own_lab_subnet_and_records() -> None:
+    """Under pytest-xdist (``bash dev test``), each worker builds its labs on a subnet of its
+    own and keeps named clusters' records in a folder of its own, so two workers never meet."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw"):
+        return
+    index = int(worker[2:])
+    a, b, c = os.environ.get("JAXNB_LAB_SUBNET", "10.77.0").split(".")
+    os.environ["JAXNB_LAB_SUBNET"] = f"{a}.{b}.{int(c) + 1 + index}"
+    if "JAXNB_CLUSTERS_DIR" not in os.environ:
+        import atexit
+        import shutil
+        import tempfile
+
+        records = tempfile.mkdtemp(prefix=f"jaxnb-records-{worker}-")
+        os.environ["JAXNB_CLUSTERS_DIR"] = records
+        atexit.register(shutil.rmtree, records, ignore_errors=True)
+
+
+_own_lab_subnet_and_records()  # before the lab module reads its subnet
 pytest.register_assert_rewrite("support")  # the helpers' asserts explain themselves too
 from support.clusters import real_shell  # noqa: E402
 from support.factories import HEAVY, Clusters  # noqa: E402
@@ -24,13 +45,25 @@ HEAVY_FIXTURES = {
 }
 
 
+#: Modules that take over a minute in CI (seconds, from its ``--durations``): started first.
+SLOWEST_FIRST = {
+    "test_tutorials.py": 290, "test_benches.py": 220, "test_recovery_hosts.py": 117,
+    "test_attach_kernels.py": 104, "test_browser.py": 93, "test_tune_kernel.py": 75,
+    "test_kernel_failures.py": 70, "test_failures.py": 67, "test_recovery.py": 66,
+    "test_resize_hosts.py": 61, "test_wheel.py": 60,
+}
+
+
 def pytest_collection_modifyitems(config, items):
     """Mark every test that needs engines, a kernel, the lab or a browser as ``engines``; run the
     docs' tests last, so the site they build shows the tutorials this run executed."""
     for item in items:
         if HEAVY_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.engines)
-    items.sort(key=lambda item: item.path.name == "test_docs.py")  # stable: the rest keep their order
+    # stable: the rest keep their order. The slowest modules go first, so that the two workers
+    # of `bash dev test` (pytest-xdist, a module each at a time) end together.
+    items.sort(key=lambda item: (item.path.name == "test_docs.py",
+                                 -SLOWEST_FIRST.get(item.path.name, 0)))
 
 
 # The test process itself never initialises a JAX backend for the cluster tests;

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 
+import pytest
 from support.clusters import wait_until
 from support.factories import started_kernel
 
@@ -25,6 +26,9 @@ def plain():
     next(iter(jaxnb.get_dataset_shard("d").iter_batches(batch_size=2)))
     jaxnb.report({"step": 1})
 """
+
+#: Starts kernels and engines: not in `bash dev test fast`.
+pytestmark = pytest.mark.engines
 
 
 def test_a_live_run_is_refused_in_another_kernel_and_resumes_once_that_kernel_died(tmp_path):

@@ -77,7 +77,9 @@ def profile(
         stopped, missing = _stop_all(group, STOP_AGREE_S)
     else:
         dead = detect.dead_processes(group)
-        still = [p for p in free.busy(group) if p not in dead]
+        # the controller hears of a finished request a little after this kernel does: give it
+        # a moment before a process counts as still running the cell
+        still = free.wait_idle(group, [p for p in group.indices if p not in dead], FAILED_AGREE_S)
         stopped, missing = _stop_all(group, FAILED_AGREE_S, still)
     try:
         result, parts = collect(group, where, started, stopped, missing)

@@ -124,32 +124,37 @@ def _write_setup(tmp: pathlib.Path) -> dict[str, str]:
 
 
 def start(tmp: pathlib.Path, timeout: float = 90.0) -> LabServer:
-    """Start JupyterLab in ``tmp`` on a free loopback port; return once it answers."""
+    """Start JupyterLab in ``tmp`` on a free loopback port; return once it answers. A port taken
+    meanwhile (by another test worker) makes JupyterLab exit: it starts again on another one."""
     root = tmp / "notebooks"
     root.mkdir()
     env = _write_setup(tmp)
-    port, token = free_port(), secrets.token_hex(16)
-    log = open(tmp / "server.log", "wb")  # noqa: SIM115 - lives as long as the server
-    process = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
-         f"--MappingKernelManager.default_kernel_name={KERNEL_NAME}",
-         "--ServerApp.open_browser=False", "--allow-root", "--LabApp.news_url=",
-         "--ServerApp.disable_check_xsrf=True"],
-        cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
-    server = LabServer(f"http://127.0.0.1:{port}", token, root, process)
+    token = secrets.token_hex(16)
+    log = open(tmp / "server.log", "ab")  # noqa: SIM115 - lives as long as the server
     deadline = time.monotonic() + timeout
-    while True:
-        if process.poll() is not None:
-            raise RuntimeError(f"JupyterLab exited ({process.returncode}); see {tmp / 'server.log'}")
-        try:
-            server.api("status")
-            return server
-        except OSError:
-            if time.monotonic() > deadline:
-                stop(server)
-                raise RuntimeError(f"JupyterLab did not answer within {timeout:g} s") from None
-            time.sleep(0.3)
+    for _attempt in range(5):
+        port = free_port()
+        process = subprocess.Popen(
+            [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+             "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+             f"--ServerApp.root_dir={root}",
+             f"--MappingKernelManager.default_kernel_name={KERNEL_NAME}",
+             "--ServerApp.open_browser=False", "--allow-root", "--LabApp.news_url=",
+             "--ServerApp.disable_check_xsrf=True"],
+            cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+        server = LabServer(f"http://127.0.0.1:{port}", token, root, process)
+        while process.poll() is None:
+            try:
+                server.api("status")
+                return server
+            except OSError:
+                if time.monotonic() > deadline:
+                    stop(server)
+                    raise RuntimeError(f"JupyterLab did not answer within {timeout:g} s") from None
+                time.sleep(0.3)
+        if "already in use" not in (tmp / "server.log").read_text(errors="replace"):
+            break
+    raise RuntimeError(f"JupyterLab exited ({process.returncode}); see {tmp / 'server.log'}")
 
 
 def serving(tmp: pathlib.Path) -> Iterator[LabServer]:

@@ -28,9 +28,12 @@ def _ensure_user() -> pwd.struct_passwd:
     try:
         return pwd.getpwnam(NAME)
     except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
-                        NAME], check=True)
-        return pwd.getpwnam(NAME)
+        made = subprocess.run(["useradd", "--system", "--no-create-home", "--shell",
+                               "/usr/sbin/nologin", NAME], capture_output=True, text=True)
+        try:  # another test worker may have made it meanwhile
+            return pwd.getpwnam(NAME)
+        except KeyError:
+            raise RuntimeError(f"useradd {NAME} failed: {made.stderr.strip()}") from None
 
 
 @pytest.fixture(name="other_user")
