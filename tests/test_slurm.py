@@ -302,7 +302,12 @@ def recovered_in_a_new_step(kernel, lab: Lab, job: str, tmp_path) -> None:
     wait_until(flag.exists, timeout=120, what="the run reaching step 8")
     (step,) = our_steps()
     subprocess.run(["scancel", "--signal=KILL", step], check=True, env=env)
-    out = kernel.collect(msg_id, timeout=300)
+    try:
+        out = kernel.collect(msg_id, timeout=300)
+    except TimeoutError as exc:  # where it hung: the kernel's stacks (in exc) and the queue
+        queue = subprocess.run(["squeue", "-s", "-j", job], capture_output=True, text=True, env=env)
+        said = f"squeue -s after killing step {step}:\n{queue.stdout}{queue.stderr}"
+        raise TimeoutError(f"{exc}\n{said}") from None
     assert out.status == "ok" and kernel.value("run.error is None"), out.shown
     assert "(1, no limit)" in out.shown, out.shown
     assert kernel.value("[h['step'] for h in run.history]") == list(range(1, 31))

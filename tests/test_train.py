@@ -368,16 +368,20 @@ def test_a_run_started_right_after_stop_waits_for_the_stopping_one(cluster, tmp_
     first.stop()
     assert cluster.busy_with == "first"  # still stopping: the old code refused here as busy
     second = cluster.train(until_stopped, storage=tmp_path, name="second", background=True)
-    assert not first.running and first.stopped
-    second.stop()
+    try:
+        assert not first.running and first.stopped
+    finally:  # the next test needs the engines free
+        second.stop()
     assert second.wait(30).stopped and cluster.busy_with is None
 
 
 def test_a_run_not_asked_to_stop_is_still_refused_at_once(cluster, tmp_path):
     first = cluster.train(until_stopped, storage=tmp_path, name="held", background=True)
-    started = time.monotonic()
-    with pytest.raises(ClusterStateError, match="busy with the background training run"):
-        cluster.train(until_stopped, storage=tmp_path, name="refused")
-    assert time.monotonic() - started < 2  # no waiting: nobody asked the first run to stop
-    first.stop()
-    first.wait(30)
+    try:
+        started = time.monotonic()
+        with pytest.raises(ClusterStateError, match="busy with the background training run"):
+            cluster.train(until_stopped, storage=tmp_path, name="refused")
+        assert time.monotonic() - started < 2  # no waiting: nobody asked the first run to stop
+    finally:
+        first.stop()
+        first.wait(30)

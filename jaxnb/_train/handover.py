@@ -20,6 +20,8 @@ def track(group: Group, monitor: Any) -> None:
 def wait_if_stopping(group: Group, seconds: float = STOP_WAIT_SECONDS) -> None:
     """If ``group``'s run was asked to stop, wait (at most ``seconds``) until it has ended.
 
+    Ended means the engines are free and its Result is concluded (the dashboard's
+    final plot drawn), so the stopped run reads finished once the next one starts.
     Returns at once when no run is under way or it was not asked to stop; the
     caller still refuses when ``group.busy_with`` is set afterwards.
     """
@@ -27,5 +29,7 @@ def wait_if_stopping(group: Group, seconds: float = STOP_WAIT_SECONDS) -> None:
     if monitor is None or not getattr(monitor, "stop_requested", False):
         return
     deadline = time.monotonic() + seconds
-    while group.busy_with and time.monotonic() < deadline:
+    result = getattr(monitor, "result", None)
+    while ((group.busy_with or getattr(result, "running", False))
+           and time.monotonic() < deadline):
         time.sleep(_POLL_SECONDS)

@@ -75,9 +75,28 @@ class Output:
         return "\n".join([*texts, self.traceback])
 
 
+#: The kernel's threads' stacks, written on SIGUSR2 to this file in its kernelspec's folder
+#: (a cell that times out says where the kernel was).
+STACKS_FILE = "kernel-stacks-{pid}.txt"
+
+
+def _kernel_main(folder: pathlib.Path) -> str:
+    """The kernel's ``python -c`` program: faulthandler armed on SIGUSR2, then ipykernel."""
+    stacks = str(folder / STACKS_FILE)
+    return ("import faulthandler, os, signal; "
+            f"faulthandler.register(signal.SIGUSR2, file=open({stacks!r}.format(pid=os.getpid()), 'w'), "
+            "all_threads=True); from ipykernel import kernelapp; kernelapp.launch_new_instance()")
+
+
 def write_kernelspec(root: pathlib.Path) -> pathlib.Path:
-    """The kernelspec ``KERNEL_NAME`` (this Python) under ``root/kernels``; that folder."""
-    return refresh_outputs.write_kernelspec(root, KERNEL_NAME)
+    """The kernelspec ``KERNEL_NAME`` (this Python) under ``root/kernels``; that folder. Its
+    kernels write their stacks on SIGUSR2 (``STACKS_FILE`` in the kernelspec's folder)."""
+    kernels = refresh_outputs.write_kernelspec(root, KERNEL_NAME)
+    spec_file = kernels / KERNEL_NAME / "kernel.json"
+    spec = json.loads(spec_file.read_text())
+    spec["argv"] = [sys.executable, "-c", _kernel_main(spec_file.parent), "-f", "{connection_file}"]
+    spec_file.write_text(json.dumps(spec))
+    return kernels
 
 
 class Kernel:
@@ -106,6 +125,17 @@ class Kernel:
         """The kernel process's pid."""
         return self.manager.provisioner.process.pid  # type: ignore[union-attr]
 
+    def stacks(self) -> str:
+        """Where each of the kernel's threads is now (faulthandler's dump), for a timeout."""
+        path = pathlib.Path(self._tmp.name) / "kernels" / KERNEL_NAME / STACKS_FILE.format(pid=self.pid)
+        with contextlib.suppress(OSError, psutil.Error):
+            os.kill(self.pid, signal.SIGUSR2)
+            time.sleep(1.0)
+            threads = path.read_text().split("\n\n")  # the cell's own (main) thread first
+            threads.sort(key=lambda block: not block.startswith("Current thread"))
+            return "the kernel's threads:\n" + "\n\n".join(threads)[:12000]
+        return "(the kernel's threads could not be read)"
+
     def send(self, code: str, stdin: bool = False) -> str:
         """Send ``code`` for execution without waiting; the request's message id. ``stdin``:
         the front end answers input prompts (as JupyterLab does; papermill does not)."""
@@ -133,7 +163,8 @@ class Kernel:
             left = deadline - time.monotonic()
             if left <= 0:
                 self._partial[msg_id] = out
-                raise TimeoutError(f"the cell did not finish within {timeout:g} s:\n{out.shown}")
+                raise TimeoutError(f"the cell did not finish within {timeout:g} s:\n{out.shown}"
+                                   f"\n{self.stacks()}")
             try:
                 if msg_id not in self._stdin_ids:
                     raise Empty
