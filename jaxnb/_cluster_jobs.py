@@ -162,7 +162,7 @@ class ClusterJobs:
         if show:
             from jaxnb._widgets.dashboard import Dashboard
 
-            dashboard = Dashboard(run, group.size)
+            dashboard = Dashboard(run, group.size, on_stop=lambda: followed.stop_run(group))
         return followed.follow(group, run_dir, run, dashboard)
 
     def tune(

@@ -5,7 +5,8 @@ test restarts the kernel from JupyterLab's Kernel menu, as a user does. In the n
 ``%jax_cluster attach NAME`` takes the cluster back and ``%jax_train --attach --name RUN`` shows
 the run's live dashboard again: the page must show every report since the run began (from
 step 1) and the count must keep growing. Then the run is left (Interrupt: the run goes on),
-the cluster stopped, and none of its processes may be left.
+its dashboard, live still, stops it with its Stop button (pressed once the kernel is idle;
+every process ends the run), the cluster stopped, and none of its processes may be left.
 """
 
 from __future__ import annotations
@@ -50,9 +51,11 @@ def counting(config):
 TRAIN = (f"%jax_train counting --config dict(steps=5000, pause=0.05) --name {RUN} "
          "--storage {storage} --background -o run")
 ATTACH = f"%load_ext jaxnb\n%jax_cluster attach {NAME}"
-FOLLOW = f"%jax_train --attach --name {RUN} --storage {{storage}}"
+FOLLOW = f"%jax_train --attach --name {RUN} --storage {{storage}} -o followed"
+ENDED = ("followed.wait(30)\nprint('stopped', followed.stopped, 'running', followed.running, 'at a step',\n"
+         "      followed.stopped_at is not None and followed.stopped_at <= followed.steps[-1])")
 STOP = "%jax_cluster stop"
-C = {name: i for i, name in enumerate(["setup", "loop", "train", "attach", "follow", "stop"])}
+C = {name: i for i, name in enumerate(["setup", "loop", "train", "attach", "follow", "ended", "stop"])}
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +73,8 @@ def server(tmp_path_factory: pytest.TempPathFactory, clusters_dir: Path) -> Iter
 def lab(server: lab_server.LabServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Watched]:
     """The notebook open in JupyterLab; at the end its cluster is stopped, its kernel shut down."""
     storage = tmp_path_factory.mktemp("runs")
-    cells = [SETUP, LOOP, TRAIN.format(storage=storage), ATTACH, FOLLOW.format(storage=storage), STOP]
+    cells = [SETUP, LOOP, TRAIN.format(storage=storage), ATTACH, FOLLOW.format(storage=storage), ENDED,
+             STOP]
     with lab_notebook(server, "attach.ipynb", cells, last_cell_stops=True) as watched:
         yield watched
 
@@ -111,6 +115,13 @@ def test_restart_kernel_then_attach_brings_the_live_dashboard_back(lab: Watched,
     page.locator('[data-command="notebook:interrupt-kernel"]').first.click()
     left = wait_done(page, C["follow"], timeout_s=60).inner_text()
     assert f"stopped following run {RUN!r}; it goes on" in left, left
+
+    going = history(dash)  # left, the dashboard draws on; its Stop button ends the run
+    wait_for(lambda: history(dash)[2] > going[2] + 5, what="the dashboard drawing after the interrupt")
+    dash.locator("button", has_text="Stop").click()
+    stopped = wait_for(lambda: "stopped" in (s := plot_state(dash))["text"] and s, what="the stopped status")
+    ended = run_and_wait(page, C["ended"]).inner_text()
+    assert "stopped True running False at a step True" in ended, (ended, stopped["text"])
     run_and_wait(page, C["stop"], timeout_s=60)
     wait_until(lambda: gone(processes), timeout=30, what="every process of the cluster ending")
     lab.check_clean()

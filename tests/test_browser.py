@@ -36,7 +36,7 @@ from support.browser_page import (  # noqa: E402 - only importable where playwri
 #: Starts engines, kernels or a browser: not in `bash dev test fast`.
 pytestmark = pytest.mark.engines
 
-SETUP = "%load_ext jaxnb\n%jax_cluster start -n 2 --devices-per-process 2"
+SETUP = "%load_ext jaxnb\n%jax_cluster start -n 2 --devices-per-process 2 --spares 0"
 MESH = """%%jax_cluster
 import jax, jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P

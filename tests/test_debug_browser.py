@@ -27,7 +27,7 @@ from test_debug_kernel import FAILS_ON_P1  # noqa: E402
 #: Starts engines, a kernel and a browser: not in `bash dev test fast`.
 pytestmark = pytest.mark.engines
 
-SETUP = "%load_ext jaxnb\n%jax_cluster start -n 2"
+SETUP = "%load_ext jaxnb\n%jax_cluster start -n 2 --spares 0"
 STOPS = """%%jax_cluster
 import jax, jaxnb
 r = jax.process_index()

@@ -41,7 +41,7 @@ print('after', r)"""
 
 @pytest.fixture(scope="module")
 def kernel(make_kernel):
-    return make_kernel("-n 2", "%%jax_cluster\nimport jaxnb")
+    return make_kernel("-n 2 --spares 0", "%%jax_cluster\nimport jaxnb")
 
 
 def test_post_mortem_on_p1_at_the_notebooks_prompt(kernel):

@@ -21,7 +21,7 @@ from refresh_outputs import KERNEL_NAME, write_kernelspec  # noqa: E402
 pytestmark = pytest.mark.engines
 
 CELLS = [
-    "%load_ext jaxnb\n%jax_cluster start -n 2",
+    "%load_ext jaxnb\n%jax_cluster start -n 2 --spares 0",
     FAILS_ON_P1,
     '%jax_debug -c "p v; up; p x; w"',
     "%%jax_cluster\nimport jaxnb\nr = jax.process_index()",

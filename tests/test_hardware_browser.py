@@ -32,7 +32,7 @@ from support.browser_page import (  # noqa: E402 - only importable where playwri
 #: Starts engines, kernels or a browser: not in `bash dev test fast`.
 pytestmark = pytest.mark.engines
 
-SETUP = "%load_ext jaxnb\n%jax_cluster start -n 2 --devices-per-process 1"
+SETUP = "%load_ext jaxnb\n%jax_cluster start -n 2 --devices-per-process 1 --spares 0"
 FUNCS = """%%jax_cluster
 import time, jax, jax.numpy as jnp, numpy as np, jaxnb
 from jax.sharding import NamedSharding, PartitionSpec as P

@@ -30,7 +30,7 @@ for i in range(6):
 
 @pytest.fixture(scope="module")
 def k(make_kernel):
-    return make_kernel("-n 2")
+    return make_kernel("-n 2 --spares 0")
 
 
 def per_process(run_text: str) -> dict[int, str]:
@@ -131,7 +131,7 @@ def test_saved_notebook_output_is_identical_across_two_runs():
             nb = nbformat.v4.new_notebook()
             nb.cells = [
                 nbformat.v4.new_code_cell(src)
-                for src in ("%load_ext jaxnb\n%jax_cluster start -n 2", cell, "%jax_cluster stop")
+                for src in ("%load_ext jaxnb\n%jax_cluster start -n 2 --spares 0", cell, "%jax_cluster stop")
             ]
             nbclient.NotebookClient(nb, kernel_name=name, timeout=300).execute()
             saved.append(nb.cells[1].outputs)

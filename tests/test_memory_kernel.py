@@ -41,7 +41,7 @@ def train():
 @pytest.fixture(scope="module")
 def kernel(make_kernel):
     """A real kernel with jaxnb loaded, 2 processes of one device each, arrays on them."""
-    return make_kernel("-n 2 --devices-per-process 1", "import jaxnb", SETUP)
+    return make_kernel("-n 2 --devices-per-process 1 --spares 0", "import jaxnb", SETUP)
 
 
 def explained(text: str) -> None:

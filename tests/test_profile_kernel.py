@@ -11,7 +11,7 @@ from profile_cells import RAISES_CELL, STEPS_CELL
 
 @pytest.fixture(scope="module")
 def kernel(make_kernel):
-    return make_kernel("-n 2 --devices-per-process 2")
+    return make_kernel("-n 2 --devices-per-process 2 --spares 0")
 
 
 def test_the_table_names_the_injected_straggler_and_its_host_time(kernel, tmp_path):

@@ -32,8 +32,8 @@ pytestmark = pytest.mark.engines
 
 
 def test_a_live_run_is_refused_in_another_kernel_and_resumes_once_that_kernel_died(tmp_path):
-    with started_kernel("-n 1", SLOW) as second:
-        with started_kernel("-n 1", SLOW) as first:
+    with started_kernel("-n 1 --spares 0", SLOW) as second:
+        with started_kernel("-n 1 --spares 0", SLOW) as first:
             first.ok(f"%jax_train slow --config dict(steps=10**6) --storage {tmp_path} --name shared "
                      "--background -o live")
             wait_until(lambda: (tmp_path / "shared" / "checkpoints" / "1").is_dir(), 60,

@@ -19,7 +19,7 @@ STEPS = 400
 @pytest.fixture(scope="module")
 def kernel(make_kernel):
     """A real kernel with a 2-process cluster and the loops of ``support.stop_loops``."""
-    return make_kernel("-n 2 --devices-per-process 1", "import jaxnb\n" + LOOPS)
+    return make_kernel("-n 2 --devices-per-process 1 --spares 0", "import jaxnb\n" + LOOPS)
 
 
 def config(tmp_path) -> str:

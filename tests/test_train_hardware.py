@@ -54,7 +54,7 @@ def fed(config):
 
 @pytest.fixture(scope="module")
 def kernel(make_kernel):
-    return make_kernel("-n 2 --devices-per-process 1", "import jaxnb", SETUP)
+    return make_kernel("-n 2 --devices-per-process 1 --spares 0", "import jaxnb", SETUP)
 
 
 def summary(out) -> dict[str, str]:

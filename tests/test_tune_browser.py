@@ -21,7 +21,7 @@ from support.browser_page import (  # noqa: E402 - only importable where playwri
     wait_for,
 )
 
-SETUP = "%load_ext jaxnb\n%jax_cluster start -n 2"
+SETUP = "%load_ext jaxnb\n%jax_cluster start -n 2 --spares 0"
 FUNCS = """%%jax_cluster
 import time, jaxnb
 def slow_quadratic(config):

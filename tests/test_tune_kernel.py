@@ -37,7 +37,7 @@ def good_then_bad(trial):
 
 
 #: The kernel every test here starts: a 2-process cluster and the train functions.
-KERNEL = ("-n 2 --devices-per-process 1", FUNCS)
+KERNEL = ("-n 2 --devices-per-process 1 --spares 0", FUNCS)
 
 
 @pytest.fixture(scope="module")
@@ -208,8 +208,8 @@ def test_resume_in_another_kernel_leaves_a_live_searchs_trial_and_takes_it_once_
     line = (f"%jax_tune slow_quadratic --space {{'x': tune.uniform(1, 3)}} --trials 2 "
             f"--config dict(steps=STEPS, sleep=0.1) --storage {tmp_path} --name s --pruner none")
     journal = tmp_path / "s" / "study.journal"
-    with started_kernel("-n 1", FUNCS) as second:
-        with started_kernel("-n 1", FUNCS) as first:
+    with started_kernel("-n 1 --spares 0", FUNCS) as second:
+        with started_kernel("-n 1 --spares 0", FUNCS) as first:
             first.ok(line.replace("STEPS", "10**5") + " --background -o live")
             deadline = time.monotonic() + 120
             while not (journal.exists() and running_trials(journal) == [0]):

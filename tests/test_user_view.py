@@ -23,7 +23,7 @@ NOT_OURS = ("do_apply", "_contract.py", "reporting.py", "Could not get source", 
 
 @pytest.fixture(scope="module")
 def kernel(make_kernel):
-    return make_kernel("-n 2")
+    return make_kernel("-n 2 --spares 0")
 
 
 def test_a_train_error_shows_the_users_frames_with_their_source(kernel, tmp_path):
