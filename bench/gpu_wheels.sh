@@ -7,6 +7,7 @@
 # git ignores and the device run carries:
 #
 #   bash bench/gpu_wheels.sh            # into .whl/ (ignored: .gitignore)
+#   bash bench/gpu_wheels.sh .whl --tests   # and what the engine tests need (pytest, ...)
 #   # then, on the device machine (carry: [".whl"]):
 #   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
 #       --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
@@ -25,6 +26,8 @@ git check-ignore -q "$DEST/x.whl" || echo "note: $DEST/ is not ignored by git; a
 # What jaxnb needs beyond the image (pyproject.toml's dependencies; jax, numpy, orbax,
 # matplotlib, psutil, cloudpickle and filelock are there).
 NEEDED=(ipyparallel ipython ipykernel ipywidgets nbformat grain optuna)
+# With --tests: what the engine and kernel tests need too (pytest, its plugins, jupyter_client).
+if [[ ${2:-} == --tests ]]; then NEEDED+=(pytest pytest-timeout pytest-xdist jupyter-client); fi
 PLATFORMS=()
 for tag in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_24_x86_64 manylinux_2_17_x86_64 \
            manylinux2014_x86_64 manylinux1_x86_64 linux_x86_64; do

@@ -349,3 +349,22 @@ def test_global_batches_are_put_ahead_but_the_position_counts_what_was_taken(pre
     rest = [np.asarray(b["id"]).tolist() for b in it]
     assert rest == [list(range(k, k + 4)) for k in range(12, 40, 4)]
     assert it.position()["next"] == 40
+
+
+def test_a_sharding_naming_more_axes_than_a_column_has_is_cut_to_its_axes():
+    """``P("data", None)`` for a batch with a 1-D labels column: JAX 0.11 refuses a spec longer
+    than the array's axes, so each column gets the spec cut to its own (trailing ``None`` only)."""
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from jaxnb._engine.datasets.global_batches import fitted
+
+    mesh = Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("data", "model"))
+    rows_whole = NamedSharding(mesh, P("data", None))
+    assert fitted(rows_whole, 2) is rows_whole
+    assert fitted(rows_whole, 1).spec == P("data") and fitted(rows_whole, 1).mesh == mesh
+    split_columns = NamedSharding(mesh, P("data", "model"))
+    assert fitted(split_columns, 1) is split_columns  # it splits an axis a 1-D column lacks: JAX says so
+    assert fitted(NamedSharding(mesh, P("data")), 1).spec == P("data")

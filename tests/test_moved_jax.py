@@ -48,6 +48,8 @@ def moved_copy(root: pathlib.Path) -> pathlib.Path:
         target.symlink_to(path)
     compiler = root / "jax" / "_src" / "compiler.py"
     text = (source / "_src" / "compiler.py").read_text()
+    if tuple(int(v) for v in jax.__version__.split(".")[:2]) >= (0, 11):  # the GPU machine's JAX
+        pytest.skip("the installed JAX already has 0.11's writer; the suite runs on it as it is")
     assert JAX_0_10_DEF in text and JAX_0_10_CALL in text, "the installed JAX's writer changed"
     compiler.unlink()
     compiler.write_text(text.replace(JAX_0_10_DEF, JAX_0_11_DEF).replace(JAX_0_10_CALL, JAX_0_11_CALL))

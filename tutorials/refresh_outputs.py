@@ -21,7 +21,6 @@ import tempfile
 import time
 
 import nbformat
-import papermill
 
 HERE = pathlib.Path(__file__).resolve().parent
 KERNEL_NAME = "jaxnb-tutorials"
@@ -78,6 +77,8 @@ def refresh(name: str) -> float:
         os.environ["JUPYTER_PATH"] = str(tmp_path / "jupyter")
         out = tmp_path / name
         started = time.monotonic()
+        import papermill  # here: the kernel tests write kernelspecs with this module, no papermill
+
         papermill.execute_notebook(
             str(source), str(out), kernel_name=KERNEL_NAME, cwd=tmp, progress_bar=False
         )
