@@ -44,10 +44,16 @@ class Results:
             "machine": {"host": platform.node(), "cpus": os.cpu_count(),
                         "platform": platform.platform(), "python": platform.python_version()},
             "load_average": {"start": list(self.load_at_start), "end": list(os.getloadavg())},
-            "command": " ".join(["python -m", f"bench.{self.name}", *sys.argv[1:]]),
+            "command": " ".join(["python -m", f"bench.{_module(self.name)}", *sys.argv[1:]]),
             "figures": self.figures,
         }
         path = folder / f"{self.name}.json"
         path.write_text(json.dumps(doc, indent=1) + "\n")
         print(f"figures written to {path}")
         return path
+
+
+def _module(name: str) -> str:
+    """The bench's module (``gpu_check`` for the figures ``gpu``): the script run, else ``name``."""
+    script = pathlib.Path(sys.argv[0])
+    return script.stem if script.suffix == ".py" and script.parent.name == "bench" else name

@@ -15,6 +15,7 @@ import re
 import nbformat
 import pytest
 from support.clusters import wait_until
+from support.factories import refused_allocations
 from support.fault_cells import SETUP
 from support.kernel_checks import PREPARE, broken, healthy, restart
 
@@ -172,6 +173,7 @@ def test_a_profile_of_a_failing_cell_does_not_wait_for_a_process_still_running_i
     healthy(kernel)
 
 
+@refused_allocations
 def test_an_out_of_memory_error_shows_the_users_frames_not_jaxs(kernel):
     healthy(kernel)
     out = kernel.run("%%jax_cluster\nimport jax.numpy as jnp\nz = jnp.zeros((1 << 42,), jnp.float32)\n"

@@ -13,7 +13,7 @@ import pathlib
 import time
 
 import pytest
-from support.factories import unavailable
+from support.factories import refused_allocations, unavailable
 
 #: Starts engines (or a kernel): not in `bash dev test fast`.
 pytestmark = pytest.mark.engines
@@ -80,6 +80,7 @@ def test_jax_cluster_memory_shows_a_widget_with_html_and_text_copies(kernel):
     assert "UsageError: `%jax_cluster memory` takes no flags (got -n)" in bad.shown
 
 
+@refused_allocations
 @pytest.mark.timeout(300)
 def test_an_allocation_too_large_on_one_process_is_explained_in_one_line_then_the_arrays(kernel):
     started = time.monotonic()
@@ -92,6 +93,7 @@ def test_an_allocation_too_large_on_one_process_is_explained_in_one_line_then_th
     assert kernel.ok("%%jax_cluster\nprint('still usable', float(params['w'].sum()))").stdout
 
 
+@refused_allocations
 @pytest.mark.timeout(300)
 def test_the_other_process_waiting_in_a_collective_is_released(kernel):
     out = kernel.run("%%jax_cluster\n"
@@ -106,6 +108,7 @@ def test_the_other_process_waiting_in_a_collective_is_released(kernel):
     assert "after 2048.0" in after.shown
 
 
+@refused_allocations
 @pytest.mark.timeout(300)
 def test_inside_a_train_function_the_arrays_it_holds_are_named(kernel, tmp_path):
     out = kernel.run(f"%jax_train train --storage {tmp_path} -o run")

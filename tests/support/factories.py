@@ -39,6 +39,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def overcommits() -> bool:
+    """This machine grants any allocation (``vm.overcommit_memory=1``, as on some GPU images):
+    a 16 TiB array is not refused (``RESOURCE_EXHAUSTED``) but filled until the OOM killer ends
+    the process, so the tests of a refused allocation cannot run here."""
+    try:
+        with open("/proc/sys/vm/overcommit_memory") as f:
+            return f.read().strip() == "1"
+    except OSError:
+        return False
+
+
+#: For a test whose process must be refused an impossible allocation.
+refused_allocations = pytest.mark.skipif(overcommits(), reason="vm.overcommit_memory=1 grants any allocation")
+
+
 def unavailable(what: str, why: str | None) -> None:
     """Skip the test or module (``what``: which tests; ``why``: what is missing here), or fail
     it where ``JAXNB_REQUIRE_LAB=1``; nothing when ``why`` is empty (they can run)."""
