@@ -12,9 +12,12 @@ to ``tutorials/executed/`` (git-ignored) for inspection. Then:
   devices tables is gone afterwards;
 * each notebook's key results are in its outputs.
 
-``test_nbval`` runs ``pytest --nbval-lax`` on each notebook in a subprocess: it
-executes the notebook again and compares the outputs of the cells marked
-``# NBVAL_CHECK_OUTPUT`` with the outputs stored in the notebook.
+* the cells marked ``# NBVAL_CHECK_OUTPUT`` show what the notebook stores for them (their
+  text: streams and plain-text results), as nbval checks it.
+
+``test_nbval`` runs ``pytest --nbval-lax`` itself, in a subprocess, on the short notebooks
+(``NBVAL_RUN``): it executes each again and compares the marked cells' outputs with the
+stored ones. The long ones are executed once (above), not twice: CI's time.
 """
 
 from __future__ import annotations
@@ -101,6 +104,10 @@ EXPECT_PNG = {
     "07_gpt2_ray_port.ipynb",
 }
 
+#: The notebooks nbval itself runs (the short ones); every notebook's marked cells are compared
+#: with the stored outputs by ``test_tutorial_executes``.
+NBVAL_RUN = ["01_quickstart.ipynb", "02_multiprocess_jax.ipynb", "05_from_ray_and_kubeflow.ipynb"]
+
 #: Seconds one notebook may take (a loaded 2-core CI machine; they usually take far less).
 NOTEBOOK_TIMEOUT = 600
 
@@ -145,6 +152,38 @@ def _all_text(nb) -> str:
 def _html(out) -> str:
     page = out.get("data", {}).get("text/html", "")
     return "".join(page) if isinstance(page, list) else page
+
+
+def _checked_text(cell) -> list[tuple[str, str]]:
+    """What nbval compares of a marked cell, as text: each stream (consecutive parts joined) and
+    each result's or display's ``text/plain``, in order."""
+    shown: list[tuple[str, str]] = []
+    for out in cell.get("outputs", []):
+        if out.output_type == "stream":
+            kind, text = f"stream {out.name}", out.text
+        elif "text/plain" in out.get("data", {}):
+            kind, text = out.output_type, out.data["text/plain"]
+        else:
+            continue
+        if shown and shown[-1][0] == kind and kind.startswith("stream"):
+            shown[-1] = (kind, shown[-1][1] + text)
+        else:
+            shown.append((kind, text))
+    return shown
+
+
+def _unlike_stored(name: str, executed) -> list[str]:
+    """The marked (``# NBVAL_CHECK_OUTPUT``) cells whose executed text differs from the stored."""
+    stored = nbformat.read(TUTORIALS / name, as_version=4)
+    ran = {c.source: c for c in executed.cells if c.cell_type == "code"}
+    unlike = []
+    for cell in stored.cells:
+        if cell.cell_type == "code" and "NBVAL_CHECK_OUTPUT" in cell.source:
+            got = _checked_text(ran[cell.source]) if cell.source in ran else None
+            if got != _checked_text(cell):
+                first = cell.source.splitlines()[1][:60]
+                unlike.append(f"{first!r}: stored {_checked_text(cell)}, got {got}")
+    return unlike
 
 
 def _engine_pids(nb) -> set[int]:
@@ -204,6 +243,8 @@ def test_tutorial_executes(name, with_kernel, tmp_path):
     text = _all_text(nb)
     missing = [want for want in EXPECTED_TEXT.get(name, []) if want not in text]
     assert not missing, f"expected in the outputs but missing: {missing}"
+    unlike = _unlike_stored(name, nb)
+    assert not unlike, "marked cells unlike the stored outputs:\n" + "\n".join(unlike)
 
     code_cells = [c for c in nb.cells if c.cell_type == "code"]
     assert "%jax_cluster stop" in code_cells[-1].source, "the last code cell must stop the cluster"
@@ -215,10 +256,29 @@ def test_tutorial_executes(name, with_kernel, tmp_path):
     assert not _still_running(pids), f"engines left running: {_still_running(pids)}"
 
 
+def test_a_marked_cell_unlike_the_stored_outputs_is_named():
+    """The comparison of the marked cells: the stored notebook matches itself; a changed line,
+    a missing output or a missing cell does not."""
+    name = "06_tuning.ipynb"
+    stored = nbformat.read(TUTORIALS / name, as_version=4)
+    assert _unlike_stored(name, stored) == []
+    marked = [c for c in stored.cells if c.cell_type == "code" and "NBVAL_CHECK_OUTPUT" in c.source]
+    stream = next(o for o in marked[0].outputs if o.output_type == "stream")
+    stream.text = stream.text.replace("trials run: 6", "trials run: 5")
+    marked[1].outputs = []
+    unlike = _unlike_stored(name, stored)
+    assert len(unlike) == 2 and "trials run: 5" in unlike[0] and unlike[1].endswith("got []"), unlike
+    firsts = [repr(c.source.splitlines()[1][:60]) for c in marked[:2]]
+    assert [u.startswith(f) for u, f in zip(unlike, firsts, strict=True)] == [True, True], unlike
+    stored.cells.remove(marked[0])
+    assert "got None" in _unlike_stored(name, stored)[0]
+
+
 def test_tutorials_are_well_formed():
     """Every tutorial has its number in its title, a papermill parameters cell, and ends by
     stopping the cluster."""
     assert NOTEBOOKS, "no tutorials found"
+    assert set(NBVAL_RUN) <= set(NOTEBOOKS), "NBVAL_RUN names a notebook that is not there"
     for name in NOTEBOOKS:
         nb = nbformat.read(TUTORIALS / name, as_version=4)
         nbformat.validate(nb)
@@ -234,7 +294,7 @@ def test_tutorials_are_well_formed():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", NOTEBOOKS)
+@pytest.mark.parametrize("name", NBVAL_RUN)
 @pytest.mark.timeout(NOTEBOOK_TIMEOUT + 60)
 def test_nbval(name, tmp_path):
     """``pytest --nbval-lax``: outputs of ``# NBVAL_CHECK_OUTPUT`` cells match the stored ones."""
