@@ -28,8 +28,8 @@ def test_the_next_run_waits_for_the_result_after_the_engines_are_free():
     group, result = _stopping_run(busy=None)  # engines free, final plot still being drawn
     threading.Timer(0.3, result._done.set).start()
     started = time.monotonic()
-    handover.wait_if_stopping(group, seconds=5)
-    assert not result.running and 0.25 < time.monotonic() - started < 3
+    handover.wait_if_stopping(group, seconds=30)
+    assert not result.running and 0.25 < time.monotonic() - started < 25  # not the deadline
 
 
 def test_the_next_run_waits_for_the_engines_then_the_result():
@@ -41,20 +41,21 @@ def test_the_next_run_waits_for_the_engines_then_the_result():
         result._done.set()
 
     threading.Thread(target=end).start()
-    handover.wait_if_stopping(group, seconds=5)
-    assert group.busy_with is None and not result.running
+    started = time.monotonic()
+    handover.wait_if_stopping(group, seconds=30)
+    assert group.busy_with is None and not result.running and time.monotonic() - started < 25
 
 
 def test_a_run_not_asked_to_stop_is_not_waited_for():
     group, result = _stopping_run(busy="first")
     group.current_run.stop_requested = False
     started = time.monotonic()
-    handover.wait_if_stopping(group, seconds=5)
-    assert time.monotonic() - started < 0.1 and result.running
+    handover.wait_if_stopping(group, seconds=30)
+    assert time.monotonic() - started < 10 and result.running  # returned at once, not at 30 s
 
 
 def test_the_wait_is_bounded():
     group, result = _stopping_run(busy="first")
     started = time.monotonic()
     handover.wait_if_stopping(group, seconds=0.3)
-    assert 0.25 < time.monotonic() - started < 2 and result.running
+    assert 0.25 < time.monotonic() - started < 10 and result.running
