@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import pytest
 
@@ -64,6 +65,19 @@ def pytest_collection_modifyitems(config, items):
     # of `bash dev test` (pytest-xdist, a module each at a time) end together.
     items.sort(key=lambda item: (item.path.name == "test_docs.py",
                                  -SLOWEST_FIRST.get(item.path.name, 0)))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With ``JAXNB_TEST_TIMES=DIR``: each test's start and end (wall clock) and its worker, one
+    line in ``DIR/WORKER.tsv``, to see how the two workers of ``bash dev test`` share the run."""
+    folder = os.environ.get("JAXNB_TEST_TIMES")
+    started = time.time()
+    yield
+    if folder:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        with open(os.path.join(folder, f"{worker}.tsv"), "a") as out:
+            out.write(f"{started:.2f}\t{time.time():.2f}\t{item.nodeid}\n")
 
 
 # The test process itself never initialises a JAX backend for the cluster tests;
