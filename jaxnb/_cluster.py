@@ -121,7 +121,9 @@ class JaxCluster(Inspecting, Attaching, Restarting, ClusterJobs):
         group = self.group
         group.setup.clear()  # new engines: nothing of the old setup is on them
         group.warm_modules.clear()
-        group.options, group.full_options, group.lost = group_size.full(group), None, []
+        given = group.unnamed or group_size.full(group)
+        group.options, group.full_options, group.lost, group.unnamed = given, None, [], None
+        self._name_by_default()
         return self._start()
 
     def _start(self, at_least: int | None = None, phases: Stopwatch | None = None) -> JaxCluster:
@@ -136,6 +138,9 @@ class JaxCluster(Inspecting, Attaching, Restarting, ClusterJobs):
             # hooks run last-registered first, so this fast stop runs before its slow one.
             if self.group.attachment is None:  # a named cluster outlives the kernel
                 atexit.register(self.stop)
+            elif self.group.unnamed is not None:  # named by jaxnb: unless the kernel restarts
+                atexit.unregister(self._stop_if_shut_down)
+                atexit.register(self._stop_if_shut_down)
             with phases.timed(JOIN):
                 startup.join_group(self.group)
             self._record()

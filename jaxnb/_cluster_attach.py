@@ -96,13 +96,40 @@ class Attaching:
         group = self.group
         group.require_running()
         if group.attachment is None:
-            raise ClusterStateError("only a named cluster outlives its kernel; start it with "
-                                    "`%jax_cluster start --name NAME` to detach it later")
+            raise ClusterStateError("this cluster ends with its process (started by a script, or "
+                                    "on other hosts); start it with `%jax_cluster start --name "
+                                    "NAME` to detach it later")
         if hasattr(group.attachment, "refuse"):  # through --via: the host records it
             group.attachment.detach()
         else:
             attachment.detach(group.attachment)
         group.let_go()
+
+    def _name_by_default(self) -> None:
+        """Before a start: an unnamed cluster started in a kernel, on this machine, is named
+        ``default`` (:mod:`jaxnb._attach.default_name`); a line says when it is another name."""
+        from jaxnb._attach import default_name, listing
+
+        group = self.group
+        if not default_name.applies(group.options):
+            return
+        running = lambda name: attachment.supervisor_of(name) is not None  # noqa: E731
+        group.unnamed = group.options
+        group.options, note = default_name.named(group.options, running, listing.left_running)
+        if note is not None:
+            print(note, file=sys.stderr)
+
+    def _stop_if_shut_down(self) -> None:
+        """At the exit of the kernel that started a cluster named by default: stop it when the
+        kernel was shut down on purpose (a restart, a crash or a kill leaves it running)."""
+        from jaxnb._core import ipykernel_internals
+
+        hold = self.group.attachment
+        if hold is None or not self.group.running or hold.taken_over() is not None:
+            return
+        if ipykernel_internals.ending_for_good():
+            with contextlib.suppress(Exception):  # its supervisor ends every process
+                attachment.stop(hold.name, hold.supervisor)
 
     def _supervise(self) -> None:
         """Before a start: the supervisor of a named cluster (a new one unless it runs)."""

@@ -1,7 +1,8 @@
-"""A named cluster outlives its kernel, in real Jupyter kernels (``jupyter_client``).
+"""A cluster outlives its kernel, in real Jupyter kernels (``jupyter_client``).
 
-Kernel A starts ``%jax_cluster start --name NAME`` and defines variables on the engines; A is
-SIGKILLed (an out-of-memory kill) or restarted from the menu (``restart_kernel(now=False)``);
+Kernel A starts ``%jax_cluster start --name NAME`` (or unnamed: ``default``) and defines
+variables on the engines; A is SIGKILLed (an out-of-memory kill) or restarted from the menu
+(``restart_kernel(now=False)``); a kernel shut down on purpose ends its unnamed cluster;
 kernel B attaches and finds the engines with their state; a third kernel takes it over and B
 is told so in one line; ``python -m jaxnb list`` / ``stop`` work from a terminal; a detached
 cluster with ``--idle-timeout`` stops itself and leaves no process; a ``--background`` run goes on
@@ -68,22 +69,42 @@ def test_a_killed_kernels_cluster_is_attached_with_its_state_taken_over_listed_a
         assert not list(clusters_dir.glob("killed*")), list(clusters_dir.iterdir())
 
 
-def test_a_restarted_kernel_attaches_then_detaches_and_the_idle_cluster_stops_itself(clusters_dir):
+def test_an_unnamed_cluster_survives_a_restart_as_default_then_detached_it_stops_itself(clusters_dir):
     with kernel() as k:
-        k.ok("%jax_cluster start -n 2 --name restarted --idle-timeout 40")  # with warm spares
+        k.ok("%jax_cluster start -n 2 --idle-timeout 40")  # unnamed, with warm spares
+        assert k.value("jaxnb.current_cluster().options.name") == "default"
         k.ok(STATE)
         k.manager.restart_kernel(now=False)  # Restart Kernel in JupyterLab
         k.client.wait_for_ready(timeout=60)
         k.ok("%load_ext jaxnb\nimport jaxnb")
-        k.ok("%jax_cluster attach restarted")
+        k.ok("%jax_cluster attach")  # no name: default
         assert k.ok("%%jax_cluster\nprint(x)").stdout.split() == ["[p0]", "40", "[p1]", "41"]
-        processes = family(clusters_dir, "restarted")
+        processes = family(clusters_dir, "default")
         out = k.ok("%jax_cluster detach")
         assert "left running" in out.stdout
         assert "idle since" in k.ok("%jax_cluster list").stdout
         wait_until(lambda: gone(processes), timeout=80, what="the idle cluster stopping itself")
-        assert not list(clusters_dir.glob("restarted*")), list(clusters_dir.iterdir())
+        assert not list(clusters_dir.glob("default*")), list(clusters_dir.iterdir())
         assert "no jaxnb cluster is running" in k.run("%%jax_cluster\nprint(x)").shown
+
+
+def test_an_unnamed_cluster_stops_with_its_kernel_shut_down_on_purpose_and_a_second_is_default_2(
+        clusters_dir):
+    with kernel() as a:
+        a.ok("%jax_cluster start -n 1 --spares 0")
+        processes = family(clusters_dir, "default")
+        with kernel() as b:
+            out = b.ok("%jax_cluster start -n 1 --spares 0")
+            assert ("jaxnb: cluster 'default' runs in another kernel; this one is named "
+                    "'default-2'") in out.stderr, out.shown
+            assert b.value("jaxnb.current_cluster().options.name") == "default-2"
+            second = family(clusters_dir, "default-2")
+        # b was shut down (not restarted): its cluster went with it; a's is still there
+        wait_until(lambda: gone(second), timeout=20, what="default-2 stopping with its kernel")
+        assert not gone(processes)
+        assert a.ok("%%jax_cluster\nprint(1 + 1)").stdout.split() == ["2"]
+    wait_until(lambda: gone(processes), timeout=20, what="default stopping with its kernel")
+    assert not list(clusters_dir.glob("default*")), list(clusters_dir.iterdir())
 
 
 FORTY = '''import time, jaxnb
@@ -106,9 +127,9 @@ def test_a_background_run_keeps_every_report_while_no_kernel_listens_and_a_new_k
         clusters_dir, tmp_path):
     a = kernel()
     try:
-        a.ok("%jax_cluster start -n 2 --name runs --spares 0")
+        a.ok("%jax_cluster start -n 2 --spares 0")  # unnamed: default
         a.ok(FORTY)
-        processes = family(clusters_dir, "runs")  # before the run: reading every process is slow
+        processes = family(clusters_dir, "default")  # before the run: reading every process is slow
         a.ok(f"%jax_train forty --name forty --storage {tmp_path} --background -o live")
         # Read from the run folder, not from kernel A: a kernel that draws a dashboard on a
         # loaded machine answers in seconds, while the run goes on.
@@ -122,7 +143,7 @@ def test_a_background_run_keeps_every_report_while_no_kernel_listens_and_a_new_k
     assert "end" not in heard and heard.count("report") < 40, (
         "the run ended before its kernel was killed: make it longer")
     with kernel() as b:
-        b.ok("%jax_cluster attach runs")
+        b.ok("%jax_cluster attach")  # default
         b.ok(f"r = jaxnb.current_cluster().result('forty', storage={str(tmp_path)!r}).wait(60)")
         assert b.value("r.steps") == list(range(1, 41))
         assert b.value("[m['step'] for m in r.history]") == list(range(1, 41))

@@ -76,8 +76,18 @@ def test_no_cluster_listed_when_none_runs(folder):
 def test_the_options_of_a_named_cluster_are_checked_before_anything_starts():
     with pytest.raises(ValueError, match=r"^a cluster name is"):
         JaxCluster(name="../x")
-    with pytest.raises(ValueError, match=r"^idle_timeout= is for a named cluster; add name='exp1'$"):
-        JaxCluster(idle_timeout=10)
+    with pytest.raises(ValueError, match=r"^idle_timeout= is for a cluster on this machine, which "
+                                         r"outlives its kernel; drop idle_timeout=, or hosts= and "
+                                         r"engines=$"):
+        JaxCluster(idle_timeout=10, hosts=["h1"])
+    from jaxnb import ClusterStateError
+
+    unnamed = JaxCluster(idle_timeout=10)  # in a kernel it would be named default
+    with pytest.raises(ClusterStateError, match=r"^idle_timeout= is for a cluster that outlives "
+                                                r"the process that started it: one started in a "
+                                                r"Jupyter kernel, or named; pass name='exp1' too"):
+        unnamed.start()  # this process is no kernel: nothing would count the idle time
+    assert not unnamed.running
     with pytest.raises(ValueError, match=r"^idle_timeout= must be a positive number"):
         JaxCluster(name="x", idle_timeout=0)
     with pytest.raises(ValueError, match=r"^name= works with engines on this machine for now"):

@@ -235,6 +235,25 @@ def test_interrupt_trials_never_give_a_wrong_value_or_hang(cluster, capsys):
     print(f"{loud} loud errors, {repaired} repairs in 6 trials", file=sys.stderr)
 
 
+def test_a_signal_through_ipyparallel_gives_up_on_an_engine_that_never_answers(cluster):
+    """A batch launcher's engines are signalled through ipyparallel; an engine that never
+    replies (its Slurm step was killed: the nanny too) must not hold the notebook for ever."""
+    from jaxnb._hosts import site_jobs
+
+    engine = psutil.Process(cluster.processes[1].pid)
+    engine.suspend()  # no reply until it resumes (local engines have no nanny to answer)
+    try:
+        began = time.monotonic()
+        site_jobs.Site().signal(cluster.group, [1], signal.SIGCONT)
+        waited = time.monotonic() - began
+    finally:
+        engine.resume()
+    assert site_jobs.SIGNAL_REPLY_SECONDS - 0.5 < waited < site_jobs.SIGNAL_REPLY_SECONDS + 5, waited
+    cluster.restart()  # the controller's heartbeat gave the silent engine up meanwhile
+    cluster.run(SETUP)
+    assert totals(cluster, VERIFY) == [EXPECTED, EXPECTED]
+
+
 # ---- 6. restart and stop -------------------------------------------------------------
 
 

@@ -12,12 +12,14 @@ import os
 import random
 import re
 import signal
+import subprocess
+import sys
 import time
 
 import psutil
 import pytest
 from support.clusters import exited, wait_until
-from support.factories import started_kernel
+from support.factories import started_kernel, stop_orphaned
 from support.fault_cells import ASYNC_LOOP, EXPECTED, SETUP, SYNC_LOOP, VERIFY, WEDGED
 from support.kernel_checks import PREPARE, dead, healthy, pids, restart, totals
 from support.kernel_harness import Kernel, Output
@@ -325,12 +327,19 @@ def test_restart_from_each_state(kernel, state):
 
 
 @pytest.mark.timeout(120)
-def test_every_process_exits_when_the_kernel_is_killed():
+def test_a_killed_kernels_cluster_goes_on_busy_and_its_stop_leaves_no_process():
     with started_kernel("-n 2", PREPARE, "%%jax_cluster\n" + SETUP) as k:
+        name = k.value("jaxnb.current_cluster().options.name")  # default (or default-N)
         k.ok(f"jaxnb.current_cluster().view.execute({WEDGED!r}, block=False)")
         wait_until(lambda: k.value("in_cell(jaxnb.current_cluster(), [0, 1])"), what="both busy")
         k.note_family()
-        assert len(k.family) >= 5  # controller and its schedulers, 2 engines
+        assert len(k.family) >= 6  # its supervisor, controller and schedulers, 2 engines
         k.kill()
+        time.sleep(3)  # the watchdogs look every second: what ends with the kernel has ended
+        assert len(k.left_running(wait=0)) >= 4, "the cluster died with its kernel"
+        listed = subprocess.run([sys.executable, "-m", "jaxnb", "list"], capture_output=True,
+                                text=True, timeout=60)
+        assert re.search(rf"^{re.escape(name)} +2 ", listed.stdout, re.M), listed
+        stop_orphaned(name)
         left = k.left_running(wait=30)
-        assert not left, f"still running 30 s after the kernel was killed: {left}"
+        assert not left, f"still running 30 s after `python -m jaxnb stop {name}`: {left}"

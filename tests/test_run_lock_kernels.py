@@ -1,5 +1,7 @@
 """One live run per run folder, in real kernels: a second kernel starting the same run is refused
-in one line naming the first; once the first kernel is killed (SIGKILL), the run resumes there."""
+in one line naming the first; once the first kernel is killed (SIGKILL) its cluster (named
+``default`` or ``default-N``) trains on and the run is still refused, naming that cluster; once it
+is stopped, the run resumes there."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import socket
 
 import pytest
 from support.clusters import wait_until
-from support.factories import started_kernel
+from support.factories import started_kernel, stop_orphaned
 
 SLOW = """\
 def slow(config):
@@ -31,7 +33,7 @@ def plain():
 pytestmark = pytest.mark.engines
 
 
-def test_a_live_run_is_refused_in_another_kernel_and_resumes_once_that_kernel_died(tmp_path):
+def test_a_live_run_is_refused_in_another_kernel_and_on_its_orphaned_cluster_then_resumes(tmp_path):
     with started_kernel("-n 1 --spares 0", SLOW) as second:
         with started_kernel("-n 1 --spares 0", SLOW) as first:
             first.ok(f"%jax_train slow --config dict(steps=10**6) --storage {tmp_path} --name shared "
@@ -48,7 +50,16 @@ def test_a_live_run_is_refused_in_another_kernel_and_resumes_once_that_kernel_di
                                        f"{first.pid} on {socket.gethostname()}, since "), said
                 assert said.endswith("); wait for it to end or stop it there, or pass --name NEW "
                                      "for a new run") and "\n" not in said, said
-            first.kill()
+            orphaned = first.value("__import__('jaxnb').current_cluster().options.name")
+            first.kill()  # default or default-N outlives it, and its engines still train the run
+            out = second.run(f"%jax_train slow --config dict(steps=3) --storage {tmp_path} "
+                             "--name shared --resume")
+            said = out.stderr.strip().removeprefix("UsageError: ")
+            assert said == (f"run 'shared' in {tmp_path} is live on cluster {orphaned!r}, which no "
+                            f"kernel holds (the kernel that started it is gone); `%jax_cluster "
+                            f"attach {orphaned}` then `%jax_train --attach --name shared` follows "
+                            f"or stops it; or pass --name NEW for a new run"), out.shown
+            stop_orphaned(orphaned)
         out = second.ok(f"%jax_train slow --config dict(steps=3) --storage {tmp_path} "
                         "--name shared --resume -o again")
         assert second.value("[h['step'] for h in again.history]") == [2, 3], out.shown

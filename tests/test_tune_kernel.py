@@ -1,7 +1,7 @@
 """``%jax_tune`` in a real Jupyter kernel: pruning stops bad trials early, at the same report on
 every process, whether or not the loop asks (a Ray loop as written), however fast its steps;
-``--resume`` after the kernel died in the middle of a trial, and a resumed search shows each
-trial as it was; a Ray ``param_space`` nested under ``train_loop_config``."""
+``--resume`` after the kernel and its cluster died in the middle of a trial, and a resumed search
+shows each trial as it was; a Ray ``param_space`` nested under ``train_loop_config``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 
 import optuna
 import pytest
-from support.factories import started_kernel
+from support.factories import started_kernel, stop_orphaned
 from support.stop_loops import LOOPS, ends
 
 #: Starts kernels and engines: not in `bash dev test fast`.
@@ -147,7 +147,7 @@ def test_pruning_stops_bad_trials_early_in_a_notebook(tmp_path):
         assert "PRUNED" in final and "★" in final and "<img" in final
 
 
-def test_resume_after_the_kernel_died_during_a_trial(tmp_path):
+def test_resume_after_the_kernel_and_its_cluster_died_during_a_trial(tmp_path):
     journal = tmp_path / "s" / "study.journal"
     line = (f"%jax_tune slow_quadratic --space {{'x': tune.uniform(1, 3)}} --trials 3 "
             f"--config dict(steps=40, sleep=0.05) --storage {tmp_path} --name s --pruner none")
@@ -168,7 +168,7 @@ def test_resume_after_the_kernel_died_during_a_trial(tmp_path):
                 break
         else:
             raise AssertionError("trial 1 never started")
-        k.kill()
+        k.crash()  # the kernel and its cluster (which would outlive it alone and end the trial)
     with started_kernel(*KERNEL) as k:
         k.ok(line.replace("steps=40", "steps=4") + " --resume -o search")
         states = k.value("[t.state for t in search.trials]")
@@ -222,7 +222,9 @@ def test_resume_in_another_kernel_leaves_a_live_searchs_trial_and_takes_it_once_
             assert said.endswith("); wait for it to end or stop it there, then pass --resume"), said
             assert running_trials(journal) == [0]  # still the live search's
             assert first.value("live.running")
+            orphaned = first.value("__import__('jaxnb').current_cluster().options.name")
             first.kill()
+            stop_orphaned(orphaned)  # it outlives the kernel, trial 0 still on its engines
         second.ok(line.replace("STEPS", "3") + " --resume -o search")
         assert second.value("[t.state for t in search.trials]") == ["FAIL", "COMPLETE", "COMPLETE"]
         assert second.value("search.trials[1].config['x'] == search.study.trials[0].params['x']")

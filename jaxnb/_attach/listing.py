@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
 from jaxnb._attach import record, runs
 from jaxnb._core import cluster_names as names
+
+LIVE_UNHELD = ("run {run!r} in {dir} is live on cluster {cluster!r}, which no kernel holds (the "
+               "kernel that started it is gone); `%jax_cluster attach {cluster}` then "
+               "`%jax_train --attach --name {run}` follows or stops it; or pass --name NEW for a "
+               "new run")
 
 
 def clusters() -> list[dict[str, Any]]:
@@ -47,6 +53,27 @@ def left_running(name: str) -> bool:
         return False
     doc = record.read(names.record_path(name)) or {}
     return not record.alive(doc.get("kernel"))
+
+
+def refuse_if_live_without_kernel(folder: str) -> None:
+    """``FileExistsError`` when the run in ``folder`` may still run on a cluster of this machine
+    that no kernel holds (the kernel that started it died: its lock went with it, the engines
+    may train on). Only once the cluster's supervisor found its engines idle is the run free."""
+    target = os.path.realpath(folder)
+    for name in names.recorded_names():
+        own = record.read(names.supervisor_path(name)) or {}
+        doc = record.read(names.record_path(name)) or {}
+        if not record.alive(own.get("supervisor")) or record.alive(doc.get("kernel")):
+            continue  # gone, or a kernel holds it (and the run's lock)
+        if own.get("idle_since") is not None and not own.get("busy"):
+            continue  # its supervisor found nothing running there
+        for entry in doc.get("runs") or []:
+            if (isinstance(entry, dict) and entry.get("kind", runs.RUN) == runs.RUN
+                    and isinstance(entry.get("folder"), str)
+                    and os.path.realpath(entry["folder"]) == target
+                    and runs.state(entry) in ("running", "starting")):
+                raise FileExistsError(LIVE_UNHELD.format(
+                    run=entry.get("name"), dir=os.path.dirname(target), cluster=name))
 
 
 def table(rows: list[dict[str, Any]]) -> str:

@@ -6,7 +6,9 @@ ipykernel 6.29-7.x).
 - ``OutStream(..., watchfd=)`` and the ``_original_stdstream_copy`` that ipyparallel's engine
   points its log at, for the engines' stderr tee (:mod:`jaxnb._engine.boot.stderr_tee`);
 - ``kernel.control_handlers``, to serve ipyparallel's ``apply_request`` on the control
-  channel too (the debugger: :mod:`jaxnb._engine.debug.hooks`).
+  channel too (the debugger: :mod:`jaxnb._engine.debug.hooks`);
+- ``kernel._shutdown_message``, the reply to the ``shutdown_request`` that ends the kernel,
+  whose ``restart`` tells a restart from a shut-down on purpose (:func:`ending_for_good`).
 
 Each is detected where it is used; one that has moved turns its feature off with a line for
 ``%jax_cluster status`` (:mod:`jaxnb._core.optional`) and never raises into the user's code.
@@ -23,6 +25,7 @@ from jaxnb._core.optional import optional, turn_off
 #: Features this module turns off when ipykernel has moved their part (their lines in ``status``).
 STDERR_TEE = "engine stderr logged before it is shown"
 CONTROL_APPLY = "debugger commands on the control channel"
+SHUTDOWN_KIND = "an unnamed cluster stopped when its kernel is shut down (not restarted)"
 
 
 def cell_hash(code: str) -> str | None:
@@ -91,3 +94,39 @@ def serve_apply_on_control(kernel: Any) -> bool:
         return False
     handlers.setdefault("apply_request", apply)
     return True
+
+
+def in_kernel() -> bool:
+    """Whether this process is a Jupyter kernel (ipykernel's application is running here)."""
+    import sys
+
+    if "ipykernel" not in sys.modules:
+        return False
+    try:
+        from ipykernel.kernelapp import IPKernelApp
+
+        return bool(IPKernelApp.initialized())
+    except Exception:
+        return False
+
+
+def ending_for_good() -> bool:
+    """At exit of a kernel: True when it was shut down on purpose (a ``shutdown_request`` with
+    ``restart`` false, or no request: ``exit()``), False when it restarts. False too, with the
+    feature off, when this ipykernel keeps the request elsewhere (a restart is the safe guess:
+    the cluster then stops itself after its idle timeout)."""
+    try:
+        from ipykernel.kernelapp import IPKernelApp
+
+        if not in_kernel():
+            return False  # (instance() would make an application here)
+        kernel = IPKernelApp.instance().kernel
+        if not hasattr(kernel, "_shutdown_message"):
+            raise AttributeError("this ipykernel's kernel has no _shutdown_message")
+        message: Any = kernel._shutdown_message  # noqa: SLF001 - the adapter's one read of it
+        if message is None:
+            return True
+        return not message["content"]["restart"]
+    except Exception as exc:
+        turn_off(SHUTDOWN_KIND, f"{type(exc).__name__}: {exc}")
+        return False

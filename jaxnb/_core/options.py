@@ -112,15 +112,16 @@ class ClusterOptions:
     compile_cache: str | None = _option(None, Flag(
         "JAX's persistent compilation cache: a folder, or off (default: ~/.cache/jaxnb/xla "
         "on each host)", "DIR|off"))
-    #: A named cluster outlives the kernel: another kernel attaches it by this name.
+    #: A named cluster outlives the kernel: another kernel attaches it by this name. ``None``:
+    #: in a Jupyter kernel, on this machine, ``default`` (:mod:`jaxnb._attach.default_name`).
     name: str | None = _option(None, Flag(
-        "name the cluster so that it outlives this kernel and another kernel can attach it",
-        "NAME"))
-    #: Seconds a named cluster lives with no kernel attached and nothing running (``None``: until
-    #: stopped).
+        "the name another kernel attaches the cluster by; it outlives this kernel (default: "
+        "default, in a Jupyter kernel on this machine)", "NAME"))
+    #: Seconds a cluster that outlives its kernel lives with no kernel attached and nothing
+    #: running (``None``: until stopped when named, 300 s when named ``default`` by jaxnb).
     idle_timeout: float | None = _option(None, Flag(
-        "with --name: stop it after S seconds with no kernel attached and nothing running",
-        "S", "seconds"))
+        "stop it after S seconds with no kernel attached and nothing running (default: never "
+        "with --name, 300 without)", "S", "seconds"))
     collective_timeout: int = _option(DEFAULT_COLLECTIVE_TIMEOUT)
     #: Extra environment variables of the engines (a dict; kept as sorted pairs). Their values
     #: are never shown (they may be keys): not in the ``repr``, status, errors or logs.
@@ -205,7 +206,7 @@ class ClusterOptions:
             )
 
     def _check_name(self) -> None:
-        """A name becomes a file name; only named clusters outlive the kernel (and idle)."""
+        """A name becomes a file name; a cluster that outlives its kernel (and idles) runs here."""
         if self.name is not None:
             from jaxnb._core.cluster_names import check
 
@@ -217,9 +218,10 @@ class ClusterOptions:
                 raise OptionError(f"{option('name')} works with engines on this machine for now; "
                                   f"drop {option('name')}, or {option('hosts')} and "
                                   f"{option('engines')}")
-        elif self.idle_timeout is not None:
-            raise OptionError(f"{option('idle_timeout')} is for a named cluster; add "
-                              f"{example('name', 'exp1')}")
+        elif self.idle_timeout is not None and not self.is_local:
+            raise OptionError(f"{option('idle_timeout')} is for a cluster on this machine, which "
+                              f"outlives its kernel; drop {option('idle_timeout')}, or "
+                              f"{option('hosts')} and {option('engines')}")
 
     def _check_compile_cache(self) -> None:
         """``compile_cache``: ``None``, ``"off"``, or a folder (made absolute unless it starts

@@ -128,6 +128,9 @@ class Group:
     #: A named cluster's hold (``jaxnb._attach.attachment.Attachment``): its ``taken_over()``
     #: says, in one line, that another kernel attached since; ``None`` for an unnamed cluster.
     attachment: Any = None
+    #: The options as given, unnamed, when jaxnb named the cluster ``default`` (an unnamed start
+    #: in a kernel: :mod:`jaxnb._attach.default_name`); the next start names it anew.
+    unnamed: Any = None
 
     @property
     def running(self) -> bool:

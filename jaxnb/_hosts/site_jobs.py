@@ -10,6 +10,7 @@ the callers report what they could not do.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
@@ -25,6 +26,8 @@ from jaxnb._hosts import remote_start, remote_stop, ssh_config
 from jaxnb._hosts.remote_start import HostCheck
 
 STOPPED = "was stopped by jaxnb (after a death in the group)"
+#: How long a signal sent through ipyparallel waits for the engines' replies.
+SIGNAL_REPLY_SECONDS = 5.0
 #: Asked of each engine to put the processes in order: its rank in the launcher's job.
 LAUNCHER_RANK = EngineCall("jaxnb._engine.group.rank:launcher_rank")
 #: Asked of process 0's engine: its host's address (the interface that routes here), a free port.
@@ -199,9 +202,13 @@ class Site:
         return 0
 
     def signal(self, group: Group, chosen: list[int], signum: int) -> None:
-        """Send ``signum`` to the processes (through ipyparallel: their nannies deliver it)."""
+        """Send ``signum`` to the processes (through ipyparallel: their nannies deliver it),
+        waiting at most :data:`SIGNAL_REPLY_SECONDS` for their replies: an engine whose step
+        was killed never replies (ipyparallel's own wait has no end)."""
         engines = [group.processes[p].engine_id for p in chosen]
-        group.client.send_signal(signum, targets=engines, block=True)
+        replies = group.client.send_signal(signum, targets=engines, block=False)
+        with contextlib.suppress(Exception):  # no reply: the process is gone, or going
+            replies.result(timeout=SIGNAL_REPLY_SECONDS)
 
     def wait_killed(self, group: Group, chosen: list[int]) -> None:
         """After SIGKILL: wait until the processes are gone, where that can be seen."""

@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from jaxnb._attach import listing
 from jaxnb._cells.pull import note_size
 from jaxnb._core import run_folder, spelling
 from jaxnb._core.errors import ClusterStateError, RemoteError, remote_error
@@ -95,6 +96,7 @@ def train(
     made = run_folder.make(run_dir)  # removed again if the run leaves nothing in it
     lock = run_folder.hold(run_dir)  # one live run per folder, until _conclude releases it
     try:
+        listing.refuse_if_live_without_kernel(run_dir)  # its kernel died: the engines train it
         earlier = run_folder.left_by_earlier_run(run_dir)
         resume_from = run_folder.check_fresh_run(run_dir, resume)
         if resume and resume_from is None:

@@ -9,7 +9,6 @@ one-line ``UsageError``.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +16,6 @@ from IPython.core.error import UsageError
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from jaxnb._core import spelling
-from jaxnb._core.cluster_names import DEFAULT_NAME
 from jaxnb._core.errors import StartError, short_interrupt
 from jaxnb._core.messages import ALREADY_RUNNING
 from jaxnb._core.options import Flag, start_flags
@@ -29,10 +27,6 @@ if TYPE_CHECKING:
 SUBCOMMANDS = ("start", "status", "stop", "restart", "reset", "stacks", "memory", "scale", "attach",
                "detach", "list")
 #: ``%jax_cluster start``'s flags: ``JaxCluster`` keyword -> flag.
-#: Said by an unnamed start while cluster ``default`` runs with no kernel attached.
-LEFT_RUNNING = ("jaxnb: cluster {name!r} runs on this machine with no kernel attached (its "
-                "engines' state and runs kept); `%jax_cluster attach` takes it over, "
-                "`python -m jaxnb stop {name}` ends it; this start makes another cluster, unnamed")
 START_FLAGS = {keyword: spelling.flag_of(keyword) for keyword in start_flags()}
 
 
@@ -78,13 +72,15 @@ def jax_cluster(line: str) -> None:
     ``reset`` (repair the jax.distributed group in place); ``stacks`` (every process's Python
     stack); ``scale N`` (grow or shrink the group to N processes: restarted at that size with
     the setup replayed, or, during a run with --min-processes, from its next checkpoint);
-    ``attach [NAME]`` (take over the cluster started with ``--name NAME`` in any kernel on this
+    ``attach [NAME]`` (take over cluster NAME, default ``default``, started in any kernel on this
     machine, with its engines' Python state; ``attach NAME --via [USER@]HOST [--python PATH]``:
-    one started on HOST, from a kernel on another machine, over ssh); ``detach`` (leave this named cluster
-    running without the kernel); ``list`` (the named clusters on this machine: processes,
-    hosts, runs, attached or idle since). Only ``start`` takes start flags (``--name NAME``: the
-    cluster outlives the kernel; ``--idle-timeout S``: then it stops after S seconds with no
-    kernel attached and nothing running).
+    one started on HOST, from a kernel on another machine, over ssh); ``detach`` (leave this
+    cluster running without the kernel); ``list`` (the clusters on this machine: processes,
+    hosts, runs, attached or idle since). Only ``start`` takes start flags (``--name NAME``, default
+    ``default`` on this machine: the name another kernel attaches it by; ``--idle-timeout S``: it
+    stops after S seconds with no kernel attached and nothing running, default 300 s unnamed).
+    A cluster on this machine outlives a kernel that restarts or dies; an unnamed one stops when
+    its kernel is shut down on purpose.
     """
 
 
@@ -160,11 +156,6 @@ def _start(front: kit.Front, options: dict[str, Any]) -> None:
 
     with kit.api_call():
         cluster = JaxCluster(**options)
-    if cluster.options.name is None:
-        from jaxnb._attach import listing
-
-        if listing.left_running(DEFAULT_NAME):  # a kernel restarted, its notebook run again
-            print(LEFT_RUNNING.format(name=DEFAULT_NAME), file=sys.stderr)
     front.cluster = cluster
     try:
         with kit.api_call(StartError):

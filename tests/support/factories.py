@@ -192,6 +192,16 @@ def started_kernel(start: str | None = "-n 2", *setup: str,
             kernel.ok("%jax_cluster stop")
 
 
+def stop_orphaned(name: str) -> None:
+    """Stop cluster ``name``, which a killed kernel left running (``python -m jaxnb stop``)."""
+    import subprocess
+    import sys
+
+    stopped = subprocess.run([sys.executable, "-m", "jaxnb", "stop", name], capture_output=True,
+                             text=True, timeout=120)
+    assert stopped.returncode == 0, stopped
+
+
 class Kernels(Factory):
     """Kernels as :func:`started_kernel` makes them; each shut down when the factory closes."""
 

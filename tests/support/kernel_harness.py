@@ -268,6 +268,15 @@ class Kernel:
         while self.manager.is_alive() and time.monotonic() < deadline:
             time.sleep(0.01)
 
+    def crash(self) -> None:
+        """SIGKILL the kernel and every process below it, its cluster's supervisor included (as
+        when the whole session dies: nothing is left to go on)."""
+        self.note_family()
+        self.kill()
+        for proc in self.family.values():
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+
     def shutdown(self) -> list[str]:
         """Stop the kernel (always); processes it left running (should be none)."""
         self.note_family()

@@ -9,6 +9,7 @@ and workspaces all live in the temp dir.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import pathlib
@@ -125,7 +126,8 @@ def _write_setup(tmp: pathlib.Path) -> dict[str, str]:
 
 def start(tmp: pathlib.Path, timeout: float = 90.0) -> LabServer:
     """Start JupyterLab in ``tmp`` on a free loopback port; return once it answers. A port taken
-    meanwhile (by another test worker) makes JupyterLab exit: it starts again on another one."""
+    meanwhile (by another test worker; what listens there may answer in another protocol) makes
+    JupyterLab exit: it starts again on another one."""
     root = tmp / "notebooks"
     root.mkdir()
     env = _write_setup(tmp)
@@ -147,7 +149,7 @@ def start(tmp: pathlib.Path, timeout: float = 90.0) -> LabServer:
             try:
                 server.api("status")
                 return server
-            except OSError:
+            except (OSError, http.client.HTTPException):  # not up yet, or another's port
                 if time.monotonic() > deadline:
                     stop(server)
                     raise RuntimeError(f"JupyterLab did not answer within {timeout:g} s") from None
