@@ -77,7 +77,8 @@ class Driver:
     def take_over(self) -> None:
         """The kernel that drove the run is gone: drive it on."""
         self.entry = dict(self.entry, driver=record.me())
-        _update(self.name, driving=self.entry)  # no other supervisor pass takes it again
+        # no other supervisor pass takes it again
+        record.update(names.record_path(self.name), driving=self.entry)
         say(f"driving run {self.run!r} on: its kernel is gone")
         self.taken.set()
 
@@ -104,7 +105,7 @@ class Driver:
             run_events.append(self.run_dir, end)
             how = end.get("error") or ("stopped" if end.get("stopped") else "finished")
             say(f"run {self.run!r} ended: {how}")
-        _update(self.name, driving=None)
+        record.update(names.record_path(self.name), driving=None)
         held, self.held = self.held, None
         if held is not None and held.group.client is not None:
             with contextlib.suppress(Exception):
@@ -151,11 +152,12 @@ class Driver:
             latest = recovery.latest()
             say(f"recovering run {self.run!r}: {recovery.status(failure, latest)}")
             assert recovery.restart is not None
-            _update(self.name, restarting=time.time())  # an attach waits for the new engines
+            # an attach waits for the new engines
+            record.update(names.record_path(self.name), restarting=time.time())
             try:
                 failure.phases.update(recovery.restart())
             finally:
-                _update(self.name, restarting=None)
+                record.update(names.record_path(self.name), restarting=None)
             failure.resumed_from = None if latest is None else latest.step
             run_events.append(self.run_dir, run_events.failure_event(failure))
             spec.update(resume=latest)
@@ -302,14 +304,6 @@ def _recovery(held: Any, spec: dict[str, Any], entry: dict[str, Any]) -> Any:
 def _summary(error: Any, reason: str) -> str:
     first = (str(getattr(error, "summary", None) or error).splitlines() or [""])[0]
     return f"{first}; {reason}"
-
-
-def _update(name: str, **fields: Any) -> None:
-    """Change fields of the cluster's record, leaving the rest (the attached kernel) as it is."""
-    path = names.record_path(name)
-    doc = record.read(path)
-    if doc is not None:
-        record.write(path, dict(doc, **fields))
 
 
 def say(line: str) -> None:

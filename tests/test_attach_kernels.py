@@ -69,15 +69,22 @@ def test_a_killed_kernels_cluster_is_attached_with_its_state_taken_over_listed_a
         assert not list(clusters_dir.glob("killed*")), list(clusters_dir.iterdir())
 
 
-def test_an_unnamed_cluster_survives_a_restart_as_default_then_detached_it_stops_itself(clusters_dir):
+def test_an_unnamed_cluster_survives_a_restart_as_default_then_detached_it_stops_itself(
+        clusters_dir, tmp_path):
     with kernel() as k:
         k.ok("%jax_cluster start -n 2 --idle-timeout 40")  # unnamed, with warm spares
         assert k.value("jaxnb.current_cluster().options.name") == "default"
         k.ok(STATE)
-        k.manager.restart_kernel(now=False)  # Restart Kernel in JupyterLab
+        k.ok(FORTY)
+        k.ok(f"%jax_train forty --storage {tmp_path} --background -o live")
+        wait_until(lambda: "report" in written(tmp_path / "forty"), timeout=60, what="a first report")
+        k.manager.restart_kernel(now=False)  # Restart Kernel in JupyterLab, the run going on
         k.client.wait_for_ready(timeout=60)
         k.ok("%load_ext jaxnb\nimport jaxnb")
         k.ok("%jax_cluster attach")  # no name: default
+        k.ok("%jax_train --attach --name forty -o again")  # its dashboard, to the run's end
+        assert k.value("[m['step'] for m in again.history]") == list(range(1, 41))
+        assert k.value("[again.error is None, again.stopped]") == [True, False]
         assert k.ok("%%jax_cluster\nprint(x)").stdout.split() == ["[p0]", "40", "[p1]", "41"]
         processes = family(clusters_dir, "default")
         out = k.ok("%jax_cluster detach")

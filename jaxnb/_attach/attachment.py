@@ -149,10 +149,8 @@ def detach(attachment: Attachment) -> None:
 
 def update(attachment: Attachment, **fields: Any) -> None:
     """Change fields of the record (while this kernel holds it)."""
-    path = names.record_path(attachment.name)
-    doc = record.read(path)
-    if doc is not None and attachment.taken_over() is None:
-        record.write(path, dict(doc, **fields))
+    if attachment.taken_over() is None:
+        record.update(names.record_path(attachment.name), **fields)
 
 
 def stop(name: str, supervisor: dict[str, Any] | None = None) -> bool:

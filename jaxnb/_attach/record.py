@@ -44,6 +44,13 @@ def read(path: str) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
+def update(path: str, **fields: Any) -> None:
+    """Change ``fields`` of the record at ``path``, leaving the rest; nothing when it is gone."""
+    doc = read(path)
+    if doc is not None:
+        write(path, dict(doc, **fields))
+
+
 def remove(*paths: str) -> None:
     """Delete ``paths``, ignoring those already gone."""
     for path in paths:
