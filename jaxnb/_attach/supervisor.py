@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import sys
 import time
@@ -44,6 +45,7 @@ class _Supervisor:
         self.started = time.time()
         self.said = ""  # the last problem it logged
         self.driver: Any = None  # stands by for a run that recovers; drives it on, its kernel gone
+        self.wake: int | None = None  # read end of the pipe a signal wakes it through
 
     def say(self, **extra: Any) -> None:
         record.write(self.own, {"name": self.name, "supervisor": record.me(),
@@ -77,10 +79,20 @@ class _Supervisor:
                 if self.idle_for(doc) >= (self.idle_timeout if self.idle_timeout is not None
                                           else float("inf")):
                     break
-            time.sleep(POLL_SECONDS)
+            self.nap(POLL_SECONDS)
         if self.driver is not None:  # the run ends with the cluster
             self.driver.cancel()
         self.stop(record.read(self.path))
+
+    def nap(self, seconds: float) -> None:
+        """Sleep ``seconds``, or less when a signal arrives (a stop is then seen at once)."""
+        if self.wake is None:
+            time.sleep(seconds)
+            return
+        ready, _, _ = select.select([self.wake], [], [], seconds)
+        if ready:
+            with contextlib.suppress(OSError):
+                os.read(self.wake, 64)
 
     def drive(self, doc: dict[str, Any]) -> None:
         """Stand by for a run that recovers from its start; drive it on once its kernel is gone."""
@@ -179,6 +191,10 @@ def main(make_driver: Callable[[str, dict[str, Any]], Any] | None = None) -> Non
         supervisor.stop_asked = True
 
     signal.signal(signal.SIGTERM, asked)
+    wake, woken = os.pipe()
+    os.set_blocking(woken, False)
+    signal.set_wakeup_fd(woken)  # a signal ends the nap at once (Python writes its number there)
+    supervisor.wake = wake
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a kernel interrupt is not for it
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
