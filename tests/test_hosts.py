@@ -66,6 +66,19 @@ def engine_processes(lab: Lab) -> dict[str, list[str]]:
     return found
 
 
+def settled_engine_processes(lab: Lab, seconds: float = 60.0) -> dict[str, list[str]]:
+    """:func:`engine_processes` once it stopped changing (the same two looks 1 s apart): a
+    cluster's spares start in the background, each engine spawning its nanny a moment later."""
+    deadline = time.monotonic() + seconds
+    seen = engine_processes(lab)
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+        now, seen = seen, engine_processes(lab)
+        if now == seen:
+            break
+    return seen
+
+
 #: On an engine: it reached the controller with the controller's CurveZMQ key.
 ENCRYPTS = ("from ipyparallel.engine.app import IPEngine\n"
             "_encrypts = bool(IPEngine.instance().curve_serverkey)")
@@ -185,7 +198,7 @@ def test_train_with_storage_both_hosts_see(cluster, ip, tmp_path):
 
 
 def test_a_host_that_cannot_run_an_engine_fails_start_fast(lab):
-    before = engine_processes(lab)  # the shared cluster's
+    before = settled_engine_processes(lab)  # the shared cluster's, its spares started
     for hosts, python, says in [
         ([lab.hosts[0].address, f"{SUBNET}.99"], None, f"{SUBNET}.99: cannot be reached over ssh"),
         (lab.addresses, "/no/such/python", "no interpreter /no/such/python"),
