@@ -64,7 +64,10 @@ def _back_to_back(cluster: JaxCluster, tmp_path) -> None:
     go = tmp_path / "go"
     run = cluster.train(killed_twice, {"go": str(go), "marks": str(tmp_path)}, name="twice",
                         storage=tmp_path, max_failures=2, background=True)
-    wait_until(lambda: len(run.failures) == 1 or not run.running, 120, "the first recovery")
+    # A failure is booked when it is seen, before its recovery swapped the spares in: wait
+    # for the resume, so that the spares counted below are the ones started after the swap.
+    wait_until(lambda: (len(run.failures) == 1 and run.failures[0].resumed_from is not None)
+               or not run.running, 120, "the first recovery")
     first_group = {p.pid for p in cluster.processes}
     wait_until(lambda: len(spares.ready(cluster.group)) == 2 or not run.running, 120,
                "the spares refilled after the first recovery")
