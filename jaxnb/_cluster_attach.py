@@ -4,6 +4,7 @@ outlives the kernel; ``attach`` takes it over from another kernel, ``detach`` le
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import functools
@@ -60,6 +61,9 @@ class Attaching:
         except BaseException:
             group.let_go()
             raise
+        if doc.get("unnamed") is not None:  # named by jaxnb: this kernel's shut-down stops it
+            group.unnamed = _options(doc["unnamed"])
+            atexit.register(cls._stop_if_shut_down, cluster)
         return cluster
 
     @classmethod
@@ -97,8 +101,8 @@ class Attaching:
         group.require_running()
         if group.attachment is None:
             raise ClusterStateError("this cluster ends with its process (started by a script, or "
-                                    "on other hosts); start it with `%jax_cluster start --name "
-                                    "NAME` to detach it later")
+                                    "on other hosts); give it a name to detach it later: "
+                                    "`JaxCluster(name=NAME)` or `%jax_cluster start --name NAME`")
         if hasattr(group.attachment, "refuse"):  # through --via: the host records it
             group.attachment.detach()
         else:
@@ -120,8 +124,9 @@ class Attaching:
             print(note, file=sys.stderr)
 
     def _stop_if_shut_down(self) -> None:
-        """At the exit of the kernel that started a cluster named by default: stop it when the
-        kernel was shut down on purpose (a restart, a crash or a kill leaves it running)."""
+        """At the exit of the kernel that started or attached a cluster named by default: stop
+        it when the kernel was shut down on purpose (a restart, a crash or a kill leaves it
+        running; so does a kernel another took it over from)."""
         from jaxnb._core import ipykernel_internals
 
         hold = self.group.attachment
@@ -233,6 +238,7 @@ def describe(group: Group) -> dict[str, Any]:
         "files": [*files, *([group.stacks_dir] if group.stacks_dir else [])],
         "hosts": sorted({p.host for p in group.processes}),
         "driving": group.driving,
+        "unnamed": None if group.unnamed is None else dataclasses.asdict(group.unnamed),
     }
 
 

@@ -111,12 +111,15 @@ def test_restart_kernel_then_attach_brings_the_live_dashboard_back(lab: Watched,
     assert back[0] == back[2], back  # one report per step, none lost while no kernel listened
     later = wait_for(lambda: (h := history(dash))[2] > back[2] + 10 and h, what="the dashboard drawing on")
     assert "running" in plot_state(dash)["text"] and later[1] == 1
+    # While the cell waits, the kernel takes no click: the Stop button says so, disabled.
+    assert dash.locator("button", has_text="Stop").is_disabled()
 
     page.locator('[data-command="notebook:interrupt-kernel"]').first.click()
     left = wait_done(page, C["follow"], timeout_s=60).inner_text()
     assert f"stopped following run {RUN!r}; it goes on" in left, left
 
     going = history(dash)  # left, the dashboard draws on; its Stop button ends the run
+    assert dash.locator("button", has_text="Stop").is_enabled()
     wait_for(lambda: history(dash)[2] > going[2] + 5, what="the dashboard drawing after the interrupt")
     dash.locator("button", has_text="Stop").click()
     stopped = wait_for(lambda: "stopped" in (s := plot_state(dash))["text"] and s, what="the stopped status")

@@ -64,7 +64,9 @@ def test_a_killed_kernels_cluster_is_attached_with_its_state_taken_over_listed_a
         stopped = jaxnb_cli("stop", "killed")
         assert stopped.returncode == 0, stopped
         wait_until(lambda: gone(processes), timeout=20, what="every process of the cluster ending")
-        assert jaxnb_cli("list").stdout.strip() == "jaxnb: no named cluster runs on this machine"
+        assert jaxnb_cli("list").stdout.strip() == (
+            "jaxnb: no cluster to attach runs on this machine (a script's unnamed cluster ends "
+            "with the script)")
         assert jaxnb_cli("stop", "killed").returncode == 1
         assert not list(clusters_dir.glob("killed*")), list(clusters_dir.iterdir())
 
@@ -110,8 +112,12 @@ def test_an_unnamed_cluster_stops_with_its_kernel_shut_down_on_purpose_and_a_sec
         wait_until(lambda: gone(second), timeout=20, what="default-2 stopping with its kernel")
         assert not gone(processes)
         assert a.ok("%%jax_cluster\nprint(1 + 1)").stdout.split() == ["2"]
-    wait_until(lambda: gone(processes), timeout=20, what="default stopping with its kernel")
-    assert not list(clusters_dir.glob("default*")), list(clusters_dir.iterdir())
+        with kernel() as c:  # takes 'default' over from a (a restart of a looks the same)
+            c.ok("%jax_cluster attach")
+            assert c.ok("%%jax_cluster\nprint(2 + 2)").stdout.split() == ["4"]
+        # c, the kernel that last attached it, was shut down: 'default' went with it
+        wait_until(lambda: gone(processes), timeout=20, what="default stopping with its attached kernel")
+        assert not list(clusters_dir.glob("default*")), list(clusters_dir.iterdir())
 
 
 FORTY = '''import time, jaxnb

@@ -14,6 +14,9 @@ from jaxnb import JaxCluster
 from jaxnb._attach import listing, record
 from jaxnb._core import cluster_names as names
 
+NONE_LINE = ("jaxnb: no cluster to attach runs on this machine (a script's unnamed cluster ends "
+             "with the script)")
+
 
 @pytest.fixture
 def folder(tmp_path, monkeypatch):
@@ -70,7 +73,7 @@ def test_no_cluster_listed_when_none_runs(folder):
     record.write(names.supervisor_path("gone"), {"supervisor": {"pid": 2**22 + 1, "created": 1.0}})
     assert listing.clusters() == []
     assert not os.path.exists(names.supervisor_path("gone"))  # a dead supervisor's file goes
-    assert listing.table([]) == "jaxnb: no named cluster runs on this machine"
+    assert listing.table([]) == NONE_LINE
 
 
 def test_the_options_of_a_named_cluster_are_checked_before_anything_starts():
@@ -114,7 +117,7 @@ def test_the_terminal_commands(folder):
         return subprocess.run([sys.executable, "-m", "jaxnb", *args], capture_output=True, text=True,
                               timeout=60, env=dict(os.environ))
 
-    assert cli("list").stdout.strip() == "jaxnb: no named cluster runs on this machine"
+    assert cli("list").stdout.strip() == NONE_LINE
     missing = cli("stop", "nothing")
     assert missing.returncode == 1 and "no cluster named 'nothing'" in missing.stderr
     bad = cli("stop", "../x")

@@ -101,6 +101,16 @@ def test_pull_gathers_a_global_array(cluster):
     assert cluster.pull("obj") == {"from": 0}
 
 
+def test_a_scripts_unnamed_cluster_cannot_be_detached_and_says_how(cluster):
+    from jaxnb import ClusterStateError
+
+    with pytest.raises(ClusterStateError, match=r"^this cluster ends with its process \(started by a "
+                       r"script, or on other hosts\); give it a name to detach it later: "
+                       r"`JaxCluster\(name=NAME\)` or `%jax_cluster start --name NAME`$"):
+        cluster.detach()
+    assert cluster.running and cluster.run("1 + 1", value=True).value == 2  # nothing changed
+
+
 def test_pull_of_an_unknown_name_says_so(cluster):
     with pytest.raises(NameError, match="not defined on any process"):
         cluster.pull("no_such_name_anywhere")

@@ -4,8 +4,8 @@ A cluster started on this machine from a kernel without ``--name`` is named ``de
 ``default-2``, ``default-3`` … while that name runs), so that it outlives a kernel that
 restarts or dies and ``%jax_cluster attach`` (no name) finds it. With no kernel attached and
 nothing running it stops itself after :data:`DEFAULT_IDLE_SECONDS` (``--idle-timeout S`` sets
-another), and at once when the kernel that started it is shut down on purpose (not restarted:
-``JaxCluster._stop_if_shut_down``). A cluster started by a script (no kernel), or on other
+another), and at once when the kernel that started or last attached it is shut down on purpose
+(not restarted: ``JaxCluster._stop_if_shut_down``). A cluster started by a script (no kernel), or on other
 hosts, stays unnamed: it ends with the process that started it.
 """
 

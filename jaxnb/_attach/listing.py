@@ -79,7 +79,8 @@ def refuse_if_live_without_kernel(folder: str) -> None:
 def table(rows: list[dict[str, Any]]) -> str:
     """The clusters as a plain text table (one line each), or a line saying there are none."""
     if not rows:
-        return "jaxnb: no named cluster runs on this machine"
+        return ("jaxnb: no cluster to attach runs on this machine (a script's unnamed cluster ends "
+                "with the script)")
     lines = [f"{'NAME':<16} {'PROCESSES':>9}  {'HOSTS':<20} {'STATE':<40} RUNS"]
     for row in rows:
         if row["attached"] is not None:

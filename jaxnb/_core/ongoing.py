@@ -16,6 +16,7 @@ class Ongoing:
 
     _done: threading.Event
     _stop: Callable[[], None] | None
+    _view: Any = None
 
     @property
     def running(self) -> bool:
@@ -24,8 +25,17 @@ class Ongoing:
 
     def wait(self, timeout: float | None = None) -> Any:
         """Wait until it ends (at most ``timeout`` seconds); returns ``self``."""
-        if not self._done.wait(timeout):
-            raise TimeoutError(f"{self._waited_for()} is still running after {timeout:g} s")
+        # In the kernel's main thread, its live view's Stop button cannot be clicked meanwhile.
+        waiting = threading.current_thread() is threading.main_thread()
+        held = getattr(self._view, "waiting", None) if waiting else None
+        if held is not None:
+            held(True)
+        try:
+            if not self._done.wait(timeout):
+                raise TimeoutError(f"{self._waited_for()} is still running after {timeout:g} s")
+        finally:
+            if held is not None:
+                held(False)
         return self
 
     def stop(self) -> None:
@@ -36,6 +46,10 @@ class Ongoing:
     def set_stopper(self, stop: Callable[[], None]) -> None:
         """(jaxnb) What :meth:`stop` calls while it goes on."""
         self._stop = stop
+
+    def set_view(self, view: Any) -> None:
+        """(jaxnb) Its live view, whose Stop button :meth:`wait` marks inert while it waits."""
+        self._view = view
 
     def set_done(self) -> None:
         """(jaxnb) It has ended: :meth:`wait` returns and ``running`` turns False."""

@@ -179,6 +179,7 @@ def launch(group: Group, result: Result, total: int | None, attempts: Attempts,
         dashboard.resized(0, group.size, group.size)  # the process-count track begins
     dashboard.show()
     result.set_stopper(attempts.request_stop)
+    result.set_view(dashboard)
     return start_attempt(group, result, dashboard, attempts)
 
 

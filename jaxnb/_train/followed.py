@@ -42,6 +42,7 @@ def follow(group: Group, run_dir: str, name: str, dashboard: Any = None) -> Resu
         dashboard.show()
     result = Result(name, run_dir)
     result.set_stopper(lambda: stop_run(group))
+    result.set_view(dashboard)
     reader = _Reader(result, run_reports.Tail(file), dashboard)
     reader.step()  # what is there already, before this returns
     if result.running:

@@ -63,6 +63,7 @@ def tune(group: Group, fn: Any, space: Any, opts: TuneOptions, *, on_result: Any
         search = _Search(group, fn, sample, opts, result, restart)
         if opts.background:
             result.set_stopper(search.request_stop)
+            result.set_view(search.view)
             follow = contextvars.copy_context().run  # output goes to the cell that started it
             threading.Thread(target=follow, args=(_in_background, search, opened, on_result),
                              name=f"jaxnb-tune-{name}", daemon=True).start()

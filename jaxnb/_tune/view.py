@@ -22,6 +22,7 @@ import numpy as np
 from jaxnb._widgets._display import display_widget, png_img, widget_bundle
 from jaxnb._widgets.plots import Panel, Series
 from jaxnb._widgets.run_text import TABLE, duration_text, row_html
+from jaxnb._widgets.stop_control import StopControl
 from jaxnb._widgets.svg_plot import render_svg
 
 MIN_INTERVAL_S = 0.2
@@ -53,7 +54,7 @@ class TrialRow:
         return (self.ended or time.monotonic()) - self.started
 
 
-class TuneView:
+class TuneView(StopControl):
     """Live view of a search: ``trial_started``, ``add``, ``trial_ended``, ``refresh``, ``finish``."""
 
     def __init__(self, study: str, metric: str, mode: str, trials: int,
@@ -130,7 +131,7 @@ class TuneView:
 
     def set_status(self, status: str, message: str = "") -> None:
         self.status, self.message = status, message
-        self._stop.disabled = status != "running"
+        self._update_stop()
         self.refresh(force=True)
 
     def refresh(self, force: bool = False) -> bool:
@@ -257,6 +258,9 @@ class TuneView:
             f"trials{best_text}")
         self._table.value = self.table_html()
         self._plot.value = render_svg(self.panels(), "")
+
+    def _stoppable(self) -> bool:
+        return self.status == "running"
 
     def _clicked(self, _button: Any) -> None:
         if self._on_stop is not None and self.status == "running":

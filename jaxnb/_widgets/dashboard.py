@@ -31,6 +31,7 @@ from .run_text import (
     summary_table,
     text_columns,
 )
+from .stop_control import StopControl
 from .svg_plot import MAX_POINTS as SVG_POINTS
 from .svg_plot import render_svg
 
@@ -52,7 +53,7 @@ def history_text(lead: ProcessReports) -> str:
     return f"plotted: {lead.count} reports, steps {lead.first[1]}–{lead.step}"
 
 
-class Dashboard(RecoveryTrack):
+class Dashboard(RecoveryTrack, StopControl):
     """Live view of one training run: ``add`` report batches, ``refresh`` to redraw."""
 
     def __init__(
@@ -170,7 +171,7 @@ class Dashboard(RecoveryTrack):
             self._end, self._end_wall = time.monotonic(), time.time()
         elif status == "running":
             self._end = self._end_wall = 0.0
-        self._stop.disabled = self._on_stop is None or status not in ("running", "recovering")
+        self._update_stop()
         if status in TERMINAL:  # the run is over: nothing left to stop
             self._stop.button_style, self._stop.description = "", status.capitalize()
         self._bar.bar_style = _STYLE.get(status, ("", ""))[1]
@@ -270,6 +271,9 @@ class Dashboard(RecoveryTrack):
         else:
             display({"text/html": summary, "text/plain": self.text()}, raw=True)
             display(Image(data=png, format="png", width=self._figure.css_size[0]))
+
+    def _stoppable(self) -> bool:
+        return self.status in ("running", "recovering")
 
     def _clicked(self, _button: w.Button) -> None:
         if self._on_stop is None or self.status != "running":

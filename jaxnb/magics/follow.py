@@ -29,8 +29,10 @@ def follow(front: kit.Front, args: Any, store: Any, starting: list[str], magic: 
         result.wait()
     except KeyboardInterrupt:  # stop following; it goes on
         kind = "run" if what == "RUN" else "search"
+        stop = ("its dashboard's Stop" if what == "RUN"
+                else f"`jaxnb.current_cluster().result({args.name!r}).stop()`")
         print(f"jaxnb: stopped following {kind} {args.name!r}; it goes on (follow it again with "
-              f"%{magic} --attach --name {args.name})")
+              f"%{magic} --attach --name {args.name}; {stop} ends it)")
     store(result)
     said = getattr(result, "error", None) or getattr(result, "stopped_because", None)
     if said:
