@@ -16,6 +16,7 @@ papermill = pytest.importorskip("papermill")
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "tutorials"))
 from refresh_outputs import KERNEL_NAME, write_kernelspec  # noqa: E402
+from support.kernel_harness import IpcKernelManager  # noqa: E402
 
 #: Starts a kernel and engines: not in `bash dev test fast`.
 pytestmark = pytest.mark.engines
@@ -56,7 +57,8 @@ def test_the_debugger_under_papermill_with_commands(tmp_path, monkeypatch):
     nbformat.write(nb, source)
     with pytest.raises(papermill.PapermillExecutionError) as failed:  # the tagged cell's error
         papermill.execute_notebook(str(source), str(executed), kernel_name=KERNEL_NAME,
-                                   cwd=str(tmp_path), progress_bar=False, execution_timeout=300)
+                                   cwd=str(tmp_path), progress_bar=False, execution_timeout=300,
+                                   kernel_manager_class=IpcKernelManager)
     assert failed.value.ename == "RemoteError" and "only p1" in failed.value.evalue
     cells = [c for c in nbformat.read(executed, as_version=4).cells if c.cell_type == "code"]
     assert len(cells) == len(CELLS) and all(c.execution_count for c in cells)  # every cell ran

@@ -14,6 +14,7 @@ import shutil
 
 import pytest
 from support.kernel_client import Kernel, kernelspec
+from support.kernel_harness import IpcKernelManager
 
 #: Starts engines, kernels or a browser: not in `bash dev test fast`.
 pytestmark = pytest.mark.engines
@@ -133,7 +134,8 @@ def test_saved_notebook_output_is_identical_across_two_runs():
                 nbformat.v4.new_code_cell(src)
                 for src in ("%load_ext jaxnb\n%jax_cluster start -n 2 --spares 0", cell, "%jax_cluster stop")
             ]
-            nbclient.NotebookClient(nb, kernel_name=name, timeout=300).execute()
+            nbclient.NotebookClient(nb, kernel_name=name, timeout=300,
+                                    kernel_manager_class=IpcKernelManager).execute()
             saved.append(nb.cells[1].outputs)
     assert saved[0] == saved[1]
     kinds = [(o.output_type, o.get("name")) for o in saved[0]]

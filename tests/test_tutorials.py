@@ -41,6 +41,7 @@ TUTORIALS = ROOT / "tutorials"
 EXECUTED = TUTORIALS / "executed"
 sys.path.insert(0, str(TUTORIALS))
 from refresh_outputs import KERNEL_NAME, write_kernelspec  # noqa: E402
+from support.kernel_harness import IpcKernelManager  # noqa: E402
 
 #: Starts engines, kernels or a browser: not in `bash dev test fast`.
 pytestmark = pytest.mark.engines
@@ -223,6 +224,7 @@ def test_tutorial_executes(name, with_kernel, tmp_path):
         cwd=str(tmp_path),
         progress_bar=False,
         execution_timeout=NOTEBOOK_TIMEOUT,
+        kernel_manager_class=IpcKernelManager,
     )
     elapsed = time.monotonic() - started
     print(f"{name}: executed in {elapsed:.1f} s")

@@ -29,8 +29,9 @@ from queue import Empty
 from typing import Any
 
 import psutil
-from jupyter_client import KernelManager
+from jupyter_client import AsyncKernelManager, KernelManager
 from jupyter_client.kernelspec import KernelSpecManager
+from traitlets import CaselessStrEnum
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tutorials"))
 import refresh_outputs
@@ -99,6 +100,14 @@ def write_kernelspec(root: pathlib.Path) -> pathlib.Path:
     return kernels
 
 
+class IpcKernelManager(AsyncKernelManager):
+    """papermill's and nbclient's kernels (``kernel_manager_class=``) on Unix sockets, as
+    :class:`Kernel`'s: a TCP port found free can be taken by another process before the kernel
+    binds it, and the kernel dies."""
+
+    transport = CaselessStrEnum(["tcp", "ipc"], default_value="ipc", config=True)
+
+
 class Kernel:
     """One running kernel, with a blocking client."""
 
@@ -106,7 +115,11 @@ class Kernel:
         self._tmp = tempfile.TemporaryDirectory(prefix="jaxnb-kernel-")
         kernels = write_kernelspec(pathlib.Path(self._tmp.name))
         specs = KernelSpecManager(kernel_dirs=[str(kernels)], ensure_native_kernel=False)
-        self.manager = KernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=specs)
+        # Unix sockets, not TCP ports: a port jupyter_client found free can be taken by another
+        # process (an engine, a controller) before the kernel binds it; the kernel then dies with
+        # "Address already in use", and the client, connected to that stranger's socket, blocks.
+        self.manager = KernelManager(kernel_name=KERNEL_NAME, kernel_spec_manager=specs,
+                                     transport="ipc", ip=os.path.join(self._tmp.name, "kernel"))
         self.manager.start_kernel(cwd=self._tmp.name)
         self.client = self.manager.blocking_client()
         self.client.start_channels()
