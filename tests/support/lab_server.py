@@ -141,8 +141,6 @@ def start(tmp: pathlib.Path, timeout: float = 90.0) -> LabServer:
              "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
              f"--ServerApp.root_dir={root}",
              f"--MappingKernelManager.default_kernel_name={KERNEL_NAME}",
-             # kernels on Unix sockets: a TCP port found free can be taken before a kernel binds it
-             "--KernelManager.transport=ipc",
              "--ServerApp.open_browser=False", "--allow-root", "--LabApp.news_url=",
              "--ServerApp.disable_check_xsrf=True"],
             cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
