@@ -99,10 +99,14 @@ class Attaching:
         """
         group = self.group
         group.require_running()
+        if group.attachment is None and (group.options.hosts or group.options.engines != "local"):
+            raise ClusterStateError("this cluster ends with the kernel or script that started it "
+                                    "(its engines are on other hosts, and only a cluster on this "
+                                    "machine can be detached for now); stop it when done")
         if group.attachment is None:
-            raise ClusterStateError("this cluster ends with its process (started by a script, or "
-                                    "on other hosts); give it a name to detach it later: "
-                                    "`JaxCluster(name=NAME)` or `%jax_cluster start --name NAME`")
+            raise ClusterStateError("this cluster ends with its process (started by a script); "
+                                    "give it a name to detach it later: `JaxCluster(name=NAME)` or "
+                                    "`%jax_cluster start --name NAME`")
         if hasattr(group.attachment, "refuse"):  # through --via: the host records it
             group.attachment.detach()
         else:

@@ -105,7 +105,7 @@ def test_a_scripts_unnamed_cluster_cannot_be_detached_and_says_how(cluster):
     from jaxnb import ClusterStateError
 
     with pytest.raises(ClusterStateError, match=r"^this cluster ends with its process \(started by a "
-                       r"script, or on other hosts\); give it a name to detach it later: "
+                       r"script\); give it a name to detach it later: "
                        r"`JaxCluster\(name=NAME\)` or `%jax_cluster start --name NAME`$"):
         cluster.detach()
     assert cluster.running and cluster.run("1 + 1", value=True).value == 2  # nothing changed

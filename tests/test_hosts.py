@@ -107,6 +107,16 @@ def test_one_engine_per_host_with_real_addresses(cluster, lab):
     assert listening - {"127.0.0.1"} == {lab.bridge_address}
 
 
+def test_a_cluster_on_hosts_cannot_be_detached_and_says_so(cluster):
+    from jaxnb import ClusterStateError
+
+    with pytest.raises(ClusterStateError, match=r"^this cluster ends with the kernel or script that "
+                       r"started it \(its engines are on other hosts, and only a cluster on this "
+                       r"machine can be detached for now\); stop it when done$"):
+        cluster.detach()
+    assert cluster.running
+
+
 def test_spmd_cells_merged_output_and_pull(cluster, ip, capsys):
     healthy(cluster)
     cell = (
