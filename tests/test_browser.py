@@ -28,6 +28,7 @@ from support.browser_page import (  # noqa: E402 - only importable where playwri
     run_cell,
     save,
     screenshot,
+    slow_page,
     wait_done,
     wait_for,
     wait_idle,
@@ -173,7 +174,16 @@ def test_foreground_dashboard_updates_while_training(lab: Watched) -> None:
     lab.check_clean()
 
 
-def test_background_run_survives_reload_and_new_tab_then_stops(lab: Watched, server, context) -> None:
+@pytest.fixture
+def bg_stopped_after(server: lab_server.LabServer) -> Iterator[None]:
+    """After the test, whatever happened on the page, run 'bg' is stopped (the next tests need
+    the engines free, and one failure should not fail them too)."""
+    yield
+    server.run_in_kernels("if 'bg' in globals():\n    bg.stop()\n    bg.wait()")
+
+
+def test_background_run_survives_reload_and_new_tab_then_stops(lab: Watched, server, context,
+                                                               bg_stopped_after: None) -> None:
     page = lab.page
     out = run_and_wait(page, C["bg"])  # returns at once; the run goes on
     dash = dashboard(out)
@@ -223,12 +233,14 @@ def test_ended_dashboards_keep_curves_and_tables_after_reload(lab: Watched) -> N
     assert "failed" in state["text"] and state["visible"] and len(state["rows"]) >= 2
     assert "broken on purpose" in failed.inner_text()
     save(page)
-    page.reload()
-    page.locator(".jp-Notebook .jp-Cell").first.wait_for()
-    wait_idle(page)
+    with slow_page(page):  # the restore races the outputs, as on a loaded machine
+        page.reload()
+        page.locator(".jp-Notebook .jp-Cell").first.wait_for()
+        wait_idle(page)
+        for name in ("fg", "bg", "failed"):
+            dashboard(cell(page, C[name]).locator(".jp-OutputArea")).wait_for(timeout=60_000)
     for name, status in (("fg", "finished"), ("bg", "stopped on request"), ("failed", "failed")):
         dash = dashboard(cell(page, C[name]).locator(".jp-OutputArea"))
-        dash.wait_for(timeout=60_000)
         state = wait_for(lambda d=dash: (s := plot_state(d))["visible"] and s, what=f"{name}'s plot")
         assert status in state["text"] and len(state["rows"]) >= 2, (name, state["text"][:300])
     lab.check_clean()

@@ -93,6 +93,20 @@ class LabServer:
             body = reply.read()
         return json.loads(body) if body else None
 
+    def run_in_kernels(self, code: str, timeout: float = 90.0) -> None:
+        """Run ``code`` in every kernel through its connection file, beside the page: a test's
+        clean-up when its page cannot do it (a run left going would make the next tests fail)."""
+        from jupyter_client import BlockingKernelClient
+
+        for kernel in self.api("kernels"):  # type: ignore[union-attr]
+            client = BlockingKernelClient()
+            client.load_connection_file(str(self.root.parent / "runtime" / f"kernel-{kernel['id']}.json"))
+            client.start_channels()
+            try:
+                client.execute_interactive(code, timeout=timeout, output_hook=lambda _msg: None)
+            finally:
+                client.stop_channels()
+
     def shutdown_kernels(self) -> None:
         """Shut every kernel down (each one's cluster stops with it)."""
         for kernel in self.api("kernels"):  # type: ignore[union-attr]
