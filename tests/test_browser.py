@@ -233,9 +233,9 @@ def test_ended_dashboards_keep_curves_and_tables_after_reload(lab: Watched) -> N
     assert "failed" in state["text"] and state["visible"] and len(state["rows"]) >= 2
     assert "broken on purpose" in failed.inner_text()
     save(page)
-    with slow_page(page):  # the restore races the outputs, as on a loaded machine
-        page.reload()
-        page.locator(".jp-Notebook .jp-Cell").first.wait_for()
+    page.reload()
+    page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=60_000)
+    with slow_page(page):  # the widgets' restore races their outputs, as on a loaded machine
         wait_idle(page)
         for name in ("fg", "bg", "failed"):
             dashboard(cell(page, C[name]).locator(".jp-OutputArea")).wait_for(timeout=60_000)

@@ -70,3 +70,18 @@ def test_every_record_added_from_another_thread_is_published_in_order():
     assert records[3]["metrics"] == {"loss": 4.0, "n": 3, "vec": [0, 1], "s": "x"}
     assert all(type(r["metrics"]["loss"]) is float for r in records)
     assert publisher.batches == len(sent)
+
+
+def test_a_record_that_names_a_checkpoint_is_sent_at_once_not_at_the_next_flush():
+    """A recovery resumes after a checkpoint's step: its report must not wait in the queue."""
+    sent = threading.Event()
+    publisher = BatchPublisher(lambda data: sent.set(), interval=30.0)
+    try:
+        record = {"process": 0, "seq": 0, "step": 3, "time": 0.0, "checkpoint": "ckpt/3", "metrics": {}}
+        publisher.add(dict(record))
+        assert not sent.wait(0.05)  # an ordinary record waits for the flush (30 s here)
+        publisher.add(dict(record, seq=1), now=True)
+        assert sent.wait(5.0)
+    finally:
+        publisher.close()
+

@@ -70,6 +70,9 @@ class Attempts:
             return self._grow(monitor, resized_at)
         if not recovery.recoverable(monitor):
             return None
+        latest = recovery.latest()
+        if latest is not None:
+            monitor.await_reports(latest.step)
         monitor.finish()  # this attempt's last reports and output
         failure, refuse = recovery.record(monitor)
         failure.phases[phases.DETECT] = monitor.unnoticed_seconds()
@@ -78,7 +81,6 @@ class Attempts:
             run_events.append(result.path, run_events.failure_event(failure))
             give_up(monitor, refuse)
             return None
-        latest = recovery.latest()
         dashboard = monitor.dashboard
         dashboard.set_status("recovering", recovery.status(failure, latest))
         print(f"jaxnb: recovering run {result.name!r}: {recovery.status(failure, latest)} "

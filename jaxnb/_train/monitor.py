@@ -32,6 +32,9 @@ REFRESH_SECONDS = 0.05
 AT_BREAKPOINT = "jaxnb: interrupted at jaxnb.breakpoint(): interrupting every process"
 #: After the last process returned, how long to wait for its last messages.
 OUTPUT_WAIT_SECONDS = 10.0
+#: After a death, the longest wait for the survivors' reports of the checkpoint a recovery
+#: resumes from (sent right after it was saved; see :meth:`Monitor.await_reports`).
+REPORTS_GRACE_SECONDS = 1.0
 
 
 class Monitor:
@@ -123,6 +126,16 @@ class Monitor:
             return True
         self._check()
         return self.gave_up is not None
+
+    def await_reports(self, step: int, timeout: float = REPORTS_GRACE_SECONDS) -> None:
+        """Before a recovery stops the survivors: take their reports up to checkpoint ``step``.
+        Every process saved it before reporting it, so a death right after leaves those reports
+        in flight, and the run resumes after that step: without them its history would skip it."""
+        alive = set(self.processes) - set(self.deaths)
+        deadline = time.monotonic() + timeout
+        while alive and (self.last_step is None or self.last_step < step) and time.monotonic() < deadline:
+            self.ar.wait(POLL_SECONDS)
+            self.drain()
 
     def drain(self) -> None:
         """Book every report and output line that arrived; redraw the dashboard if due."""

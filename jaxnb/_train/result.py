@@ -26,6 +26,9 @@ class Failure:
     step`` (compile included); ``seconds`` is their sum, once the first step is done. A change
     of the group's size (``--min-processes``: a shrink after a loss, or a grow back at a
     checkpoint, recorded too, with ``processes`` empty) also has ``old_size`` and ``new_size``.
+    A failure is listed as soon as the death is seen: while its recovery goes on (a background
+    run, read meanwhile), ``resumed_from`` and ``seconds`` are still ``None``, and ``phases``
+    holds the phases done so far.
     """
 
     time: float

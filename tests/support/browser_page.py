@@ -167,8 +167,8 @@ def save(page: Page) -> None:
 @contextlib.contextmanager
 def slow_page(page: Page, rate: float = 8) -> Iterator[None]:
     """The page's CPU slowed ``rate`` times (Chromium's own throttling), as on a loaded machine:
-    after a reload, the widgets' restore from the kernel then lands while their outputs wait for
-    them (jupyterlab_widgets 3.0.17 lost that race in half the reloads at 8x)."""
+    from just after a reload, the widgets' restore from the kernel then lands while their
+    outputs wait for them (jupyterlab_widgets 3.0.17 lost that race in about half the reloads)."""
     session = page.context.new_cdp_session(page)
     session.send("Emulation.setCPUThrottlingRate", {"rate": rate})
     try:

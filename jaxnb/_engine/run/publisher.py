@@ -74,9 +74,12 @@ class BatchPublisher:
         self._thread = threading.Thread(target=self._loop, name="jaxnb-reports", daemon=True)
         self._thread.start()
 
-    def add(self, record: dict[str, Any]) -> None:
-        """Queue one record (cheap; never blocks on the device, nor on this thread)."""
+    def add(self, record: dict[str, Any], now: bool = False) -> None:
+        """Queue one record (cheap; never blocks on the device, nor on this thread); ``now``
+        wakes the thread to send it without waiting for the next flush."""
         self._pending.append(record)
+        if now:
+            self._wake.set()
 
     def flush(self, final: bool = False) -> None:
         """Convert and publish everything queued so far, as one batch (with the monitor's
@@ -121,6 +124,7 @@ class BatchPublisher:
     def _loop(self) -> None:
         while not self._closed:
             self._wake.wait(self._interval)
+            self._wake.clear()  # a record added from here on is in this flush, or wakes the next
             if self._closed:
                 return
             try:

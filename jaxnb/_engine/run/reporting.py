@@ -150,7 +150,7 @@ def report(metrics: dict[str, Any], checkpoint: Any = None, *, step_fn: Any = No
         crash_points.reached("committed", step)
         record["checkpoint"] = saved.path
         record["checkpoint_user"] = saved.user_managed
-    run.publisher.add(record)
+    run.publisher.add(record, now=saved is not None)  # a recovery resumes after that step
     run.last_step = step
     if checkpoint is not None:
         crash_points.reached("reported", step)
