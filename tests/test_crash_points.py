@@ -89,3 +89,15 @@ def test_a_crash_at_each_point_of_a_save_resumes_to_the_batches_of_an_uninterrup
     assert rest.error is None
     assert [h["step"] for h in rest.history] == list(range(committed + 1, 13))
     assert rest.history == whole[committed:]  # the same batches on every process
+
+
+def test_every_process_killed_after_a_commit_leaves_that_steps_report_in_the_history(
+        crashing, whole, tmp_path):
+    """Every process dies between the commit of step 6 and its report (none reached the notebook):
+    the recovery resumes from step 6 and books the report the checkpoint keeps."""
+    run = crashing.train(counted_batches, {"steps": 12, "crash": "committed:6:*"}, name="all",
+                         storage=tmp_path, datasets=DATASETS, max_failures=1)
+    assert run.error is None, run.error
+    assert [f.resumed_from for f in run.failures] == [6], run.failures
+    assert run.steps == list(range(1, 13)), run.steps
+    assert run.history == whole  # step 6's metrics are process 0's, as an uninterrupted run's

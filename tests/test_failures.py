@@ -6,6 +6,7 @@ generous (the test machine is small and shared); ``bench/failures.py`` measures.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -93,6 +94,41 @@ def test_a_process_killed_between_cells_is_named_by_the_next_cell(cluster):
     cluster.restart()
     cluster.run(SETUP)
     assert totals(cluster, VERIFY) == [EXPECTED, EXPECTED]
+
+
+def test_a_dead_process_s_last_words_are_quoted_even_when_its_log_lags(cluster):
+    """The words a process dies with reach its log through its stderr tee, a separate process
+    that may run late on a loaded machine (stopped here until 0.8 s after the death): the
+    error waits for the tee to end, so they are quoted (CI lost gloo's line this way)."""
+    healthy(cluster, SETUP)
+    info = cluster.processes[1]
+    assert info.log_writer_pid > 0, info
+    tee = psutil.Process(info.log_writer_pid)
+    tee.suspend()
+    dead = threading.Event()
+
+    def resume_after_the_death() -> None:
+        while not dead.wait(0.05):
+            if not psutil.pid_exists(info.pid) or psutil.Process(info.pid).status() == psutil.STATUS_ZOMBIE:
+                time.sleep(0.8)
+                break
+        tee.resume()
+
+    threading.Thread(target=resume_after_the_death, daemon=True).start()
+    try:
+        with pytest.raises(ProcessFailure) as caught:
+            cluster.run("import os, time\nif jax.process_index() == 1:\n"
+                        "    os.write(2, b'the words it died with\\n')\n    os.abort()\ntime.sleep(30)",
+                        timeout=60)
+    finally:
+        dead.set()
+        with contextlib.suppress(psutil.Error):
+            tee.resume()
+    text = str(caught.value)
+    assert "[p1]" in text and "SIGABRT" in text, text
+    assert "the words it died with" in text, text
+    cluster.restart()
+    cluster.run(SETUP)
 
 
 # ---- 2. divergence ---------------------------------------------------------------------

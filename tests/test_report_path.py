@@ -6,6 +6,7 @@ lost. In milliseconds; the engines' side is tests/test_train.py, the cost bench/
 from __future__ import annotations
 
 import enum
+import json
 import threading
 
 import jax
@@ -13,8 +14,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxnb._core.contract import REPORT_KEY
+from jaxnb._core.run_folder import Checkpoint, saved_report
 from jaxnb._engine.run.in_flight import InFlight, max_in_flight
-from jaxnb._engine.run.publisher import BatchPublisher
+from jaxnb._engine.run.publisher import BatchPublisher, host_metrics
 from jaxnb._engine.run.reporting import _int_or_none
 
 
@@ -85,3 +87,30 @@ def test_a_record_that_names_a_checkpoint_is_sent_at_once_not_at_the_next_flush(
     finally:
         publisher.close()
 
+
+
+def test_a_checkpoints_report_is_plain_json_on_the_host():
+    class Opaque:
+        def __repr__(self):
+            return "<opaque>"
+
+    got = host_metrics({"loss": jnp.float32(0.5), "ids": np.arange(3), "n": 2, "what": Opaque()})
+    assert got == {"loss": 0.5, "ids": [0, 1, 2], "n": 2, "what": "<opaque>"}
+    assert type(got["ids"][0]) is int
+
+
+def test_the_report_a_checkpoint_keeps_is_read_back_only_for_its_own_step(tmp_path):
+    step_dir = tmp_path / "checkpoints" / "6"
+    (step_dir / "jaxnb").mkdir(parents=True)
+    manifest = step_dir / "jaxnb" / "metadata"
+    checkpoint = Checkpoint(6, str(step_dir))
+    assert saved_report(checkpoint) is None  # an older jaxnb's: no report
+    manifest.write_text(json.dumps({"format": "x", "report": {"step": 6, "time": 1.5,
+                                                              "metrics": {"loss": 0.25}}}))
+    assert saved_report(checkpoint) == {"step": 6, "time": 1.5, "metrics": {"loss": 0.25}}
+    assert saved_report(Checkpoint(6, str(step_dir), user_managed=True)) is None
+    assert saved_report(Checkpoint(7, str(step_dir))) is None  # not this step's
+    manifest.write_text('{"report": {"step": 6, "metrics": [1]}}')
+    assert saved_report(checkpoint) is None
+    manifest.write_text("not json")
+    assert saved_report(checkpoint) is None

@@ -22,6 +22,8 @@ from jaxnb._core.spelling import example
 _USER_RECORD = "user_checkpoint.json"  # the last directory checkpoint the user reported
 #: The file the notebook kernel of a live run holds locked (the OS drops the lock if it dies).
 LOCK_FILE = "run.lock"
+#: A jaxnb checkpoint's JSON manifest, in its step's folder (Orbax's item ``jaxnb``).
+MANIFEST_FILE = ("jaxnb", "metadata")
 
 LIVE_ELSEWHERE = ("run {name!r} in {dir} is live in another kernel ({holder}); wait for it to end "
                   "or stop it there, or pass {new} for a new run")
@@ -138,6 +140,23 @@ def saved_steps(run_dir: str) -> list[int]:
         return []
     names = os.listdir(root)  # Orbax renames `N.orbax-checkpoint-tmp-*` to `N` on commit
     return sorted(int(n) for n in names if n.isdigit() and os.path.isdir(os.path.join(root, n)))
+
+
+def saved_report(checkpoint: Checkpoint) -> dict[str, Any] | None:
+    """Process 0's report of a checkpoint's step, as saved with it (``step``, ``time``,
+    ``metrics``), or ``None`` (a directory of the user's, an older jaxnb's, unreadable). JSON:
+    reading it runs nothing."""
+    if checkpoint.user_managed:
+        return None
+    try:
+        with open(os.path.join(checkpoint.path, *MANIFEST_FILE), "rb") as f:
+            report = json.loads(f.read()).get("report")
+        if int(report["step"]) == checkpoint.step and isinstance(report["metrics"], dict):
+            return {"step": checkpoint.step, "time": float(report["time"]),
+                    "metrics": report["metrics"]}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    return None
 
 
 def remember_user_checkpoint(run_dir: str, step: int, path: str) -> None:

@@ -54,6 +54,8 @@ class ProcessInfo:
     #: engines are idle): ``folder`` (``None``: off), ``entries`` and ``bytes`` on its host,
     #: its ``hits``, ``lookups``, ``writes`` and ``saved_seconds`` since it started.
     compile_cache: dict | None = None
+    #: The pid of its stderr tee on its host (:mod:`jaxnb._engine.boot.stderr_tee`; 0: none).
+    log_writer_pid: int = 0
 
 
 @dataclasses.dataclass

@@ -20,6 +20,21 @@ _LAST_WORDS = re.compile(r"terminate called after|  what\(\): |Received data siz
 _DUMP = re.compile(r"^(?:Thread 0x|Current thread 0x|  File |  <no Python frame>|Extension modules: )")
 
 
+#: How long a death waits for the dead engines' stderr tees to copy their last bytes to the log.
+LOG_SETTLE_SECONDS = 2.0
+
+
+def settle_logs(group: Group, dead: list[int]) -> None:
+    """Wait (at most :data:`LOG_SETTLE_SECONDS`) until the stderr tee of each dead engine on this
+    machine has ended (:mod:`jaxnb._engine.boot.stderr_tee`): then its log holds every byte
+    the engine wrote, the words it died with (gloo's check, ``terminate called``) too."""
+    tees = [group.processes[p].log_writer_pid for p in dead
+            if group.processes[p].log_writer_pid > 0
+            and processes.launcher_of(group, group.processes[p].pid) is not None]
+    if tees:
+        processes.wait_pids_gone(tees, LOG_SETTLE_SECONDS)
+
+
 def engine_log(group: Group, p: int) -> str:
     """What process ``p``'s engine wrote to its log (stderr and stdout) since the current cell
     began (:func:`mark_logs`), colours removed; read where it ran."""

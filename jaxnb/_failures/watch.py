@@ -53,6 +53,7 @@ def died(
             f"jaxnb stopped {labels(survivors)}: without {labels(list(dead))} they could "
             "only wait for JAX's heartbeat timeout."
         )
+    explain.settle_logs(group, list(dead))
     logs = {p: explain.engine_log(group, p) for p in dead}
     return cause.death_failure(
         dead, errors or {}, logs,

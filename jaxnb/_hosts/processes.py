@@ -134,6 +134,15 @@ def wait_gone(processes: list[psutil.Process], seconds: float, poll: float = 0.0
     return left
 
 
+def wait_pids_gone(pids: list[int], seconds: float) -> None:
+    """:func:`wait_gone` for the processes ``pids`` names (those already gone count as gone)."""
+    found = []
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            found.append(psutil.Process(pid))
+    wait_gone(found, seconds, poll=0.01)
+
+
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 

@@ -124,6 +124,7 @@ def join_group(group: Group) -> None:
             global_device_count=infos[index]["global_device_count"],
             address=infos[index].get("address", ""),
             parent_pid=infos[index].get("parent_pid", 0),
+            log_writer_pid=infos[index].get("log_writer_pid", 0),
         )
         for index, eid in enumerate(engine_ids)
     ]

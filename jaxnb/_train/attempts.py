@@ -107,6 +107,7 @@ class Attempts:
             return None
         failure.resumed_from = None if latest is None else latest.step
         monitor.fill_lost(failure.resumed_from)
+        monitor.fill_saved(latest)
         result.rewind(failure.resumed_from)
         dashboard.rewind(failure.resumed_from, recovery.counted())
         return self._resume(monitor, latest, failure, replayed)

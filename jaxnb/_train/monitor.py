@@ -16,7 +16,7 @@ from jaxnb._core import ipp_internals
 from jaxnb._core.contract import MONITOR_KEY, STOP_SIGNAL
 from jaxnb._core.errors import ProcessFailure
 from jaxnb._core.messages import label
-from jaxnb._core.run_folder import Checkpoint, remember_user_checkpoint
+from jaxnb._core.run_folder import Checkpoint, remember_user_checkpoint, saved_report
 from jaxnb._core.state import Group, Suspect
 from jaxnb._debug.stops import Stops
 from jaxnb._failures import explain, free
@@ -183,6 +183,18 @@ class Monitor:
             if missing:
                 self._book(missing)
                 self._lead_step = int(missing[-1]["step"])
+
+    def fill_saved(self, checkpoint: Checkpoint | None) -> None:
+        """Book the report of ``checkpoint`` from the checkpoint itself when none reached the
+        notebook (every process died between the commit and that report)."""
+        if checkpoint is None or (self._lead_step is not None and self._lead_step >= checkpoint.step):
+            return
+        saved = saved_report(checkpoint)
+        if saved is not None:
+            record = {**saved, "process": self.processes[0], "seq": -1, "checkpoint": checkpoint.path}
+            self._book([record])
+            self.dashboard.add([record])
+            self._lead_step = checkpoint.step
 
     def _refresh_loop(self) -> None:
         while not self._ended.wait(REFRESH_SECONDS):

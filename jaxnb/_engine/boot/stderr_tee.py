@@ -67,6 +67,11 @@ def start() -> tuple[int, int] | None:
     return back, log
 
 
+def pid() -> int:
+    """The tee's pid (0: this process has none)."""
+    return _tee[0].pid if _tee else 0
+
+
 def forward(back: int, write: Callable[[str], Any]) -> None:
     """What reached fd 2 (read from ``back``), to the cell's stderr through ``write``, but the
     C++ libraries' informational lines, which stay in the log (:mod:`.cxx_lines`)."""

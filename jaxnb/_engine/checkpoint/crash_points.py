@@ -2,8 +2,8 @@
 
 ``JAXNB_CRASH_AT=POINT:STEP:PROCESS`` in an engine's environment makes JAX process PROCESS
 kill itself when the save of step STEP reaches POINT, as a host that crashes there would
-stop. Unset (always, outside tests), :func:`reached` only reads the environment. The points,
-in order:
+stop (PROCESS ``*``: every process, as a whole Slurm step cancelled). Unset (always, outside
+tests), :func:`reached` only reads the environment. The points, in order:
 
 - ``saving``: the step's data positions are noted; nothing of the step is written yet;
 - ``writing``: every process wrote its part of the step (Orbax's temporary folder); process 0
@@ -29,5 +29,5 @@ def reached(point: str, step: int) -> None:
     from jaxnb._engine.group.context import process_index
 
     where, at, process = spec.split(":")
-    if where == point and int(at) == step and int(process) == process_index():
+    if where == point and int(at) == step and process in ("*", str(process_index())):
         os.kill(os.getpid(), signal.SIGKILL)

@@ -3,7 +3,8 @@
 A step's folder holds two Orbax items: ``default`` (the arrays: global arrays as
 they are, host-local values that are the same on every process once, and one
 ``per_process`` byte array with each process's own values in its own row) and
-``jaxnb`` (a JSON manifest: the pytree structure and how to give each leaf back), and in a
+``jaxnb`` (a JSON manifest: the pytree structure, how to give each leaf back, and process 0's
+report of the step), and in a
 run with datasets a third, ``positions`` (JSON: every process's data positions at this step),
 so that a committed step always has its positions: they commit together, in Orbax's one rename.
 :mod:`.leaves` says what each leaf is; :mod:`jaxnb._engine.group.gather` lets the processes
@@ -78,7 +79,8 @@ class CheckpointStore:
     def _checkpoint(self, step: int) -> Checkpoint:
         return Checkpoint(step, os.path.join(self.directory, str(step)))
 
-    def save(self, step: int, pytree: Any, positions: dict[str, Any] | None = None) -> Checkpoint:
+    def save(self, step: int, pytree: Any, positions: dict[str, Any] | None = None,
+             report: dict[str, Any] | None = None) -> Checkpoint:
         """Save `pytree` as `step`; blocks until it is on disk.
 
         ``positions``: this process's data positions at this step (every process passes
@@ -89,6 +91,9 @@ class CheckpointStore:
         dataclasses, NNX ``State`` or Optax state. Host-local leaves equal on
         every process are written once; the others once per process. A leaf
         that cannot be saved raises ``LeafError`` (a ValueError) on every process.
+
+        ``report``: process 0's report of this step (JSON), kept in the manifest
+        (:func:`jaxnb._core.run_folder.saved_report`).
         """
         latest = self._manager.latest_step()
         if latest is not None and step <= latest:
@@ -97,6 +102,8 @@ class CheckpointStore:
                 f"in {self.directory}"
             )
         arrays, manifest = self._prepare(pytree)
+        if report is not None:
+            manifest["report"] = report
         items = {MANIFEST: ocp.args.JsonSave(manifest)}
         if arrays:
             items[ITEM] = ocp.args.StandardSave(arrays)

@@ -21,6 +21,7 @@ from jaxnb._core.contract import (
     JoinParams,
 )
 from jaxnb._engine import jax_internals
+from jaxnb._engine.boot import stderr_tee
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -161,6 +162,7 @@ def describe(process_id: int | None = None, *, touch_backend: bool = True) -> di
         "address": host_address(),
         "pid": os.getpid(),
         "parent_pid": os.getppid(),
+        "log_writer_pid": stderr_tee.pid(),
         "platform": None,
         "local_devices": [],
         "global_device_count": None,

@@ -10,6 +10,7 @@ waits on a device-to-host copy; ``report()`` only appends its record to a deque
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
@@ -131,6 +132,13 @@ class BatchPublisher:
                 self.flush()
             except Exception as exc:  # keep flushing; the final flush raises
                 print(f"jaxnb: could not publish reports: {exc}", file=sys.stderr)
+
+
+def host_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
+    """``metrics`` on the host, as JSON (array values as numbers or lists, the rest as text)."""
+    record = {"metrics": dict(metrics)}
+    _to_host([record])
+    return json.loads(json.dumps(record["metrics"], default=repr))
 
 
 def _to_host(batch: list[dict[str, Any]]) -> None:

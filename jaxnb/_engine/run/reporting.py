@@ -35,7 +35,7 @@ from jaxnb._engine.run import (
     train_function,
 )
 from jaxnb._engine.run.in_flight import InFlight
-from jaxnb._engine.run.publisher import BatchPublisher, datapub_sender
+from jaxnb._engine.run.publisher import BatchPublisher, datapub_sender, host_metrics
 from jaxnb._engine.run.values import user_namespace
 
 #: Checkpoints kept per run by ``report(checkpoint=pytree)``.
@@ -146,7 +146,7 @@ def report(metrics: dict[str, Any], checkpoint: Any = None, *, step_fn: Any = No
     if checkpoint is not None:
         crash_points.reached("saving", step)
         with timing.counting("checkpoint"):
-            saved = _save(run, step, checkpoint, positions)
+            saved = _save(run, step, checkpoint, positions, record)
         crash_points.reached("committed", step)
         record["checkpoint"] = saved.path
         record["checkpoint_user"] = saved.user_managed
@@ -316,7 +316,8 @@ def _int_or_none(value: Any) -> int | None:
     return int(value) if isinstance(value, np.integer) else None
 
 
-def _save(run: _Run, step: int, checkpoint: Any, positions: dict[str, Any] | None) -> Any:
+def _save(run: _Run, step: int, checkpoint: Any, positions: dict[str, Any] | None,
+          record: dict[str, Any]) -> Any:
     from jaxnb._engine.checkpoint.store import CheckpointStore
 
     if isinstance(checkpoint, Checkpoint):  # Ray style: Checkpoint.from_directory(path)
@@ -325,4 +326,8 @@ def _save(run: _Run, step: int, checkpoint: Any, positions: dict[str, Any] | Non
         return Checkpoint.from_directory(reported_dirs.kept(run.run_dir, step, checkpoint), step)
     if run.store is None:
         run.store = CheckpointStore(run.run_dir, keep=run.keep, exchange_id=run.run_id)
-    return run.store.save(step, checkpoint, positions)  # the positions commit with the step
+    # The positions commit with the step, and process 0's report of it: a recovery after every
+    # process died before that report reached the notebook still has it for the history.
+    report = None if run.process != 0 else {
+        "step": step, "time": record["time"], "metrics": host_metrics(record["metrics"])}
+    return run.store.save(step, checkpoint, positions, report)
