@@ -4,11 +4,13 @@ message helpers and error grouping behave (pure, milliseconds)."""
 from __future__ import annotations
 
 import ast
+import functools
 import pathlib
 import re
 
 import ipyparallel as ipp
 import pytest
+from support.sources import parsed
 
 import jaxnb
 from jaxnb._core import messages
@@ -30,11 +32,12 @@ OTHER_PROGRAMS_FLAGS = {
 }
 
 
+@functools.cache
 def _texts() -> list[tuple[str, str]]:
     """Every string literal of the package but docstrings (f-string parts included)."""
     found = []
     for path in PACKAGE.rglob("*.py"):
-        tree = ast.parse(path.read_text())
+        tree = parsed(path)
         docstrings = set()
         for node in ast.walk(tree):
             if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):

@@ -23,6 +23,8 @@ from __future__ import annotations
 import ast
 import pathlib
 
+from support.sources import parsed
+
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "jaxnb"
 #: Underscore names of the standard library that are documented API, not private parts.
 ALLOWED = {
@@ -48,7 +50,7 @@ def _private(name: str) -> bool:
 
 
 def _modules() -> dict[pathlib.Path, ast.Module]:
-    return {path: ast.parse(path.read_text(), str(path)) for path in sorted(PACKAGE.rglob("*.py"))}
+    return {path: parsed(path) for path in sorted(PACKAGE.rglob("*.py"))}
 
 
 def own_names(trees: dict[pathlib.Path, ast.Module]) -> set[str]:

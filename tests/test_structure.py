@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import pathlib
 import re
@@ -11,6 +12,7 @@ import sys
 import tokenize
 
 import pytest
+from support.sources import parsed
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "jaxnb"
 #: The engine-neutral modules of ``_core`` that engine code may import (the notebook imports them too).
@@ -33,6 +35,12 @@ def _modules() -> dict[str, pathlib.Path]:
     return found
 
 
+@functools.cache
+def _graph() -> dict[str, set[str]]:
+    """:func:`_imports` of the whole package (shared: never change it)."""
+    return _imports(_modules())
+
+
 def _imports(modules: dict[str, pathlib.Path]) -> dict[str, set[str]]:
     """Every jaxnb module each module imports, wherever the import stands."""
 
@@ -44,7 +52,7 @@ def _imports(modules: dict[str, pathlib.Path]) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for module, path in modules.items():
         package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
@@ -90,7 +98,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str]:
 
 
 def test_the_import_graph_has_no_cycle():
-    graph = _imports(_modules())
+    graph = _graph()
     assert len(graph) > 40
     assert _cycle(graph) == []
 
@@ -100,14 +108,14 @@ def test_the_cycle_finder_finds_a_cycle():
 
 
 def test_notebook_modules_do_not_import_engine_code():
-    graph = _imports(_modules())
+    graph = _graph()
     notebook = [m for m in graph if not m.startswith("jaxnb._engine") and m not in ENGINE_API | SHARED]
     offenders = {m: sorted(t for t in graph[m] if t.startswith("jaxnb._engine")) for m in notebook}
     assert {m: t for m, t in offenders.items() if t} == {}
 
 
 def test_engine_code_does_not_import_notebook_code():
-    graph = _imports(_modules())
+    graph = _graph()
     engine = [m for m in graph if m.startswith("jaxnb._engine")]
     allowed = SHARED | {m for m in graph if m.startswith("jaxnb._engine")}
     offenders = {m: sorted(graph[m] - allowed) for m in engine}
@@ -116,7 +124,7 @@ def test_engine_code_does_not_import_notebook_code():
 
 def test_cells_do_not_import_the_stack_dump_reader():
     """Cell identity (the hash in a cell's file name, its compiled text) is ``_core.notebook_cells``."""
-    graph = _imports(_modules())
+    graph = _graph()
     cells = [m for m in graph if m.startswith("jaxnb._cells")]
     assert [m for m in cells if "jaxnb._failures.stacks" in graph[m]] == []
 
@@ -206,7 +214,7 @@ def test_every_module_has_a_layer():
 
 
 def test_no_import_goes_up_a_layer():
-    graph = _imports(_modules())
+    graph = _graph()
     upward = {}
     for module, targets in graph.items():
         own = _package(module)
@@ -294,7 +302,7 @@ def test_no_two_modules_share_a_basename():
 def _engine_calls() -> set[str]:
     found = set()
     for path in PACKAGE.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parsed(path)):
             if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "EngineCall"
                     and node.args and isinstance(node.args[0], ast.Constant)):
                 found.add(node.args[0].value)
@@ -311,7 +319,7 @@ def test_every_engine_call_names_a_function_that_exists():
         path = modules.get(module)
         defined = set()
         if path is not None:
-            tree = ast.parse(path.read_text())
+            tree = parsed(path)
             defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
         if not module.startswith("jaxnb._engine.") or name not in defined:
             missing.append(target)
@@ -324,7 +332,7 @@ _ENGINE_PATH = re.compile(r"jaxnb\._engine(?:\.[A-Za-z_]\w*)*(?::\w+)?")
 
 def _top_level_names(path: pathlib.Path) -> set[str]:
     names = set()
-    for node in ast.parse(path.read_text()).body:
+    for node in parsed(path).body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
