@@ -21,7 +21,7 @@ _DUMP = re.compile(r"^(?:Thread 0x|Current thread 0x|  File |  <no Python frame>
 
 
 #: How long a death waits for the dead engines' stderr tees to copy their last bytes to the log.
-LOG_SETTLE_SECONDS = 2.0
+LOG_SETTLE_SECONDS = 1.0
 
 
 def settle_logs(group: Group, dead: list[int]) -> None:
