@@ -3,6 +3,7 @@ JSON records (0600, replaced whole, never through a link, never code), and the o
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -191,3 +192,24 @@ def test_a_death_the_supervisor_saw_is_booked_as_a_kernels_monitor_books_it(tmp_
     again, refused = recovery.record(SeenDeath(died, 7, {1: "exited"}))
     assert recovery.failures == [failure, again]
     assert refused is not None and "step 7" in refused, refused
+
+
+def test_a_followed_run_books_a_checkpoints_report_its_file_lacks(tmp_path):
+    """Every process died between checkpoint 10's commit and process 0's line for it: the next
+    attempt starts from 10, and the reader takes step 10's report from the checkpoint."""
+    from jaxnb._core import run_reports
+    from jaxnb._train import followed
+
+    run_dir = tmp_path / "mlp"
+    manifest = run_dir / "checkpoints" / "10" / "jaxnb" / "metadata"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text(json.dumps({"report": {"step": 10, "time": 5.0, "metrics": {"loss": 0.5}}}))
+    events = [{"kind": "start", "resume": None}]
+    events += [{"kind": "report", "step": s, "seq": s - 1, "time": float(s), "metrics": {"loss": 1 / s}}
+               for s in range(1, 10)]
+    events += [{"kind": "start", "resume": 10}, {"kind": "report", "step": 11, "seq": 0, "time": 11.0,
+                                                  "metrics": {"loss": 0.4}}, {"kind": "end", "error": None}]
+    (run_dir / run_reports.REPORTS_FILE).write_text("".join(run_reports.line(e) for e in events))
+    result = followed.follow(None, str(run_dir), "mlp", None)  # type: ignore[arg-type]
+    assert result.steps == list(range(1, 12))
+    assert result.history[9] == {"loss": 0.5} and result.checkpoint.step == 10

@@ -13,7 +13,7 @@ from typing import Any
 from jaxnb._core import run_reports
 from jaxnb._core.contract import STOP_SIGNAL
 from jaxnb._core.errors import JaxnbError
-from jaxnb._core.run_folder import Checkpoint
+from jaxnb._core.run_folder import Checkpoint, checkpoint_dir, saved_report
 from jaxnb._core.spelling import example
 from jaxnb._core.state import Group
 from jaxnb._train import run_events
@@ -78,6 +78,7 @@ class _Reader:
                 records = []
                 if self.dashboard is not None and recovered:
                     self.dashboard.rewind(resume)
+                records.extend(self._saved(resume))
             elif kind == "report":
                 records.append(self._book(event))
             elif kind == "failure" and (failure := run_events.failure_of(event)) is not None:
@@ -104,6 +105,18 @@ class _Reader:
         return {"process": 0, "seq": event.get("seq", 0), "step": step,
                 "time": float(event.get("time") or 0.0), "metrics": metrics,
                 "checkpoint": event.get("checkpoint")}
+
+    def _saved(self, resume: int | None) -> list[dict[str, Any]]:
+        """The report of checkpoint ``resume`` kept in the checkpoint, when the file lacks it
+        (every process died before process 0 wrote it there)."""
+        steps = self.result.steps
+        if resume is None or (steps and steps[-1] >= resume):
+            return []
+        path = os.path.join(checkpoint_dir(self.result.path), str(resume))
+        saved = saved_report(Checkpoint(resume, path))
+        if saved is None:
+            return []
+        return [self._book({**saved, "kind": "report", "seq": -1, "checkpoint": path})]
 
     def _conclude(self, end: dict[str, Any]) -> None:
         result = self.result
