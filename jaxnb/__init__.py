@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from jaxnb import tune as tune
-    from jaxnb._attach.listing import clusters as clusters
     from jaxnb._cluster import JaxCluster as JaxCluster
+    from jaxnb._cluster_attach import clusters as clusters
     from jaxnb._core.errors import ClusterStateError as ClusterStateError
     from jaxnb._core.errors import JaxnbError as JaxnbError
     from jaxnb._core.errors import ProcessFailure as ProcessFailure
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "tune": "jaxnb.tune",
     "JaxCluster": "jaxnb._cluster:JaxCluster",
-    "clusters": "jaxnb._attach.listing:clusters",
+    "clusters": "jaxnb._cluster_attach:clusters",
     "Result": "jaxnb._train.result:Result",
     "ProfileResult": "jaxnb._profile.result:ProfileResult",
     "ReplayError": "jaxnb._core.replay:ReplayError",

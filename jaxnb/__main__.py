@@ -5,6 +5,7 @@ from a terminal (as ``%jax_cluster list`` and ``%jax_cluster stop`` in a noteboo
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 
@@ -12,7 +13,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command; the exit status (1: no cluster of that name, 2: a wrong command line)."""
     parser = argparse.ArgumentParser(prog="python -m jaxnb", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("list", help="the named clusters running on this machine")
+    listed = commands.add_parser("list", help="the named clusters running on this machine")
+    listed.add_argument("--json", action="store_true", help="as JSON, one list (what "
+                        "`%%jax_cluster list --via HOST` reads)")
     stop = commands.add_parser("stop", help="stop the named cluster NAME (nothing is left running)")
     stop.add_argument("name", metavar="NAME")
     hold = commands.add_parser("hold", help="what `%%jax_cluster attach NAME --via HOST` runs on "
@@ -24,7 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     from jaxnb._core import cluster_names as names
 
     if args.command == "list":
-        print(listing.table(listing.clusters()))
+        found = listing.clusters()
+        print(json.dumps(found) if args.json else listing.table(found))
         return 0
     try:
         names.check(args.name)

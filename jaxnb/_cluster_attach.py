@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from jaxnb._attach import attachment, record, runs
+from jaxnb._attach import attachment, listing, record, runs
 from jaxnb._core import cluster_names as names
 from jaxnb._core import ipp_internals
 from jaxnb._core.cluster_names import DEFAULT_NAME
@@ -22,6 +22,32 @@ from jaxnb._core.options import ClusterOptions
 from jaxnb._core.state import Group, ProcessInfo
 
 Self = TypeVar("Self", bound="Attaching")
+
+
+def clusters(via: str | None = None, *, python: str | None = None) -> list[dict[str, Any]]:
+    """The named clusters running on this machine (``via``: on ``[user@]host``, over ssh), one
+    dict each: ``name``, ``processes`` (how many), ``hosts``, ``runs`` (its runs and searches,
+    oldest first: each ``name``, ``kind`` "run" or "search", ``state``, ``folder``),
+    ``attached`` (the pid of the kernel attached, or ``None``), ``idle_since``
+    (``time.time()`` since when no kernel is attached and nothing runs, or ``None``) and
+    ``idle_timeout``.
+
+    Args:
+        via: ``[user@]host``: list the clusters of that host (``python -m jaxnb list --json``
+            run there over ssh, in batch mode).
+        python: with ``via``, the interpreter on the host (default: this kernel's own path).
+
+    Raises:
+        jaxnb.ClusterStateError: the host cannot be reached, or has no jaxnb for ``python``.
+        ValueError: ``via`` cannot name a host, or ``python`` was given without it.
+    """
+    if via is None:
+        if python is not None:
+            raise ValueError("python= goes with via= (the interpreter on that host)")
+        return listing.clusters()
+    from jaxnb._hosts import remote_list
+
+    return remote_list.clusters_on(via, python or sys.executable)
 
 
 class Attaching:

@@ -130,6 +130,9 @@ def test_attach_via_a_host_runs_cells_there_is_taken_over_detaches_and_stops_lea
     assert {int(pid) for pid in lines.values()} <= set(host.pids()), "the cell ran elsewhere"
     assert kernel.value("jaxnb.current_cluster().options.name") == NAME
     assert "attached (kernel pid" in host_cli(lab, records, "list")
+    listed = kernel.ok(f"%jax_cluster list --via {host.address}").stdout.splitlines()
+    assert listed[0].startswith("NAME") and listed[1].split()[:2] == [NAME, "2"], listed
+    assert "attached (kernel pid" in listed[1], listed
     assert kernel_ssh_pids(kernel), "no ssh connection to the host"
     # the Stop button: the engines on the host are interrupted (by pid there, over ssh)
     msg_id = kernel.send("%%jax_cluster\nimport time\nprint('started', flush=True)\ntime.sleep(60)")
@@ -154,6 +157,7 @@ def test_attach_via_a_host_runs_cells_there_is_taken_over_detaches_and_stops_lea
     out = kernel.ok("%jax_cluster detach")
     assert f"`%jax_cluster attach {NAME} --via {host.address}` takes it back" in out.stdout
     assert "idle since" in host_cli(lab, records, "list")
+    assert "idle since" in kernel.ok(f"%jax_cluster list --via {host.address}").stdout
     assert not kernel_ssh_pids(kernel)
 
     kernel.ok(attach)
@@ -174,7 +178,12 @@ def test_a_wrong_attach_via_is_one_line_and_runs_nothing(kernel, lab):
     for bad in ("-oProxyCommand=touch${IFS}/tmp/x", "a;b", f"{address}:2"):
         said = one_line(kernel.run(f"%jax_cluster attach {NAME} --via={bad}"))
         assert "host" in said, said
-    said = one_line(kernel.run(f"%jax_cluster list --via {address}"))
-    assert "--via goes with `%jax_cluster attach NAME --via HOST`" in said, said
+    said = one_line(kernel.run(f"%jax_cluster stop --via {address}"))
+    assert "--via goes with `%jax_cluster attach NAME --via HOST` or `%jax_cluster list" in said, said
+    said = one_line(kernel.run(f"%jax_cluster list --via {address} --python /no/such/python"))
+    assert f"no interpreter /no/such/python on {address}" in said, said
+    said = one_line(kernel.ok(f"%jax_cluster list --via {address}"))  # after the last test's stop
+    assert said == f"jaxnb: no cluster to attach runs on {address} (a script's unnamed cluster ends " \
+                   "with the script)", said
     assert not kernel_ssh_pids(kernel)
     assert not lab.leftovers()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
@@ -62,3 +63,23 @@ def test_empty_folders_of_killed_kernels_are_removed_and_live_ones_kept(tmp_path
         os.utime(folder, (0, 0))
     attach_via._remove_stale(str(tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["jaxnb-via-live", "jaxnb-via-new"]
+
+
+def test_a_remote_listing_is_refused_before_ssh_and_keeps_only_rows_a_listing_has():
+    import jaxnb
+    from jaxnb._hosts import remote_list
+
+    with pytest.raises(HostError, match="bad host"):
+        jaxnb.clusters(via="-oProxyCommand=x")
+    with pytest.raises(ValueError, match="--python takes"):
+        jaxnb.clusters(via="login1", python="a\nb")
+    with pytest.raises(ValueError, match="python= goes with via="):
+        jaxnb.clusters(python="/usr/bin/python3")
+    good = {"name": "exp1", "processes": 2, "hosts": ["login1"], "attached": None, "idle_since": 5.0,
+            "idle_timeout": None,
+            "runs": [{"name": "mlp", "kind": "run", "state": "running", "folder": "/r"}]}
+    bad = [{**good, "processes": "2"}, {**good, "hosts": "login1"}, {**good, "runs": [{"name": 1}]},
+           {**good, "attached": "pid"}, ["exp1"], "exp1"]
+    assert remote_list._rows("Welcome to login1\n" + json.dumps([good, *bad])) == [good]
+    assert remote_list._rows("not json") is None and remote_list._rows('{"name": "x"}') is None
+    assert remote_list._rows("") is None

@@ -29,6 +29,7 @@ OTHER_PROGRAMS_FLAGS = {
     "--ppid",  # ps(1), on a remote host
     "--gres", "--nodelist", "--exclude", "--export", "--job-name", "--ntasks",  # sbatch/srun (Slurm)
     "--logdir", "--port",  # xprof / tensorboard, in the commands %%jax_profile prints
+    "--json",  # `python -m jaxnb list --json`, the terminal command `list --via` runs on the host
 }
 
 

@@ -76,10 +76,11 @@ def refuse_if_live_without_kernel(folder: str) -> None:
                     run=entry.get("name"), dir=os.path.dirname(target), cluster=name))
 
 
-def table(rows: list[dict[str, Any]]) -> str:
-    """The clusters as a plain text table (one line each), or a line saying there are none."""
+def table(rows: list[dict[str, Any]], where: str = "this machine") -> str:
+    """The clusters as a plain text table (one line each), or a line saying there are none
+    (``where``: the machine they run on, as the line names it)."""
     if not rows:
-        return ("jaxnb: no cluster to attach runs on this machine (a script's unnamed cluster ends "
+        return (f"jaxnb: no cluster to attach runs on {where} (a script's unnamed cluster ends "
                 "with the script)")
     lines = [f"{'NAME':<16} {'PROCESSES':>9}  {'HOSTS':<20} {'STATE':<40} RUNS"]
     for row in rows:

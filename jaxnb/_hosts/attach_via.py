@@ -59,6 +59,12 @@ def check_via(text: str) -> HostEntry:
     return entry
 
 
+def check_python(python: str, host: str) -> None:
+    """``--python``: a path on ``host`` (one line when not: no newline reaches its shell)."""
+    if not python or "\n" in python:
+        raise ValueError(f"--python takes the interpreter's path on {host}, got {python!r}")
+
+
 class RemoteHold:
     """This kernel's hold on named cluster ``name`` on another host (what ``Group.attachment``
     holds for a local one: ``name``, ``supervisor``, ``taken_over()``, ``loaded()``)."""
@@ -281,8 +287,7 @@ def attach(name: str, via: str, python: str) -> tuple[RemoteHold, dict[str, Any]
     connection (a ``ClusterStateError`` or ``HostError`` in one line when it cannot)."""
     names.check(name)
     entry = check_via(via)
-    if not python or "\n" in python:
-        raise ValueError(f"--python takes the interpreter's path on {entry.target}, got {python!r}")
+    check_python(python, entry.target)
     hold = RemoteHold(name, entry, python)
     first = hold.connect()
     return hold, first["record"], first["connection"]

@@ -59,7 +59,7 @@ def _with_start_flags(magic: Callable[..., Any]) -> Callable[..., Any]:
 @_with_start_flags
 @argument("--via", default=None, metavar="[USER@]HOST",
           help="attach: the cluster runs on HOST (started there with --name), reached over ssh "
-               "(with --python PATH: the interpreter there)")
+               "(with --python PATH: the interpreter there); list: the clusters of HOST")
 @argument("--replay", action="store_true", default=None,
           help="restart: then run again the setup that succeeded since start (cells, pushes)")
 def jax_cluster(line: str) -> None:
@@ -76,7 +76,8 @@ def jax_cluster(line: str) -> None:
     machine, with its engines' Python state; ``attach NAME --via [USER@]HOST [--python PATH]``:
     one started on HOST, from a kernel on another machine, over ssh); ``detach`` (leave this
     cluster running without the kernel); ``list`` (the clusters on this machine: processes,
-    hosts, runs, attached or idle since). Only ``start`` takes start flags (``--name NAME``, default
+    hosts, runs, attached or idle since; ``list --via [USER@]HOST``: those of HOST, over ssh).
+    Only ``start`` takes start flags (``--name NAME``, default
     ``default`` on this machine: the name another kernel attaches it by; ``--idle-timeout S``: it
     stops after S seconds with no kernel attached and nothing running, default 300 s unnamed).
     A cluster on this machine outlives a kernel that restarts or dies; an unnamed one stops when
@@ -114,9 +115,9 @@ def line(front: kit.Front, text: str) -> None:
     if args.size is None and args.command == "scale":
         raise UsageError("`%jax_cluster scale N` takes the number of processes, e.g. "
                          "`%jax_cluster scale 2`")
-    if args.via is not None and args.command != "attach":
-        raise UsageError(f"--via goes with `%jax_cluster attach NAME --via HOST`, not "
-                         f"`{args.command}`")
+    if args.via is not None and args.command not in ("attach", "list"):
+        raise UsageError(f"--via goes with `%jax_cluster attach NAME --via HOST` or `%jax_cluster "
+                         f"list --via HOST`, not `{args.command}`")
     options = kit.given(args, "command", "replay", "size", "via",
                         *(("python",) if args.via is not None else ()))
     if args.command != "start" and options:

@@ -21,7 +21,11 @@ def run(front: kit.Front, command: str, name: str | None,
     """Do ``command`` (``attach``, ``detach`` or ``list``) for the magics' session (``via``:
     attach the cluster on that host, over ssh; ``python``: the interpreter there)."""
     if command == "list":
-        print(listing.table(listing.clusters()))
+        from jaxnb._cluster_attach import clusters
+
+        with kit.api_call():
+            found = clusters(via, python=python)
+        print(listing.table(found, via or "this machine"))
     elif command == "detach":
         cluster = front.require()
         host = getattr(cluster.group.attachment, "host", None)  # attached through --via
