@@ -54,7 +54,7 @@ class ProcessInfo:
     #: engines are idle): ``folder`` (``None``: off), ``entries`` and ``bytes`` on its host,
     #: its ``hits``, ``lookups``, ``writes`` and ``saved_seconds`` since it started.
     compile_cache: dict | None = None
-    #: The pid of its stderr tee on its host (:mod:`jaxnb._engine.boot.stderr_tee`; 0: none).
+    #: The pid of the process that copies its stderr to its log, on its host (0 when none does).
     log_writer_pid: int = 0
 
 
