@@ -12,7 +12,7 @@ from jaxnb._core.memory_text import MemoryReport, device_cells, memory_cell, mer
 from jaxnb._engine.memory import oom_note
 from jaxnb._engine.memory.oom_note import named_device, requested_bytes
 from jaxnb._failures import out_of_memory
-from jaxnb._hosts.oom_killer import killed_pids
+from jaxnb._hosts.oom_killer import killed_pids, since_start
 
 GB = 10**9
 
@@ -188,3 +188,13 @@ def test_oom_kills_are_read_from_the_kernel_log_in_both_forms():
 def test_out_of_memory_errors_are_found_in_xlas_words(line):
     assert out_of_memory.out_of_memory({2: remote(line), 3: remote("ValueError: bad shape")}) == {2: line}
     assert oom_note.is_out_of_memory(RuntimeError(line)) and not oom_note.is_out_of_memory(ValueError("x"))
+
+
+def test_another_hosts_kill_counts_only_after_the_engine_started_there():
+    """An engine on another host that started 100 s ago, on a host up 6,050 s: only kills
+    logged after 5,950 s (less 1 s) are its (the lab's hosts share this machine's kernel log,
+    where a pid reused since an earlier OOM kill was once taken for one)."""
+    since = since_start("6050.25 12000.00", elapsed=100.0)
+    assert since == 5949.25
+    assert killed_pids(DMESG, since) == {4242}
+    assert since_start("", 100.0) is None and since_start("6050.25 1.0", None) is None

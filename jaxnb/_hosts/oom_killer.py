@@ -76,6 +76,17 @@ def seconds_since_boot(epoch: float) -> float:
     return epoch - (time.time() - time.monotonic())
 
 
+def since_start(uptime_line: str, elapsed: float | None) -> float | None:
+    """When a process on another host started, on that host's kernel-log clock: its uptime
+    (``/proc/uptime``'s first field) less the seconds since it started, less 1 s (``None``:
+    unknown). Only durations cross machines: no clock needs to agree with this one's."""
+    try:
+        uptime = float(uptime_line.split()[0])
+    except (IndexError, ValueError):
+        return None
+    return None if elapsed is None else uptime - elapsed - 1.0
+
+
 def killed_here(pid: int, started: float | None = None) -> bool:
     """Whether this host's kernel log names ``pid`` as killed by the OOM killer (since
     ``started``, the process's start as ``time.time()``)."""

@@ -37,7 +37,7 @@ def exited_how(launcher: Any) -> str:
     reachable = not reachability.unreachable_now(launcher.location)
     how = ssh.exit_status(launcher.remote_tail(5)) if reachable else None
     killed = how == "was killed by SIGKILL" and launcher.pid is not None  # by the OOM killer?
-    if killed and int(launcher.pid) in oom_killer.killed_pids(launcher.kernel_log()):
+    if killed and int(launcher.pid) in oom_killer.killed_pids(*launcher.kernel_log()):
         how = oom_killer.KILLED
     return f"{how or 'exited'} on {launcher.location}"
 

@@ -29,6 +29,7 @@ from traitlets import Dict, List, Unicode
 
 from jaxnb._core.contract import ENV_WORKDIR
 from jaxnb._core.errors import StartError
+from jaxnb._hosts import oom_killer
 
 #: Wait up to ``timeout`` s for ``pid`` to exit (a zombie counts as exited); say which.
 _WAIT = """
@@ -56,6 +57,8 @@ class FastSSHEngineLauncher(SSHEngineLauncher):
     closing = False
     #: How its engine ended (``was killed by SIGKILL on host``), once read from its log.
     exit_how: str | None = None
+    #: When it started its engine (``time.monotonic()``), for the host's kernel log.
+    started_at: float | None = None
 
     @property
     def ssh_sender(self) -> ShellCommandSend:
@@ -92,6 +95,7 @@ class FastSSHEngineLauncher(SSHEngineLauncher):
         if user is not None:
             self.user = user
         env = self.get_env()
+        self.started_at = time.monotonic()
         # ipyparallel's receiver unsets a variable given as "": `env NAME=` sets it empty (no value
         # on the command line); the others travel on ssh's stdin
         empty = [f"{k}=" for k, v in env.items() if v == ""]
@@ -110,12 +114,17 @@ class FastSSHEngineLauncher(SSHEngineLauncher):
             )
         return ""
 
-    def kernel_log(self, lines: int = 300) -> str:
-        """The end of its host's kernel log, ``dmesg`` ("" where it cannot be read)."""
+    def kernel_log(self, lines: int = 300) -> tuple[str, float | None]:
+        """The end of its host's kernel log, ``dmesg`` ("" where it cannot be read), and when
+        this engine started on that log's clock (``None``: unknown; a pid can be reused)."""
+        elapsed = None if self.started_at is None else time.monotonic() - self.started_at
         with contextlib.suppress(Exception):
-            return self.ssh_sender.check_output(
-                [f"dmesg 2>/dev/null | tail -n {int(lines)}"], timeout=5, stdin=subprocess.DEVNULL)
-        return ""
+            out = self.ssh_sender.check_output(
+                [f"cat /proc/uptime 2>/dev/null; dmesg 2>/dev/null | tail -n {int(lines)}"],
+                timeout=5, stdin=subprocess.DEVNULL)
+            first, _, log = out.partition("\n")
+            return log, oom_killer.since_start(first, elapsed)
+        return "", None
 
     def abandon(self) -> None:
         """Its host cannot be reached: stop waiting on the engine there (it cannot be killed
