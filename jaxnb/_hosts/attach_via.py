@@ -35,7 +35,7 @@ CONNECT_SECONDS = 30.0
 STOP_SECONDS = 60.0
 #: Runs ssh with SIGINT ignored (kept across exec, and ssh keeps it so): the kernel's Stop button
 #: signals the kernel's whole process group, which must not end this kernel's ssh connection.
-_NO_SIGINT = ("sh", "-c", 'trap "" INT; exec "$@"', "sh")
+NO_SIGINT = ("sh", "-c", 'trap "" INT; exec "$@"', "sh")
 #: What ipyparallel's tunnel (pyzmq's ``openssh_tunnel``) puts on ssh's command line unquoted.
 _PLAIN_PATH = re.compile(r"[A-Za-z0-9_./-]+\Z")
 
@@ -94,7 +94,7 @@ class RemoteHold:
         return f"-S {self.socket} {self.host}"
 
     def _ssh(self, *command: str) -> list[str]:
-        return [*_NO_SIGINT, "ssh", "-S", self.socket, "-o", "ControlMaster=no", "--", self.host,
+        return [*NO_SIGINT, "ssh", "-S", self.socket, "-o", "ControlMaster=no", "--", self.host,
                 *command]
 
     def connect(self, timeout: float = CONNECT_SECONDS) -> dict[str, Any]:
@@ -222,7 +222,7 @@ class RemoteHold:
             self._folder = _private_folder()
             self.socket = os.path.join(self._folder, "ssh")
         self._master = master = subprocess.Popen(
-            [*_NO_SIGINT, "ssh", *ssh_options(self._folder, master=self.socket), "--", self.host,
+            [*NO_SIGINT, "ssh", *ssh_options(self._folder, master=self.socket), "--", self.host,
              command],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + timeout

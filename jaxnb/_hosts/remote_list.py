@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import json
 import shlex
-import shutil
 import subprocess
 from typing import Any
 
 from jaxnb._core.errors import ClusterStateError
-from jaxnb._hosts.attach_via import _NO_SIGINT, CONNECT_SECONDS, _private_folder, check_python, check_via
+from jaxnb._hosts.attach_via import CONNECT_SECONDS, NO_SIGINT, check_python, check_via
 from jaxnb._hosts.ssh_connections import ssh_options
 
 CANNOT = ("cannot list the clusters on {host} ({why}); check that `ssh {host}` works without a "
@@ -29,16 +28,13 @@ def clusters_on(via: str, python: str) -> list[dict[str, Any]]:
     missing = shlex.quote(f"no interpreter {python} on {host}; pass --python PATH")
     command = (f"test -x {quoted} || {{ echo {missing} >&2; exit 127; }}; "
                f"exec {quoted} -m jaxnb list --json")
-    folder = _private_folder()
-    try:
-        out = subprocess.run([*_NO_SIGINT, "ssh", *ssh_options(folder, shared=False), "--", host, command],
+    try:  # a connection of its own (no socket folder), ended with the command
+        out = subprocess.run([*NO_SIGINT, "ssh", *ssh_options("", shared=False), "--", host, command],
                              capture_output=True, text=True, timeout=CONNECT_SECONDS,
                              stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         raise ClusterStateError(CANNOT.format(host=host, why=f"no answer within {CONNECT_SECONDS:g} s",
                                               python=python)) from None
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
     said = out.stderr.strip().splitlines()
     if out.returncode != 0:
         if said and said[-1].startswith("no interpreter"):
