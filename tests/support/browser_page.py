@@ -182,9 +182,14 @@ def dashboard(output: Locator) -> Locator:
 
 
 def plot_state(dash: Locator) -> dict[str, Any]:
-    """What the dashboard shows: plot image (source length, size), history line, table rows, text."""
-    dash.scroll_into_view_if_needed()
+    """What the dashboard shows: plot image (source length, size), history line, table rows, text.
+
+    Scrolled into view in the same call that reads it: when the run ends, the display's update
+    replaces the dashboard's element, and a view resolved before that would be detached by the
+    time a second call used it (Playwright's scroll then fails: "Element is not attached").
+    """
     return dash.evaluate("""el => {
+        el.scrollIntoView({block: 'nearest'});
         const plot = el.querySelector('.jaxnb-plot');
         const svgs = plot ? [...plot.querySelectorAll('svg')] : [];
         const box = svgs.length ? svgs[0].getBoundingClientRect() : null;
