@@ -97,6 +97,11 @@ class ClusterJobs:
 
         window = None if profile_steps is None else training.window(profile_steps, background)
         self.group.require_running()
+        hold = self.group.attachment
+        if (max_failures or min_processes is not None) and hasattr(hold, "refuse"):  # --via
+            from jaxnb._core import spelling
+
+            raise hold.refuse(spelling.bare("max_failures" if max_failures else "min_processes"))
         if min_processes is not None:
             site.check_resizes(self.group)
         repair.ensure_ready(self.group)

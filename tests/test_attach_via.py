@@ -18,6 +18,7 @@ import os
 import pathlib
 import re
 import sys
+import tempfile
 
 import psutil
 import pytest
@@ -38,7 +39,8 @@ WHERE = "%%jax_cluster\nprint(where, os.getpid())"
 
 @pytest.fixture(scope="module")
 def lab(make_lab):
-    return make_lab(1)
+    """One host; a folder it sees as its own (as a login node's disk, which the laptop lacks)."""
+    return make_lab(1, private=(tempfile.mkdtemp(prefix="jaxnb-private-"),))
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +117,50 @@ def test_a_killed_kernel_leaves_no_ssh_here_and_no_hold_there(started, lab, kern
         wait_until(lambda: not holding(lab), timeout=20, what="the hold on the host ending")
         psutil.wait_procs(processes, timeout=20)
         assert not [p for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+COUNTING = """%%jax_cluster
+import os, time, jaxnb
+def counting(config):
+    saved = jaxnb.get_checkpoint()  # a directory of ours: the step it holds
+    first = 1 if saved is None else int(open(os.path.join(saved.path, "step")).read()) + 1
+    for step in range(first, config["steps"] + 1):
+        folder = None
+        if step % 10 == 0:
+            folder = os.path.join(config["scratch"], str(step))
+            os.makedirs(folder, exist_ok=True)
+            with open(os.path.join(folder, "step"), "w") as f:
+                f.write(str(step))
+        jaxnb.report({"step": step, "loss": 1.0 / step}, checkpoint=folder)
+        time.sleep(0.01)"""
+
+
+def test_jax_train_through_via_runs_on_the_host_and_keeps_its_folder_there(started, kernel, lab, records):
+    host, storage = lab.hosts[0], lab.private_dir  # the host's own folder: not this machine's
+    kernel.ok(f"%jax_cluster attach {NAME} --via {host.address}")
+    kernel.ok(COUNTING)
+    train = (f"%jax_train counting --config dict(steps={{steps}}, scratch={storage + '/scratch'!r}) "
+             f"--storage {storage} --name {{name}}")
+    out = kernel.ok(train.format(steps=30, name="over-ssh") + " -o r")
+    assert out.displays, "no dashboard"
+    assert kernel.value("[r.steps, r.error, r.failures, r.checkpoint.step]") == [
+        list(range(1, 31)), None, [], 30], out.shown
+    kept = lab.ssh(host, f"ls {storage}/over-ssh; wc -l < {storage}/over-ssh/reports.jsonl")
+    assert kept.returncode == 0 and "reports.jsonl" in kept.stdout, kept.stdout + kept.stderr
+    assert int(kept.stdout.split()[-1]) >= 30, kept.stdout
+    assert not os.listdir(storage), [(d, f) for d, _, f in os.walk(storage)]  # nothing here
+    assert "over-ssh (done)" in host_cli(lab, records, "list")  # noted in the host's record
+    # The host's folder decides: a second run there is refused, --resume goes on from step 30.
+    refused = one_line(kernel.run(train.format(steps=40, name="over-ssh")))
+    assert "over-ssh" in refused and "resume" in refused, refused
+    kernel.ok(train.format(steps=40, name="over-ssh") + " --resume -o r2")
+    assert kernel.value("[r2.steps, r2.error]") == [list(range(31, 41)), None]
+    # In the background: the kernel is free while the run goes on there; wait() has it all.
+    kernel.ok(train.format(steps=200, name="later") + " --background -o r3")
+    assert kernel.value("[r3.wait(120).steps[-1], r3.error]") == [200, None]
+    refused = one_line(kernel.run(train.format(steps=40, name="again") + " --max-failures 1"))
+    assert "`--max-failures` does not work through `--via`" in refused, refused
+    assert not os.listdir(storage), [(d, f) for d, _, f in os.walk(storage)]
 
 
 def test_attach_via_a_host_runs_cells_there_is_taken_over_detaches_and_stops_leaving_nothing(

@@ -83,3 +83,19 @@ def test_a_remote_listing_is_refused_before_ssh_and_keeps_only_rows_a_listing_ha
     assert remote_list._rows("Welcome to login1\n" + json.dumps([good, *bad])) == [good]
     assert remote_list._rows("not json") is None and remote_list._rows('{"name": "x"}') is None
     assert remote_list._rows("") is None
+
+
+@pytest.mark.parametrize("line, noted", [
+    ('{"run": "mlp", "folder": "/scratch/runs/mlp", "kind": "run"}', ("mlp", "/scratch/runs/mlp", "run")),
+    ('{"run": "s", "folder": "/r/s", "kind": "search"}', ("s", "/r/s", "search")),
+    ('{"run": "mlp", "folder": "runs/mlp", "kind": "run"}', None),  # not an absolute folder
+    ('{"run": "mlp", "folder": "/r/mlp", "kind": "exec"}', None),
+    ('{"run": 1, "folder": "/r/mlp", "kind": "run"}', None),
+    ('["run", "mlp"]', None),
+    ("detach-ish", None),
+    ("", None),
+])
+def test_the_hold_notes_only_a_well_formed_run_line(line, noted):
+    from jaxnb._attach import hold
+
+    assert hold._run_noted(line) == noted

@@ -127,7 +127,10 @@ def test_killed_twice_ends_bit_identical_to_an_uninterrupted_run(cluster, tmp_pa
     assert killed.failures[0].processes == (1,) and 0 in killed.failures[1].processes
     assert killed.failures[0].cause.startswith("[p1]") and "SIGKILL" in killed.failures[0].cause
     assert killed.failures[1].cause.startswith("[p0]") and "SIGKILL" in killed.failures[1].cause
-    assert killed.failures[0].step >= 12 and killed.failures[1].step >= 23
+    # The step the notebook had heard of when it saw the death: the dead process's last reports
+    # may die with it, and a survivor's newest ones may still wait in its 20 ms batch when it is
+    # stopped (under load, step 11 for a kill at 12); never before the checkpoint, never past it.
+    assert 10 <= killed.failures[0].step <= 12 and 20 <= killed.failures[1].step <= 23, killed.failures
     for failure in killed.failures:  # each phase timed, in order; their sum is the total
         assert list(failure.phases) == ["detect", "stop the old group", "start or swap",
                                         "join jax.distributed", "replay", "restore", "first step",

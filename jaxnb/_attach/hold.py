@@ -7,19 +7,23 @@ kernel that attaches here later takes it over. It prints one JSON line (the reco
 controller's client connection, whose key the ssh channel carries), then waits: ``detach``
 on its stdin leaves the cluster running with no kernel attached; the end of its stdin (the
 ssh connection closed, the remote kernel gone) lets go; a take-over is printed as one more
-JSON line before it exits. It reads only JSON (no pickle) and runs nothing it is sent.
+JSON line before it exits. ``{"run": NAME, "folder": PATH, "kind": "run"}`` on its stdin notes
+a run the remote kernel started in the record (for ``list`` here, and a kernel here that follows
+it). It reads only JSON (no pickle) and runs nothing it is sent.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import sys
 import threading
 import time
 from typing import Any
 
-from jaxnb._attach import attachment, record
+from jaxnb._attach import attachment, record, runs
+from jaxnb._core import cluster_names as names
 from jaxnb._core.errors import ClusterStateError
 
 #: How often it looks whether another kernel took the cluster over.
@@ -38,6 +42,21 @@ def _connection(path: str) -> dict[str, Any]:
         raise ClusterStateError(f"cannot read the controller's connection file {path} on "
                                 f"{socket.gethostname()}")
     return doc
+
+
+def _run_noted(line: str) -> tuple[str, str, str] | None:
+    """``(name, folder, kind)`` from a ``run`` line; None for anything else."""
+    try:
+        doc = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    name, folder, kind = doc.get("run"), doc.get("folder"), doc.get("kind")
+    if not (isinstance(name, str) and isinstance(folder, str) and os.path.isabs(folder)
+            and kind in (runs.RUN, runs.SEARCH)):
+        return None
+    return name, folder, kind
 
 
 def main(name: str) -> int:
@@ -60,6 +79,10 @@ def main(name: str) -> int:
             if line.strip() == "detach":
                 detach.set()
                 break
+            noted = _run_noted(line)
+            if noted is not None:
+                doc = record.read(names.record_path(name)) or {}
+                attachment.update(hold, runs=runs.added(doc.get("runs"), *noted))
         ended.set()
 
     threading.Thread(target=listen, name="jaxnb-hold", daemon=True).start()

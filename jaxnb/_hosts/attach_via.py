@@ -180,6 +180,15 @@ class RemoteHold:
                 subprocess.run(self._ssh("kill", f"-{int(signum)}", *(str(int(p)) for p in pids)),
                                capture_output=True, timeout=10, stdin=subprocess.DEVNULL)
 
+    def note_run(self, name: str, folder: str, kind: str) -> None:
+        """Note a run started from here (its folder on the host) in the host's record, through
+        the hold there (one JSON line on its stdin); nothing when the connection is gone."""
+        holder = self._holder
+        if holder is not None and holder.poll() is None and holder.stdin is not None:
+            with contextlib.suppress(OSError, ValueError):
+                holder.stdin.write(json.dumps({"run": name, "folder": folder, "kind": kind}) + "\n")
+                holder.stdin.flush()
+
     # ---- the end --------------------------------------------------------------------------
 
     def detach(self) -> None:

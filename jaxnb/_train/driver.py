@@ -15,11 +15,12 @@ from jaxnb._attach import listing
 from jaxnb._cells.pull import note_size
 from jaxnb._core import run_folder, spelling
 from jaxnb._core.errors import ClusterStateError, RemoteError, remote_error
+from jaxnb._core.file_lock import FileLock
 from jaxnb._core.messages import BUSY
 from jaxnb._core.run_limits import KEEP_CHECKPOINTS, check_limits
 from jaxnb._core.state import Group, Suspect
 from jaxnb._failures import out_of_memory, stale
-from jaxnb._train import dataset_names, function, handing, handover, run_events
+from jaxnb._train import dataset_names, far_folder, function, handing, handover, run_events
 from jaxnb._train.attempts import Attempts, launch, prepare
 from jaxnb._train.interrupts import InterruptCounter
 from jaxnb._train.monitor import Monitor
@@ -92,13 +93,19 @@ def train(
     if spec["pickled"] is not None:
         note_size(f"`{spec['label']}` with what it uses from the notebook", len(spec["pickled"]),
                   group.size)
-    run_dir = os.path.abspath(os.path.join(os.fspath(storage or DEFAULT_STORAGE), run))
-    made = run_folder.make(run_dir)  # removed again if the run leaves nothing in it
-    lock = run_folder.hold(run_dir)  # one live run per folder, until _conclude releases it
+    made: list[str] = []
+    lock: FileLock | None = None
     try:
-        listing.refuse_if_live_without_kernel(run_dir)  # its kernel died: the engines train it
-        earlier = run_folder.left_by_earlier_run(run_dir)
-        resume_from = run_folder.check_fresh_run(run_dir, resume)
+        if far_folder.host_of(group) is not None:  # attached through --via: the host's folder
+            run_dir, earlier, resume_from = far_folder.open_there(
+                group, far_folder.storage_path(storage, DEFAULT_STORAGE), run, resume)
+        else:
+            run_dir = os.path.abspath(os.path.join(os.fspath(storage or DEFAULT_STORAGE), run))
+            made = run_folder.make(run_dir)  # removed again if the run leaves nothing in it
+            lock = run_folder.hold(run_dir)  # one live run per folder, until _conclude releases it
+            listing.refuse_if_live_without_kernel(run_dir)  # its kernel died: the engines train it
+            earlier = run_folder.left_by_earlier_run(run_dir)
+            resume_from = run_folder.check_fresh_run(run_dir, resume)
         if resume and resume_from is None:
             print(NO_CHECKPOINT_YET.format(name=run))
         elif earlier and resume_from is None:
@@ -130,7 +137,8 @@ def train(
             error = _follow_blocking(monitor, on_result, ctrl_c, attempts)
     except BaseException:
         handing.release(group)
-        run_folder.release(lock, made)  # it never started, or _conclude released it already
+        if lock is not None:  # it never started, or _conclude released it already
+            run_folder.release(lock, made)
         raise
     if error is not None:
         raise error
@@ -226,6 +234,8 @@ def _conclude(
         result.conclude_samples(time.monotonic() - attempts.launched, attempts.recovery_seconds)
         if attempts.lock is not None:  # before set_done: a waiter may start the same run at once
             run_folder.release(attempts.lock, attempts.made)
+        elif far_folder.host_of(group) is not None:
+            far_folder.after_run(group, result.path, result.checkpoint)
         result.set_done()
         if on_result is not None:
             on_result(result)

@@ -21,6 +21,7 @@ from jaxnb._core.state import Group, Suspect
 from jaxnb._debug.stops import Stops
 from jaxnb._failures import explain, free
 from jaxnb._failures.watch import Watch
+from jaxnb._train import far_folder
 from jaxnb._train.receive import Receiver
 from jaxnb._train.result import Result
 from jaxnb._widgets.dashboard import Dashboard
@@ -238,11 +239,11 @@ class Monitor:
         return found
 
     def _book(self, records: list[dict[str, Any]]) -> None:
-        result = self.result
+        result, here = self.result, far_folder.host_of(self.group) is None
         for record in records:
             result.add_report(record["metrics"], int(record["step"]))
             if record.get("checkpoint"):
-                result.checkpoint = _checkpoint(record, result.path)
+                result.checkpoint = _checkpoint(record, result.path, here)
 
     def _check(self) -> None:
         """Give up with the watch's error on a death, or when processes are left waiting."""
@@ -303,9 +304,11 @@ class Monitor:
         return {p: {"error": errors.get(p)} for p in self.processes}
 
 
-def _checkpoint(record: dict[str, Any], run_dir: str) -> Checkpoint:
+def _checkpoint(record: dict[str, Any], run_dir: str, here: bool) -> Checkpoint:
+    """The checkpoint a report names; a user's directory noted in the run's folder when it is on
+    this machine (``here``; through ``--via``, noted on the host after the run)."""
     checkpoint = Checkpoint(int(record["step"]), record["checkpoint"],
                             user_managed=bool(record.get("checkpoint_user")))
-    if checkpoint.user_managed:  # jaxnb's own saves are found on disk; the user's are noted
+    if checkpoint.user_managed and here:  # jaxnb's own saves are found on disk; the user's are noted
         remember_user_checkpoint(run_dir, checkpoint.step, checkpoint.path)
     return checkpoint
