@@ -202,6 +202,10 @@ class Attaching:
         hold = self.group.attachment
         if hold is None or self.group.busy_with:  # busy: it will be refused, not started
             return
+        if hasattr(hold, "note_run"):  # attached through --via: the host's record, by its hold
+            if kind == runs.RUN:  # a search's study stays on this machine
+                hold.note_run(name, folder, kind)
+            return
         doc = record.read(names.record_path(hold.name)) or {}
         attachment.update(hold, runs=runs.added(doc.get("runs"), name, folder, kind))
 

@@ -111,7 +111,9 @@ class ClusterJobs:
                                               run_name(fn, name)))
         if break_lock:
             run_folder.break_lock(folder)
-        self._note_run(os.path.basename(folder), folder, "run")
+
+        def noted(opened: str) -> None:  # the folder as opened (through --via: the host's)
+            self._note_run(os.path.basename(opened), opened, "run")
 
         def run(on_result: Callable[[Result], None] | None) -> Result:
             return driver.train(self.group, fn, config, name=name, storage=storage, resume=resume,
@@ -119,7 +121,8 @@ class ClusterJobs:
                                 datasets=datasets, max_failures=max_failures, restart=self._recover,
                                 keep_checkpoints=keep_checkpoints,
                                 min_processes=min_processes,
-                                sizes=None if min_processes is None else self._sizes())
+                                sizes=None if min_processes is None else self._sizes(),
+                                on_folder=noted)
 
         if window is None:
             return run(on_result)

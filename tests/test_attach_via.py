@@ -161,6 +161,14 @@ def test_jax_train_through_via_runs_on_the_host_and_keeps_its_folder_there(start
     refused = one_line(kernel.run(train.format(steps=40, name="again") + " --max-failures 1"))
     assert "`--max-failures` does not work through `--via`" in refused, refused
     assert not os.listdir(storage), [(d, f) for d, _, f in os.walk(storage)]
+    # A search: its study (Optuna's journal) stays here, each trial's run folder is the host's.
+    kernel.ok(f"%jax_tune counting --space dict(steps=jaxnb.tune.choice([3, 4])) --trials 2 "
+              f"--storage {storage} --name search -o t")
+    assert kernel.value("[len(t.trials), sorted(t.best_config)]") == [2, ["steps"]]
+    assert "study.journal" in os.listdir(os.path.join(storage, "search"))
+    trial = lab.ssh(host, f"ls {storage}/search/trial_0000")
+    assert "reports.jsonl" in trial.stdout, trial.stdout + trial.stderr
+    assert "trial_0000" not in host_cli(lab, records, "list")  # trials are not runs of their own
 
 
 def test_attach_via_a_host_runs_cells_there_is_taken_over_detaches_and_stops_leaving_nothing(

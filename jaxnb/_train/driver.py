@@ -60,6 +60,7 @@ def train(
     restart: Restart | None = None,
     min_processes: int | None = None,
     sizes: Sizes | None = None,
+    on_folder: Callable[[str], None] | None = None,
 ) -> Result:
     """Run ``fn()`` or ``fn(config)`` on every process; the `Result` (live if ``background``).
 
@@ -77,7 +78,8 @@ def train(
     from the latest checkpoint, up to that many times (-1: no limit; :mod:`jaxnb._train.recovery`);
     ``keep_checkpoints``: the newest checkpoints Orbax keeps; with ``min_processes``,
     go on with the processes left (at least that many) and grow back (``sizes`` restarts the
-    group at another size: :mod:`jaxnb._train.resize`).
+    group at another size: :mod:`jaxnb._train.resize`). ``on_folder`` is called with the run's
+    folder once it is open (before the run starts).
     """
     called = time.monotonic()  # the run's wall time (Result.goodput) counts from here
     check_limits(max_failures, keep_checkpoints)
@@ -106,6 +108,8 @@ def train(
             listing.refuse_if_live_without_kernel(run_dir)  # its kernel died: the engines train it
             earlier = run_folder.left_by_earlier_run(run_dir)
             resume_from = run_folder.check_fresh_run(run_dir, resume)
+        if on_folder is not None:  # its cluster's record notes it (a named cluster's `list`)
+            on_folder(run_dir)
         if resume and resume_from is None:
             print(NO_CHECKPOINT_YET.format(name=run))
         elif earlier and resume_from is None:

@@ -35,9 +35,6 @@ def open_there(group: Group, storage: str, run: str, resume: bool) -> tuple[str,
         timeout=ASK_SECONDS)
     if found.get("error") is not None:
         raise found["error"]
-    note_run = getattr(group.attachment, "note_run", None)
-    if note_run is not None:  # in the host's record: `list` there, a kernel there that follows it
-        note_run(run, found["run_dir"], "run")
     return found["run_dir"], bool(found["earlier"]), found["resume"]
 
 
