@@ -98,10 +98,12 @@ class ClusterJobs:
         window = None if profile_steps is None else training.window(profile_steps, background)
         self.group.require_running()
         hold = self.group.attachment
-        if (max_failures or min_processes is not None) and hasattr(hold, "refuse"):  # --via
+        needs_host = [k for k, v in (("max_failures", max_failures), ("min_processes", min_processes),
+                                     ("break_lock", break_lock)) if v not in (0, None, False)]
+        if needs_host and hasattr(hold, "refuse"):  # --via: recoveries, the run's lock are there
             from jaxnb._core import spelling
 
-            raise hold.refuse(spelling.bare("max_failures" if max_failures else "min_processes"))
+            raise hold.refuse(spelling.bare(needs_host[0]))
         if min_processes is not None:
             site.check_resizes(self.group)
         repair.ensure_ready(self.group)
