@@ -198,3 +198,28 @@ def test_another_hosts_kill_counts_only_after_the_engine_started_there():
     assert since == 5949.25
     assert killed_pids(DMESG, since) == {4242}
     assert since_start("", 100.0) is None and since_start("6050.25 1.0", None) is None
+
+
+def test_an_engine_another_process_started_is_named_oom_killed_only_if_seen_running_before(monkeypatch):
+    """A supervisor or a kernel that attached is not the engines' parent: it cannot read their
+    exit status, but it reads the kernel log for an OOM kill since it last saw the pid running."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from jaxnb._failures import detect
+    from jaxnb._hosts import oom_killer
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    assert detect.ended_elsewhere(child.pid) is None  # running: its start is noted
+    stamp = oom_killer.seconds_since_boot(time.time()) + 0.5
+    log = f"[{stamp:12.6f}] Out of memory: Killed process {child.pid} (python3) total-vm:1kB\n"
+    monkeypatch.setattr(oom_killer, "kernel_log", lambda: log)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    assert detect.ended_elsewhere(child.pid) == oom_killer.KILLED
+    other = subprocess.Popen([sys.executable, "-c", "pass"])
+    other.wait()  # never seen running: a kill of its pid in the log is not taken for its end
+    monkeypatch.setattr(oom_killer, "kernel_log", lambda: log.replace(str(child.pid), str(other.pid)))
+    assert detect.ended_elsewhere(other.pid) == "exited"

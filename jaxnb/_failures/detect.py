@@ -13,7 +13,12 @@ import psutil
 
 from jaxnb._core import ipp_internals
 from jaxnb._core.state import Group
-from jaxnb._hosts import processes, site
+from jaxnb._hosts import oom_killer, processes, site
+
+#: When each engine this process did not start was first seen running (``time.time()``), and
+#: how those that ended did: its exit status went with the process that started it.
+_STARTED: dict[int, float] = {}
+_ENDED: dict[int, str] = {}
 
 
 def dead_processes(group: Group) -> dict[int, str]:
@@ -25,8 +30,8 @@ def dead_processes(group: Group) -> dict[int, str]:
         process = ipp_internals.launcher_process(launcher) if launcher is not None else None
         if process is not None:
             how = processes.exit_of(process, launcher)
-        elif where.inspects_processes and not psutil.pid_exists(info.pid):
-            how = "exited"  # gone before its launcher was read (by a kernel or supervisor that attached)
+        elif where.inspects_processes:  # not our child: a kernel or supervisor that attached
+            how = ended_elsewhere(info.pid)
         else:
             how = None
         if how is not None and info.pid in group.stopped_pids:
@@ -44,3 +49,24 @@ def dead_processes(group: Group) -> dict[int, str]:
             for p in gone:
                 dead[p] = explained.get(p, "unregistered from the controller")
     return dead
+
+
+def ended_elsewhere(pid: int) -> str | None:
+    """``None`` while ``pid`` (an engine another process started) runs; once it is gone, an OOM
+    kill when this host's kernel log names it since it was last seen running, else ``exited``
+    (its exit status went with the process that started it, or that process reaped it)."""
+    try:
+        started = psutil.Process(pid).create_time()
+    except psutil.NoSuchProcess:
+        started = None
+    except psutil.Error:  # there, but not ours to read
+        return None
+    if started is not None:
+        _STARTED[pid] = started  # the process at this pid now: the one whose end is read later
+        _ENDED.pop(pid, None)
+        return None
+    if pid not in _ENDED:  # read once: the kernel log is not read at every look
+        seen = _STARTED.get(pid)  # never seen running: an older kill of a reused pid must not count
+        killed = seen is not None and oom_killer.killed_here(pid, seen)
+        _ENDED[pid] = oom_killer.KILLED if killed else "exited"
+    return _ENDED[pid]
