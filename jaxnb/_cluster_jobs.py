@@ -27,9 +27,8 @@ if TYPE_CHECKING:  # loaded on first use: a run's modules (matplotlib, widgets) 
 NOT_NAMED = ("this cluster has no name, so {run!r} cannot outlive its kernel: use the result its "
              "train() or tune() returned; start clusters with {attach} to attach their runs and "
              "searches later")
-NOT_HERE = ("run {run!r}'s folder {folder} is not on this machine: the cluster runs on {host} "
-            "(attached through --via) and its runs write there; follow the run in a kernel on "
-            "{host}, or pass --storage / storage= a folder both machines mount")
+NOT_HERE = ("run {run!r}'s folder is on {host}, where the cluster runs (attached through --via): "
+            "name its folder of runs there, {storage}")
 
 
 class ClusterJobs:
@@ -156,11 +155,17 @@ class ClusterJobs:
         run_dir = (self._run_folder(run) if storage is None else None) or os.path.abspath(
             os.path.join(os.fspath(storage or driver.DEFAULT_STORAGE), run))
         host = getattr(group.attachment, "host", None)  # attached through --via
-        if host is not None and not os.path.isdir(run_dir):
-            raise ClusterStateError(NOT_HERE.format(run=run, folder=run_dir, host=host))
+        tail = None
+        if host is not None and not os.path.isdir(run_dir):  # read on the host, over ssh
+            if storage is None or not os.path.isabs(os.fspath(storage)):
+                raise ClusterStateError(NOT_HERE.format(run=run, host=host, storage=spelling.example(
+                    "storage", "/ABSOLUTE/DIR")))
+            from jaxnb._core import run_reports
+
+            tail = group.attachment.tail(run_reports.path(run_dir))
         from jaxnb._tune import attached
 
-        if attached.is_study(run_dir):
+        if tail is None and attached.is_study(run_dir):
             parent = os.path.dirname(run_dir)  # named in the resume hint unless the default's
             shown = "" if parent == os.path.abspath(driver.DEFAULT_STORAGE) else parent
             from jaxnb._attach import queue
@@ -173,7 +178,7 @@ class ClusterJobs:
             from jaxnb._widgets.dashboard import Dashboard
 
             dashboard = Dashboard(run, group.size, on_stop=lambda: followed.stop_run(group))
-        return followed.follow(group, run_dir, run, dashboard)
+        return followed.follow(group, run_dir, run, dashboard, tail)
 
     def tune(
         self,

@@ -173,6 +173,28 @@ def test_jax_train_through_via_runs_on_the_host_and_keeps_its_folder_there(start
     assert "trial_0000" not in host_cli(lab, records, "list")  # trials are not runs of their own
 
 
+def test_a_run_whose_kernel_died_is_followed_from_a_new_kernel_through_via(started, kernel, lab):
+    """The laptop's kernel dies during a background run; a new kernel attaches through ssh and
+    follows the run from the host's folder (read over its ssh connection): every report."""
+    host, storage = lab.hosts[0], lab.private_dir
+    config = kernel.value("os.environ['JAXNB_SSH_CONFIG']")
+    train = (f"%jax_train counting --config dict(steps=500, scratch={storage + '/scratch'!r}) "
+             f"--storage {storage} --name orphan --background -o r")
+    with Kernel() as doomed:
+        doomed.ok(f"%load_ext jaxnb\nimport os\nos.environ['JAXNB_SSH_CONFIG'] = {config!r}")
+        doomed.ok(f"%jax_cluster attach {NAME} --via {host.address}")
+        doomed.ok(COUNTING)
+        doomed.ok(train)
+        wait_until(lambda: doomed.value("len(r.steps)") >= 20, timeout=60, what="20 reports")
+        doomed.kill()
+    wait_until(lambda: not holding(lab), timeout=20, what="the dead kernel's hold ending")
+    kernel.ok(f"%jax_cluster attach {NAME} --via {host.address}")
+    out = kernel.ok(f"%jax_train --attach --name orphan --storage {storage} -o f")
+    assert out.displays, "no dashboard"
+    assert kernel.value("[f.wait(120).steps, f.error]") == [list(range(1, 501)), None]
+    assert "orphan" not in os.listdir(storage)  # read there, not copied here
+
+
 def test_attach_via_a_host_runs_cells_there_is_taken_over_detaches_and_stops_leaving_nothing(
         started, kernel, lab, records):
     host = lab.hosts[0]
@@ -201,7 +223,8 @@ def test_attach_via_a_host_runs_cells_there_is_taken_over_detaches_and_stops_lea
     refused = one_line(kernel.run("%jax_cluster restart"))
     assert "does not work through `--via`" in refused and host.address in refused, refused
     refused = one_line(kernel.run("%jax_train --attach --name mlp"))  # a run folder on the host
-    assert "run 'mlp'" in refused and f"runs on {host.address}" in refused, refused
+    assert "run 'mlp'" in refused and f"is on {host.address}" in refused, refused
+    assert "--storage /ABSOLUTE/DIR" in refused, refused
 
     on_host(lab, records, TAKE, NAME)  # a kernel on the host takes it over
     wait_until(lambda: not holding(lab), timeout=10, what="the hold on the host seeing it")

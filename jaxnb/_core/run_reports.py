@@ -40,13 +40,23 @@ class Tail:
         self.file = file
         self.offset = 0
 
-    def read(self) -> list[dict[str, Any]]:
-        """The events of the lines completed since the last call, in order."""
+    def exists(self) -> bool:
+        """Whether the file is there."""
+        return os.path.isfile(self.file)
+
+    def _since(self, offset: int) -> bytes | None:
+        """The file's bytes from ``offset`` on; None when there is no file."""
         try:
             with open(self.file, "rb") as f:
-                f.seek(self.offset)
-                data = f.read()
+                f.seek(offset)
+                return f.read()
         except FileNotFoundError:
+            return None
+
+    def read(self) -> list[dict[str, Any]]:
+        """The events of the lines completed since the last call, in order."""
+        data = self._since(self.offset)
+        if data is None:
             return []
         end = data.rfind(b"\n") + 1  # a line still being written waits for the next call
         self.offset += end

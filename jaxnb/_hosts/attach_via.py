@@ -26,6 +26,7 @@ import time
 from typing import Any
 
 from jaxnb._core import cluster_names as names
+from jaxnb._core import run_reports
 from jaxnb._core.errors import ClusterStateError
 from jaxnb._core.host_entries import HostEntry, HostError, parse_entry
 
@@ -44,6 +45,9 @@ NONE_THERE = ("no cluster named {name!r} runs on {host}; `ssh {host} {python} -m
 TAKEN_THERE = "{line} (on {host}; `%jax_cluster attach {name} --via {host}` takes it back)"
 LINK_LOST = ("the ssh connection to {host} was lost; cluster {name!r} may still run there: "
              "`%jax_cluster attach {name} --via {host}` attaches again")
+#: Seconds one read of a file on the host may take; how often a run's reports are read there.
+READ_SECONDS = 30.0
+HOST_POLL_SECONDS = 0.5
 NOT_THROUGH_SSH = ("`{what}` does not work through `--via`: cluster {name!r} runs on {host} and "
                    "this kernel reaches it over ssh; do it in a kernel on {host} "
                    "(`%jax_cluster attach {name}` there), or stop it and start it again")
@@ -189,6 +193,23 @@ class RemoteHold:
                 holder.stdin.write(json.dumps({"run": name, "folder": folder, "kind": kind}) + "\n")
                 holder.stdin.flush()
 
+    def tail(self, file: str) -> run_reports.Tail:
+        """A run's reports file on the host, read over this kernel's ssh connection."""
+        return _HostTail(self, file)
+
+    def read_from(self, path: str, offset: int) -> bytes | None:
+        """File ``path`` on the host from byte ``offset`` on (``tail``; nothing there runs what
+        it reads); None when it is not there or the connection is gone."""
+        if self._master is None or self._master.poll() is not None:
+            return None
+        quoted = shlex.quote(path)
+        command = f"test -f {quoted} && exec tail -c +{int(offset) + 1} -- {quoted}"
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            out = subprocess.run(self._ssh(command), capture_output=True, timeout=READ_SECONDS,
+                                 stdin=subprocess.DEVNULL)
+            return out.stdout if out.returncode == 0 else None
+        return None
+
     # ---- the end --------------------------------------------------------------------------
 
     def detach(self) -> None:
@@ -322,3 +343,24 @@ def site() -> Any:
                 hold.signal([int(group.processes[p].pid) for p in chosen], int(signum))
 
     return ThroughSsh()
+
+
+class _HostTail(run_reports.Tail):
+    """:class:`run_reports.Tail` of a file on the host of a cluster attached through ``--via``."""
+
+    def __init__(self, hold: RemoteHold, file: str) -> None:
+        super().__init__(file)
+        self.hold = hold
+        self._read_at = -HOST_POLL_SECONDS
+
+    def exists(self) -> bool:
+        return self.hold.read_from(self.file, 1 << 62) is not None  # no bytes, only the check
+
+    def _since(self, offset: int) -> bytes | None:
+        """As often as the follower asks at most every ``HOST_POLL_SECONDS`` (an ssh command
+        each time); nothing new in between."""
+        now = time.monotonic()
+        if now - self._read_at < HOST_POLL_SECONDS:
+            return b""
+        self._read_at = now
+        return self.hold.read_from(self.file, offset)

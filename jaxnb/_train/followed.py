@@ -30,11 +30,13 @@ class RunFailed(JaxnbError):
     """The error of a run followed from its folder: the failing process 0's one line."""
 
 
-def follow(group: Group, run_dir: str, name: str, dashboard: Any = None) -> Result:
+def follow(group: Group, run_dir: str, name: str, dashboard: Any = None,
+           tail: run_reports.Tail | None = None) -> Result:
     """The live ``Result`` of the run in ``run_dir``: every report since it began, then its end
-    (``dashboard``: shown, fed the reports as they arrive, finished at the end)."""
-    file = run_reports.path(run_dir)
-    if not os.path.isfile(file):
+    (``dashboard``: shown, fed the reports as they arrive, finished at the end). ``tail`` reads
+    its reports file (default: on this machine)."""
+    tail = tail or run_reports.Tail(run_reports.path(run_dir))
+    if not tail.exists():
         parent = os.path.dirname(run_dir)
         raise FileNotFoundError(NO_SUCH_RUN.format(name=name, parent=parent, file=run_reports.REPORTS_FILE,
                                                    storage=example("storage", "DIR")))
@@ -43,7 +45,7 @@ def follow(group: Group, run_dir: str, name: str, dashboard: Any = None) -> Resu
     result = Result(name, run_dir)
     result.set_stopper(lambda: stop_run(group))
     result.set_view(dashboard)
-    reader = _Reader(result, run_reports.Tail(file), dashboard)
+    reader = _Reader(result, tail, dashboard)
     reader.step()  # what is there already, before this returns
     if result.running:
         threading.Thread(target=contextvars.copy_context().run, args=(reader.loop,),
