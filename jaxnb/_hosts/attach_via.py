@@ -197,13 +197,15 @@ class RemoteHold:
         """A run's reports file on the host, read over this kernel's ssh connection."""
         return _HostTail(self, file)
 
-    def read_from(self, path: str, offset: int) -> bytes | None:
+    def read_from(self, path: str, offset: int | None) -> bytes | None:
         """File ``path`` on the host from byte ``offset`` on (``tail``; nothing there runs what
-        it reads); None when it is not there or the connection is gone."""
+        it reads; ``None``: only whether it is there, as ``b""``); None when it is not there or
+        the connection is gone."""
         if self._master is None or self._master.poll() is not None:
             return None
         quoted = shlex.quote(path)
-        command = f"test -f {quoted} && exec tail -c +{int(offset) + 1} -- {quoted}"
+        command = f"test -f {quoted}" + ("" if offset is None else
+                                         f" && exec tail -c +{int(offset) + 1} -- {quoted}")
         with contextlib.suppress(subprocess.TimeoutExpired):
             out = subprocess.run(self._ssh(command), capture_output=True, timeout=READ_SECONDS,
                                  stdin=subprocess.DEVNULL)
@@ -354,7 +356,7 @@ class _HostTail(run_reports.Tail):
         self._read_at = -HOST_POLL_SECONDS
 
     def exists(self) -> bool:
-        return self.hold.read_from(self.file, 1 << 62) is not None  # no bytes, only the check
+        return self.hold.read_from(self.file, None) is not None
 
     def _since(self, offset: int) -> bytes | None:
         """As often as the follower asks at most every ``HOST_POLL_SECONDS`` (an ssh command
