@@ -213,3 +213,37 @@ def test_a_followed_run_books_a_checkpoints_report_its_file_lacks(tmp_path):
     result = followed.follow(None, str(run_dir), "mlp", None)  # type: ignore[arg-type]
     assert result.steps == list(range(1, 12))
     assert result.history[9] == {"loss": 0.5} and result.checkpoint.step == 10
+
+
+def test_a_followed_run_whose_file_cannot_be_read_any_more_ends_its_result_with_one_line(tmp_path):
+    """Through --via the reports are read over ssh: a lost connection must end the wait with a
+    line that says what to do, not leave ``wait()`` running for ever."""
+    from jaxnb._core import run_reports
+    from jaxnb._core.errors import ClusterStateError
+    from jaxnb._core.host_entries import parse_entry
+    from jaxnb._hosts.attach_via import RemoteHold
+    from jaxnb._train import followed
+
+    hold = RemoteHold("far", parse_entry("login1"), sys.executable)  # never connected
+    with pytest.raises(ClusterStateError, match="the ssh connection to login1 was lost"):
+        followed.follow(None, str(tmp_path / "mlp"), "mlp", None, hold.tail("/r/mlp/reports.jsonl"))  # type: ignore[arg-type]
+
+    run_dir = tmp_path / "mlp"
+    run_dir.mkdir()
+    file = run_dir / run_reports.REPORTS_FILE
+    file.write_text(run_reports.line({"kind": "start", "resume": None}))
+
+    class Cut(run_reports.Tail):
+        """The file as read over a link that is cut after the first read."""
+
+        def _since(self, offset: int) -> bytes | None:
+            if self.offset:
+                return hold.read_from(self.file, offset)
+            return super()._since(offset)
+
+    result = followed.follow(None, str(run_dir), "mlp", None, Cut(str(file)))  # type: ignore[arg-type]
+    assert result.running or result.error is not None
+    result.wait(10)
+    assert not result.running
+    assert str(result.error).startswith("stopped following run 'mlp', which may go on: the ssh "
+                                        "connection to login1 was lost"), result.error

@@ -89,6 +89,7 @@ def test_a_remote_listing_is_refused_before_ssh_and_keeps_only_rows_a_listing_ha
     ('{"run": "mlp", "folder": "/scratch/runs/mlp", "kind": "run"}', ("mlp", "/scratch/runs/mlp", "run")),
     ('{"run": "s", "folder": "/r/s", "kind": "search"}', ("s", "/r/s", "search")),
     ('{"run": "mlp", "folder": "runs/mlp", "kind": "run"}', None),  # not an absolute folder
+    ('{"run": "mlp\\nfar  2", "folder": "/r/mlp", "kind": "run"}', None),  # not the folder's name
     ('{"run": "mlp", "folder": "/r/mlp", "kind": "exec"}', None),
     ('{"run": 1, "folder": "/r/mlp", "kind": "run"}', None),
     ('["run", "mlp"]', None),

@@ -54,7 +54,7 @@ def _run_noted(line: str) -> tuple[str, str, str] | None:
         return None
     name, folder, kind = doc.get("run"), doc.get("folder"), doc.get("kind")
     if not (isinstance(name, str) and isinstance(folder, str) and os.path.isabs(folder)
-            and kind in (runs.RUN, runs.SEARCH)):
+            and name == os.path.basename(folder) and kind in (runs.RUN, runs.SEARCH)):
         return None
     return name, folder, kind
 

@@ -199,10 +199,10 @@ class RemoteHold:
 
     def read_from(self, path: str, offset: int | None) -> bytes | None:
         """File ``path`` on the host from byte ``offset`` on (``tail``; nothing there runs what
-        it reads; ``None``: only whether it is there, as ``b""``); None when it is not there or
-        the connection is gone."""
+        it reads; ``None``: only whether it is there, as ``b""``); None when it is not there.
+        A ``ClusterStateError`` (one line, what to do) once the connection is gone."""
         if self._master is None or self._master.poll() is not None:
-            return None
+            raise ClusterStateError(LINK_LOST.format(host=self.host, name=self.name))
         quoted = shlex.quote(path)
         command = f"test -f {quoted}" + ("" if offset is None else
                                          f" && exec tail -c +{int(offset) + 1} -- {quoted}")

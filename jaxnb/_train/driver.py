@@ -100,7 +100,7 @@ def train(
     try:
         if far_folder.host_of(group) is not None:  # attached through --via: the host's folder
             run_dir, earlier, resume_from = far_folder.open_there(
-                group, far_folder.storage_path(storage, DEFAULT_STORAGE), run, resume)
+                group, os.fspath(storage or DEFAULT_STORAGE), run, resume)
         else:
             run_dir = os.path.abspath(os.path.join(os.fspath(storage or DEFAULT_STORAGE), run))
             made = run_folder.make(run_dir)  # removed again if the run leaves nothing in it

@@ -21,6 +21,8 @@ from jaxnb._train.result import Result
 
 #: How often the file is read for new reports (seconds).
 POLL_SECONDS = 0.05
+#: A followed run whose reports could not be read any more (it may go on).
+LEFT = "stopped following run {name!r}, which may go on: {why}"
 
 NO_SUCH_RUN = ("no run {name!r} in {parent} (no {file} there); give the folder the run was "
                "started with ({storage}), or list it with `ls {parent}`")
@@ -61,8 +63,17 @@ class _Reader:
         self.stopping = threading.Event()
 
     def loop(self) -> None:
-        while not self.stopping.wait(POLL_SECONDS) and self.result.running:
-            self.step()
+        try:
+            while not self.stopping.wait(POLL_SECONDS) and self.result.running:
+                self.step()
+        except Exception as exc:  # the file cannot be read any more (an ssh link lost): say so
+            result = self.result
+            result.error = RunFailed(LEFT.format(name=result.name, why=str(exc).splitlines()[0]))
+            result.error.result = result  # type: ignore[attr-defined]
+            if self.dashboard is not None:
+                with contextlib.suppress(Exception):
+                    self.dashboard.finish("failed", str(result.error))
+            result.set_done()
 
     def step(self) -> None:
         """Apply what was appended; conclude at an end that nothing follows."""
