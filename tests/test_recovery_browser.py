@@ -145,6 +145,10 @@ def test_dashboard_shows_a_recovery_from_kill_9_and_how_the_run_ended(lab: Watch
     run_and_wait(page, C["train"])  # --background: returns at once; the run goes on
     wait_for_file(folder / "reached")
     os.kill(victim, signal.SIGKILL)
+    # A cell waiting on the run disables Stop (the kernel takes no click then): run it only
+    # once the page showed the recovery, so that every state before it had Stop enabled.
+    wait_for(lambda: any(RECOVERING.search(s["header"]) for s in page.evaluate("window.jaxnbStates")),
+             timeout_s=90, what="the dashboard's recovering status")
     out = run_and_wait(page, C["wait"], timeout_s=180)
     assert re.search(r"error None failures 1 steps True", out.inner_text()), out.inner_text()
     dash = dashboard(target.locator(".jp-OutputArea"))
