@@ -154,7 +154,7 @@ class ClusterJobs:
             raise ClusterStateError(NOT_NAMED.format(run=run, attach=spelling.example("name", "NAME")))
         run_dir = (self._run_folder(run) if storage is None else None) or os.path.abspath(
             os.path.join(os.fspath(storage or driver.DEFAULT_STORAGE), run))
-        host = getattr(group.attachment, "host", None)  # attached through --via
+        host = group.via_host
         tail = None
         if host is not None and not os.path.isdir(run_dir):  # read on the host, over ssh
             if storage is None or not os.path.isabs(os.fspath(storage)):

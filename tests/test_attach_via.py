@@ -161,7 +161,8 @@ def test_jax_train_through_via_runs_on_the_host_and_keeps_its_folder_there(start
     refused = one_line(kernel.run(train.format(steps=40, name="again") + " --max-failures 1"))
     assert "`--max-failures` does not work through `--via`" in refused, refused
     refused = one_line(kernel.run(train.format(steps=40, name="again") + " --break-lock"))
-    assert "`--break-lock` does not work through `--via`" in refused, refused
+    assert "`--break-lock` does not work through `--via`: runs started from this kernel take no lock" \
+        in refused, refused
     assert not os.listdir(storage), [(d, f) for d, _, f in os.walk(storage)]
     # A search: its study (Optuna's journal) stays here, each trial's run folder is the host's.
     kernel.ok(f"%jax_tune counting --space dict(steps=jaxnb.tune.choice([3, 4])) --trials 2 "

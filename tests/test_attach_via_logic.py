@@ -100,3 +100,18 @@ def test_the_hold_notes_only_a_well_formed_run_line(line, noted):
     from jaxnb._attach import hold
 
     assert hold._run_noted(line) == noted
+
+
+@pytest.mark.parametrize("what, said", [
+    ("--break-lock", "runs started from this kernel take no lock in login1's run folders"),
+    ("--max-failures", "do it in a kernel on login1 (`%jax_cluster attach exp1` there)"),
+    ("restart", "do it in a kernel on login1"),
+])
+def test_what_needs_the_host_is_refused_in_one_line_saying_what_to_do(what, said):
+    hold = attach_via.RemoteHold("exp1", attach_via.check_via("login1"), "python3")
+    try:
+        text = str(hold.refuse(what))
+    finally:
+        hold.close()
+    assert text.startswith(f"`{what}` does not work through `--via`") and said in text, text
+    assert len(text.splitlines()) == 1

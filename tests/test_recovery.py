@@ -6,6 +6,8 @@ marker file), so this module has a cluster of its own.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -150,7 +152,8 @@ def test_a_failure_at_the_same_step_after_a_restore_is_not_retried_forever(clust
     with pytest.raises(ProcessFailure) as info:
         cluster.train(checkpointed_loop, config, storage=tmp_path, max_failures=3)
     message = info.value.summary
-    assert "repeats at step 12 after a restore from step 10" in message, message
+    # The step heard of may be a report or two behind the death (recovery.STEP_SLACK).
+    assert re.search(r"repeats at step 1[0-2] after a restore from step 10", message), message
     assert len(info.value.result.failures) == 2
     cluster.restart()
 

@@ -140,6 +140,11 @@ class Group:
         return self.client is not None
 
     @property
+    def via_host(self) -> str | None:
+        """The host of a cluster attached through ``--via`` (its runs' folders are there)."""
+        return getattr(self.attachment, "host", None)
+
+    @property
     def indices(self) -> list[int]:
         """``[0, 1, …, N-1]``."""
         return [p.process_index for p in self.processes]

@@ -51,6 +51,10 @@ HOST_POLL_SECONDS = 0.5
 NOT_THROUGH_SSH = ("`{what}` does not work through `--via`: cluster {name!r} runs on {host} and "
                    "this kernel reaches it over ssh; do it in a kernel on {host} "
                    "(`%jax_cluster attach {name}` there), or stop it and start it again")
+#: ``--break-lock`` through ``--via``: such runs take no lock on the host.
+NO_LOCK_THROUGH_SSH = ("`{what}` does not work through `--via`: runs started from this kernel take no "
+                       "lock in {host}'s run folders; leave it out, or break the lock in a kernel "
+                       "on {host} (`%jax_cluster attach {name}` there)")
 
 
 def check_via(text: str) -> HostEntry:
@@ -175,7 +179,8 @@ class RemoteHold:
 
     def refuse(self, what: str) -> ClusterStateError:
         """The one-line error for ``what`` (restart, scale), which needs the host's processes."""
-        return ClusterStateError(NOT_THROUGH_SSH.format(what=what, name=self.name, host=self.host))
+        said = NO_LOCK_THROUGH_SSH if what.lstrip("-") in ("break_lock", "break-lock") else NOT_THROUGH_SSH
+        return ClusterStateError(said.format(what=what, name=self.name, host=self.host))
 
     def signal(self, pids: list[int], signum: int) -> None:
         """``kill -SIGNUM PID...`` on the host (whole numbers only reach its shell)."""

@@ -98,7 +98,7 @@ def train(
     made: list[str] = []
     lock: FileLock | None = None
     try:
-        if far_folder.host_of(group) is not None:  # attached through --via: the host's folder
+        if group.via_host is not None:  # attached through --via: the host's folder
             run_dir, earlier, resume_from = far_folder.open_there(
                 group, os.fspath(storage or DEFAULT_STORAGE), run, resume)
         else:
@@ -238,7 +238,7 @@ def _conclude(
         result.conclude_samples(time.monotonic() - attempts.launched, attempts.recovery_seconds)
         if attempts.lock is not None:  # before set_done: a waiter may start the same run at once
             run_folder.release(attempts.lock, attempts.made)
-        elif far_folder.host_of(group) is not None:
+        elif group.via_host is not None:
             far_folder.after_run(group, result.path, result.checkpoint)
         result.set_done()
         if on_result is not None:

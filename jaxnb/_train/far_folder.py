@@ -25,11 +25,6 @@ OPEN_FAILED = ("process 0 on {host} did not open run {run!r}'s folder in {storag
                "that the host's jaxnb is this one's version, or start the run in a kernel on {host}")
 
 
-def host_of(group: Group) -> str | None:
-    """The host of a cluster attached through ``--via`` (its runs' folders are there); else None."""
-    return getattr(group.attachment, "host", None)
-
-
 def open_there(group: Group, storage: str, run: str, resume: bool) -> tuple[str, bool, Checkpoint | None]:
     """The run's folder on the host, whether an earlier run left files in it, and the checkpoint
     to resume from; raises what a kernel raises for a folder of its own."""
@@ -38,7 +33,7 @@ def open_there(group: Group, storage: str, run: str, resume: bool) -> tuple[str,
             timeout=ASK_SECONDS)
     except Exception as exc:  # no answer in time, or the host's jaxnb lacks the call
         said = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
-        raise ClusterStateError(OPEN_FAILED.format(run=run, storage=storage, host=host_of(group),
+        raise ClusterStateError(OPEN_FAILED.format(run=run, storage=storage, host=group.via_host,
                                                    said=said)) from exc
     if found.get("error") is not None:
         raise found["error"]

@@ -21,7 +21,6 @@ from jaxnb._core.state import Group, Suspect
 from jaxnb._debug.stops import Stops
 from jaxnb._failures import explain, free
 from jaxnb._failures.watch import Watch
-from jaxnb._train import far_folder
 from jaxnb._train.receive import Receiver
 from jaxnb._train.result import Result
 from jaxnb._widgets.dashboard import Dashboard
@@ -239,7 +238,7 @@ class Monitor:
         return found
 
     def _book(self, records: list[dict[str, Any]]) -> None:
-        result, here = self.result, far_folder.host_of(self.group) is None
+        result, here = self.result, self.group.via_host is None
         for record in records:
             result.add_report(record["metrics"], int(record["step"]))
             if record.get("checkpoint"):

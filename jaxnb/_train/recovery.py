@@ -6,8 +6,8 @@ the same options, the recorded setup is replayed (:mod:`jaxnb._core.replay`), an
 function runs again from the latest checkpoint, exactly as ``--resume`` would
 find it, with the same dashboard and the same ``Result``. An exception raised
 by the function on a live process is a bug, not a lost process: it is never
-retried. A failure that comes back at the same step after a restore, and the
-N+1-th failure, end the run naming every cause.
+retried. A failure that comes back at the same step after a restore (:func:`repeats`), and
+the N+1-th failure, end the run naming every cause.
 """
 
 from __future__ import annotations
@@ -34,6 +34,9 @@ REPEATED = (
     "the failure repeats at step {step} after a restore from {start}: jaxnb stops retrying "
     "(the loop itself probably ends the process there)"
 )
+#: A death's step is the newest one the notebook heard of: reports still in flight when a
+#: process dies may leave it this many steps behind the step the death came at.
+STEP_SLACK = 2
 EXHAUSTED = "gave up after {recoveries} ({limit}); every cause, in order: {causes}"
 NO_CHECKPOINT = "jaxnb: run {name!r} reported no checkpoint yet; restarting it from step 0"
 _PID = re.compile(r" \(pid \d+ on [^)]*\)")
@@ -82,6 +85,14 @@ class SeenDeath:
         return self.seen
 
 
+def repeats(previous: Failure, failure: Failure, latest: Checkpoint | None) -> bool:
+    """``failure`` came again where ``previous`` did: within :data:`STEP_SLACK` steps of it, and
+    before the attempt resumed after it saved a newer checkpoint (``latest``) than it started from."""
+    if previous.step is None or failure.step is None or abs(failure.step - previous.step) > STEP_SLACK:
+        return False
+    return latest is None or (previous.resumed_from is not None and latest.step <= previous.resumed_from)
+
+
 class Recovery:
     """The recovery policy of one run, and its record (``failures``, also in the Result)."""
 
@@ -119,7 +130,7 @@ class Recovery:
             recoveries = plural(n, "recovery", "recoveries")
             return failure, EXHAUSTED.format(recoveries=recoveries, causes=causes,
                                              limit=example("max_failures", n))
-        if previous is not None and previous.step == failure.step:
+        if previous is not None and repeats(previous, failure, self.latest()):
             return failure, REPEATED.format(step=failure.step, start=start_text_step(previous.resumed_from))
         return failure, None
 

@@ -230,7 +230,7 @@ def show_status(cluster: JaxCluster, ask: bool = True) -> None:
     from jaxnb._widgets.devices import show_devices
 
     local = not site.of(cluster.group).remote_engines
-    via = getattr(cluster.group.attachment, "host", None)  # attached through --via
+    via = cluster.group.via_host
     show_devices(cluster.status() if ask else process_states(cluster.group, settle=False), lost=cluster.lost,
                  notes=[encryption.status_line(cluster.group.client, local, via)])
 

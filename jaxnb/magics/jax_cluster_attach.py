@@ -28,7 +28,7 @@ def run(front: kit.Front, command: str, name: str | None,
         print(listing.table(found, via or "this machine"))
     elif command == "detach":
         cluster = front.require()
-        host = getattr(cluster.group.attachment, "host", None)  # attached through --via
+        host = cluster.group.via_host
         with kit.api_call():
             cluster.detach()
         front.cluster = None
