@@ -210,10 +210,14 @@ class Attaching:
         attachment.update(hold, runs=runs.added(doc.get("runs"), name, folder, kind))
 
     def _run_folder(self, name: str) -> str | None:
-        """The folder of run or search ``name`` as this named cluster's record has it."""
+        """The folder of run or search ``name`` as this named cluster's record has it (the
+        host's, as it was at the attach, through ``--via``)."""
         hold = self.group.attachment
-        doc = record.read(names.record_path(hold.name)) if hold is not None else None
-        return runs.folder_of((doc or {}).get("runs"), name)
+        if hold is None:
+            return None
+        if self.group.via_host is not None:
+            return runs.folder_of(hold.runs, name)
+        return runs.folder_of((record.read(names.record_path(hold.name)) or {}).get("runs"), name)
 
 
 @dataclasses.dataclass

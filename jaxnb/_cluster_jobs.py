@@ -27,8 +27,8 @@ if TYPE_CHECKING:  # loaded on first use: a run's modules (matplotlib, widgets) 
 NOT_NAMED = ("this cluster has no name, so {run!r} cannot outlive its kernel: use the result its "
              "train() or tune() returned; start clusters with {attach} to attach their runs and "
              "searches later")
-NOT_HERE = ("run {run!r}'s folder is on {host}, where the cluster runs (attached through --via): "
-            "name its folder of runs there, {storage}")
+NOT_HERE = ("no run {run!r} in the record of the cluster on {host} (attached through --via): name "
+            "its folder of runs there, {storage}")
 
 
 class ClusterJobs:
@@ -135,7 +135,8 @@ class ClusterJobs:
         kernel that is gone, say), read from its folder ``storage/run``: a ``Result`` with every
         report since the run began, or for a search (a folder that holds a study) a
         ``TuneResult`` with every trial since it began; ``wait()`` returns at its end. Without
-        ``storage``, the folder the cluster's record has for ``run`` (else ``./jaxnb_runs``).
+        ``storage``, the folder the cluster's record has for ``run`` (the host's, through
+        ``--via``; else ``./jaxnb_runs``).
         ``show``: its live dashboard (a search's view).
 
         Raises:
@@ -152,12 +153,12 @@ class ClusterJobs:
         run = run_name(None, run)
         if group.attachment is None:
             raise ClusterStateError(NOT_NAMED.format(run=run, attach=spelling.example("name", "NAME")))
-        run_dir = (self._run_folder(run) if storage is None else None) or os.path.abspath(
-            os.path.join(os.fspath(storage or driver.DEFAULT_STORAGE), run))
+        known = self._run_folder(run) if storage is None else None
+        run_dir = known or os.path.abspath(os.path.join(os.fspath(storage or driver.DEFAULT_STORAGE), run))
         host = group.via_host
         tail = None
         if host is not None and not os.path.isdir(run_dir):  # read on the host, over ssh
-            if storage is None or not os.path.isabs(os.fspath(storage)):
+            if known is None and (storage is None or not os.path.isabs(os.fspath(storage))):
                 raise ClusterStateError(NOT_HERE.format(run=run, host=host, storage=spelling.example(
                     "storage", "/ABSOLUTE/DIR")))
             from jaxnb._core import run_reports
