@@ -27,14 +27,10 @@ RUN, SEARCH = "run", "search"
 SEARCH_LOCK = "search.lock"
 
 
-def entries(runs: Any) -> list[dict[str, Any]]:
-    """The entries of a record's ``runs`` (whatever the file held: only its dicts)."""
-    return [r for r in (runs if isinstance(runs, list) else []) if isinstance(r, dict)]
-
-
 def added(runs: Any, name: str, folder: str, kind: str) -> list[dict[str, Any]]:
     """``runs`` (a record's list) with run ``name`` in ``folder`` at its end (once per folder)."""
-    kept = [r for r in entries(runs) if r.get("folder") != folder]
+    kept = [r for r in (runs if isinstance(runs, list) else [])
+            if isinstance(r, dict) and r.get("folder") != folder]
     kept.append({"name": name, "kind": kind, "folder": folder, "since": time.time()})
     return kept[-KEEP:]
 

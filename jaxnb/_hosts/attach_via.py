@@ -25,7 +25,6 @@ import threading
 import time
 from typing import Any
 
-from jaxnb._attach import runs
 from jaxnb._core import cluster_names as names
 from jaxnb._core import run_reports
 from jaxnb._core.errors import ClusterStateError
@@ -85,8 +84,8 @@ class RemoteHold:
         self.name, self.entry, self.python = names.check(name), entry, python
         self.host = entry.target
         self.supervisor: dict[str, Any] = {}
-        #: The host record's runs when this kernel attached, and those it started since.
-        self.runs: list[dict[str, Any]] = []
+        #: The host record's runs when this kernel attached, and those it started since (newest last).
+        self.runs: list[Any] = []
         self.link_lost = False
         self._said: list[dict[str, Any]] = []
         self._folder = _private_folder()
@@ -126,7 +125,8 @@ class RemoteHold:
             self.close()
             raise ClusterStateError(why)
         self.supervisor = first["record"].get("supervisor") or {}
-        self.runs = runs.entries(first["record"].get("runs"))
+        listed = first["record"].get("runs")
+        self.runs = listed if isinstance(listed, list) else []
         return first
 
     def _read(self) -> None:
@@ -196,7 +196,7 @@ class RemoteHold:
     def note_run(self, name: str, folder: str, kind: str) -> None:
         """Note a run started from here (its folder on the host) in the host's record, through
         the hold there (one JSON line on its stdin); nothing when the connection is gone."""
-        self.runs = runs.added(self.runs, name, folder, kind)
+        self.runs.append({"name": name, "folder": folder, "kind": kind})
         holder = self._holder
         if holder is not None and holder.poll() is None and holder.stdin is not None:
             with contextlib.suppress(OSError, ValueError):
