@@ -66,3 +66,12 @@ def test_a_capped_page_keeps_each_processs_tail_after_one_note():
     assert lines[-1] == "[p1] p1 own 299" and "[p0] p0 own 299" in lines
     assert sum(x.startswith("[p0]") for x in lines) == sum(x.startswith("[p1]") for x in lines) == 25
     assert len(lines) == 101
+
+
+def test_all_shows_each_process_in_full_but_leaves_informational_cxx_lines_in_the_log():
+    from jaxnb._cells.outputs import write_raw
+
+    shown: list[str] = []
+    texts = {0: "start\n" + "\n".join(GLOO[0]) + "\nend", 1: GLOO[1][0] + "\n", 2: "2.0\n"}
+    write_raw([0, 1, 2], texts, shown.append)
+    assert "".join(shown) == "[p0]\nstart\nend\n[p2]\n2.0\n"
