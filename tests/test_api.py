@@ -106,7 +106,7 @@ def test_entry_points_have_real_keywords_and_return_types(entry):
 
 @pytest.mark.parametrize(("magic", "entry", "magic_only", "api_only"), [
     (jax_train.jax_train, JaxCluster.train, {"func", "output", "attach"}, {"fn", "on_result"}),
-    (jax_tune.jax_tune, JaxCluster.tune, {"func", "output", "attach"}, {"fn", "on_result", "seed", "show"}),
+    (jax_tune.jax_tune, JaxCluster.tune, {"func", "output", "attach"}, {"fn", "on_result", "show"}),
     (jax_profile.jax_profile, JaxCluster.profile, {"output"}, {"code", "on_result"}),
     (jax_cluster.jax_cluster_cell, JaxCluster.run, set(), {"code", "value"}),
     (jax_debug.jax_debug, JaxCluster.debug, set(), set()),

@@ -132,6 +132,18 @@ def test_a_ray_param_space_nested_under_train_loop_config(kernel, tmp_path):
     assert kernel.value("all(1.9 <= t.config['x'] <= 2.1 for t in ray.trials)")
 
 
+def test_a_search_with_a_seed_samples_the_same_configs_again(kernel, tmp_path):
+    """``--seed N``: the same seed, the same sampled configs; another seed, others."""
+    def configs(name: str, seed: int) -> list[float]:
+        kernel.ok(f"%jax_tune slow_quadratic --space dict(x=tune.uniform(0.0, 4.0)) --trials 2 "
+                  f"--config dict(steps=1, sleep=0) --storage {tmp_path} --name {name} --seed {seed} "
+                  f"--pruner none -o seeded")
+        return kernel.value("[t.config['x'] for t in seeded.trials]")
+
+    first = configs("a", 7)
+    assert configs("b", 7) == first and configs("c", 8) != first, first
+
+
 def test_pruning_stops_bad_trials_early_in_a_notebook(tmp_path):
     with started_kernel(*KERNEL) as k:
         out = k.ok(f"%jax_tune slow_quadratic --space good_then_bad --trials 4 --metric loss "

@@ -38,6 +38,8 @@ from jaxnb.magics import accept, follow, kit
           "%%jax_train")
 @argument("--keep-checkpoints", type=accept.whole("--keep-checkpoints", least=1, example=3), default=None,
           metavar="N", help="the newest checkpoints kept per trial (default 3)")
+@argument("--seed", type=accept.whole("--seed", example=0), default=None, metavar="N",
+          help="the sampler's seed: the same seed samples the same configs (default: random)")
 @argument("--resume", action="store_true", help="continue study STUDY (after a kernel restart)")
 @argument("--break-lock", action="store_true", help="remove the study's lock left by a kernel "
           "that is gone (refused while its host answers)")
@@ -50,8 +52,8 @@ from jaxnb.magics import accept, follow, kit
 def jax_tune(line: str) -> None:
     """%jax_tune FUNC --space EXPR [--trials N] [--metric NAME] [--mode min|max]
     [--pruner median|asha|none] [--config EXPR] [--name STUDY] [--storage DIR] [--steps N]
-    [--datasets NAME=VAR,…] [--max-failures N] [--keep-checkpoints N] [--resume] [--break-lock]
-    [--background] [--attach] [-o VAR]
+    [--datasets NAME=VAR,…] [--max-failures N] [--keep-checkpoints N] [--seed N] [--resume]
+    [--break-lock] [--background] [--attach] [-o VAR]
 
     Hyperparameter search with Optuna: each trial runs FUNC on every JAX process
     (as %jax_train) with the base config updated by the sampled values; reports of
@@ -71,7 +73,7 @@ EXPRESSIONS = {"--space": "dict(lr=jaxnb.tune.loguniform(1e-4, 1e-1))", "--confi
 
 #: The flags that only start a search (refused with ``--attach``).
 _STARTING = ("trials", "metric", "mode", "pruner", "steps", "datasets", "max_failures",
-             "keep_checkpoints", "resume", "break_lock", "background")
+             "keep_checkpoints", "seed", "resume", "break_lock", "background")
 
 
 def run(front: kit.Front, line: str, local_ns: dict | None) -> Any:
