@@ -233,6 +233,3 @@ def show_status(cluster: JaxCluster, ask: bool = True) -> None:
     via = cluster.group.via_host
     show_devices(cluster.status() if ask else process_states(cluster.group, settle=False), lost=cluster.lost,
                  notes=[encryption.status_line(cluster.group.client, local, via)])
-
-
-#: ``%jax_cluster?`` and ``%%jax_cluster?``: the usage and every flag.

@@ -24,9 +24,6 @@ def jax_debug(line: str) -> None:
     """
 
 
-#: ``%jax_debug?``: the usage line and every flag.
-
-
 def run(front: kit.Front, line: str) -> None:
     """Parse the line and call ``JaxCluster.debug``."""
     args = parse_argstring(jax_debug, line)

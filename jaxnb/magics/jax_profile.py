@@ -22,9 +22,6 @@ def jax_profile(line: str) -> None:
     """
 
 
-#: ``%%jax_profile?``: the usage line and every flag.
-
-
 def run(front: kit.Front, line: str, cell: str) -> None:
     """Parse the line and call ``JaxCluster.profile``; VAR gets the result even if the cell raised."""
     args = parse_argstring(jax_profile, line)

@@ -64,9 +64,6 @@ def jax_tune(line: str) -> None:
     """
 
 
-#: ``%jax_tune?``: the usage line and every flag.
-
-
 #: The flags whose value is a Python expression, and an example of one.
 EXPRESSIONS = {"--space": "dict(lr=jaxnb.tune.loguniform(1e-4, 1e-1))", "--config": "dict(steps=100)"}
 
