@@ -52,8 +52,10 @@ class JaxCluster(Inspecting, Attaching, Restarting, ClusterJobs):
 
     What the magics use, for scripts and papermill runs. Each keyword is the flag of
     ``%jax_cluster start`` of the same name (``init_timeout=`` is ``--init-timeout``), with the
-    same default; see the magics' reference for what each does. Nothing starts until
-    :meth:`start` (or ``with``).
+    same default; see the magics' reference for what each does. One keyword has no flag:
+    ``collective_timeout=`` (seconds, default 60), how long a CPU collective waits for the
+    other processes before it fails (XLA's gloo timeout). Nothing starts until :meth:`start`
+    (or ``with``).
 
     Raises:
         ValueError: a wrong option value or combination (one line naming the keyword), before
