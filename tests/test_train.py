@@ -99,6 +99,12 @@ def ray_train_func(config):
     for epoch in range(config["epochs"]):
         params, opt_state, loss = step(params, opt_state, x, y)
         train.report({"loss": float(loss), "epoch": epoch})
+    if "names" in config:  # what Ray's context would say of the run
+        import os
+
+        context = train.get_context()
+        with open(os.path.join(config["names"], str(context.get_world_rank())), "w") as f:
+            f.write(context.get_experiment_name())
 
 
 def until_stopped(config=None):
@@ -177,7 +183,13 @@ def test_lossless_history_of_a_tight_loop(cluster, tmp_path):
 
 
 def test_ray_quickstart_port(cluster, tmp_path):
-    result = cluster.train(ray_train_func, {"epochs": 60, "lr": 0.1}, storage=tmp_path)
+    names = tmp_path / "names"
+    names.mkdir()
+    result = cluster.train(ray_train_func, {"epochs": 60, "lr": 0.1, "names": str(names)},
+                           storage=tmp_path, name="quick")
+    assert {p.name: p.read_text() for p in names.iterdir()} == {"0": "quick", "1": "quick"}
+    after = cluster.run("import jaxnb\njaxnb.get_context().get_experiment_name()", value=True)
+    assert after.value == ""  # no run goes on
     assert [h["epoch"] for h in result.history] == list(range(60))
     losses = [h["loss"] for h in result.history]
     assert all(isinstance(v, float) for v in losses)

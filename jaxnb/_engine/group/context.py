@@ -25,6 +25,16 @@ def num_processes() -> int:
     return int(os.environ.get("JAX_NUM_PROCESSES", "1"))
 
 
+#: The name of the run going on in this process ("" outside a run): set by its start and end.
+_experiment = ""
+
+
+def name_run(name: str) -> None:
+    """The run going on in this process is ``name`` from now on (``""``: none)."""
+    global _experiment
+    _experiment = name
+
+
 def _distributed_ready() -> bool:
     from jaxnb._engine.jax_internals import distributed_client
 
@@ -64,6 +74,11 @@ class TrainContext:
         """Index of this host among the hosts."""
         return int(os.environ.get(ENV_NODE_RANK, "0"))
 
+    def get_experiment_name(self) -> str:
+        """The run's name (``--name RUN``, Ray's ``RunConfig(name=...)``; in a search, the
+        trial's run); ``""`` outside a run."""
+        return _experiment
+
     def get_hostname(self) -> str:
         """This host's name."""
         return socket.gethostname()
@@ -76,7 +91,8 @@ def get_context() -> TrainContext:
     """The context of this process (call inside a train function or a cell).
 
     Named as Ray Train's: ``get_world_rank()``, ``get_world_size()``, ``get_local_rank()``,
-    ``get_local_world_size()``, plus ``process_index`` and ``num_processes``.
+    ``get_local_world_size()``, ``get_node_rank()``, ``get_experiment_name()``, plus
+    ``process_index`` and ``num_processes``.
 
     Example:
         >>> rank = jaxnb.get_context().get_world_rank()   # doctest: +SKIP

@@ -21,6 +21,7 @@ from jaxnb._core.run_folder import Checkpoint
 from jaxnb._core.spelling import spelled
 from jaxnb._engine.checkpoint import crash_points
 from jaxnb._engine.datasets import data_run
+from jaxnb._engine.group import context
 from jaxnb._engine.memory import oom_note
 from jaxnb._engine.profile import recording
 from jaxnb._engine.run import (
@@ -209,7 +210,6 @@ def prepare(spec: dict[str, Any]) -> dict[str, Any]:
 def _prepare(spec: dict[str, Any]) -> dict[str, Any]:
     global _run
     from jaxnb._engine.debug import kept
-    from jaxnb._engine.group import context
 
     _run = None
     held.keep(spec)  # what a driver needs once the kernel is gone (a run that recovers)
@@ -234,6 +234,7 @@ def _prepare(spec: dict[str, Any]) -> dict[str, Any]:
     elastic = bool(spec.get("elastic"))
     if elastic:
         resizing.arm()
+    context.name_run(os.path.basename(os.path.normpath(spec["run_dir"])))
     _run = _Run(
         run_dir=spec["run_dir"],
         process=process,
@@ -285,6 +286,7 @@ def execute() -> dict[str, Any]:
     finally:
         monitoring.stop()
         _run = None
+        context.name_run("")
         run.stop.finish()
         data_run.end()
         try:
