@@ -96,13 +96,12 @@ class ClusterJobs:
 
         window = None if profile_steps is None else training.window(profile_steps, background)
         self.group.require_running()
-        hold = self.group.attachment
         needs_host = [k for k, v in (("max_failures", max_failures), ("min_processes", min_processes),
                                      ("break_lock", break_lock)) if v not in (0, None, False)]
-        if needs_host and hasattr(hold, "refuse"):  # --via: recoveries, the run's lock are there
+        if needs_host and self.group.via_host is not None:  # recoveries, the run's lock are there
             from jaxnb._core import spelling
 
-            raise hold.refuse(spelling.bare(needs_host[0]))
+            raise self.group.attachment.refuse(spelling.bare(needs_host[0]))
         if min_processes is not None:
             site.check_resizes(self.group)
         repair.ensure_ready(self.group)

@@ -68,7 +68,8 @@ class _Reader:
                 self.step()
         except Exception as exc:  # the file cannot be read any more (an ssh link lost): say so
             result = self.result
-            result.error = RunFailed(LEFT.format(name=result.name, why=str(exc).splitlines()[0]))
+            why = (str(exc).splitlines() or [type(exc).__name__])[0]
+            result.error = RunFailed(LEFT.format(name=result.name, why=why))
             result.error.result = result  # type: ignore[attr-defined]
             if self.dashboard is not None:
                 with contextlib.suppress(Exception):

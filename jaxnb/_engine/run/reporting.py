@@ -212,6 +212,7 @@ def _prepare(spec: dict[str, Any]) -> dict[str, Any]:
     from jaxnb._engine.debug import kept
 
     _run = None
+    context.name_run("")  # named below, once the run is prepared
     held.keep(spec)  # what a driver needs once the kernel is gone (a run that recovers)
     kept.drop()  # a new run: the last failure's frames are not debuggable any more
     try:
